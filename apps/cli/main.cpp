@@ -1,0 +1,29 @@
+// moetier <command> [flags]: the command-line entry point.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <map>
+#include <string>
+
+#include "apps/cli/commands.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"moetier: MoE inference with experts tiered between GPU, host memory and CPU"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "moetier 0.1.0");
+  std::map<CLI::App*, mt::cli::Runner> runners;
+  auto add = [&](const char* name, const char* help, mt::cli::Runner (*make)(CLI::App&)) {
+    CLI::App* sub = app.add_subcommand(name, help);
+    runners[sub] = make(*sub);
+  };
+  add("synth", "write a synthetic GGUF of a real MoE architecture and checkpoint geometry", mt::cli::add_synth);
+  add("inspect", "print a GGUF's metadata, tensors and per-layer expert geometry", mt::cli::add_inspect);
+  add("info", "print the build's features (CPU, CUDA)", mt::cli::add_info);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  for (CLI::App* sub : app.get_subcommands()) return runners.at(sub)();
+  return 2;
+}

@@ -1,0 +1,75 @@
+// SynthConfig: everything that defines a synthetic MoE GGUF, and the named presets that
+// mirror real checkpoints' geometry (dims in the units GGUF stores them).
+//
+// A synthetic model is a real architecture with made-up weights: the same keys, tensor
+// names, shapes and quant types as a converted checkpoint, so loaders, planners and
+// kernels see exactly what they would see on the real file.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "model/arch.h"
+#include "quant/types.h"
+
+namespace mt::synth {
+
+// How tensor types are chosen: one type for every matrix, or a llama.cpp-like mix.
+struct QuantMix {
+  std::string name = "q8_0";        // "q8_0", "bf16", "q4_k_m", ...
+  QuantType base = QuantType::Q8_0; // matrices not named below
+  std::optional<QuantType> more_bits;  // ffn_down* and attn_v on the "more bits" layers
+  std::optional<QuantType> output;     // output.weight
+};
+// Parses a type name ("q4_k", "bf16") or a mix name ("q4_k_m", "q5_k_m").
+StatusOr<QuantMix> parse_quant_mix(const std::string& name);
+
+// Expert tensors of the listed layers get `type` instead of the mix's choice
+// (e.g. Laguna-S's BF16 layers).
+struct LayerTypeOverride {
+  std::vector<uint32_t> layers;
+  QuantType type;
+};
+// Parses "0-3,8=bf16".
+StatusOr<LayerTypeOverride> parse_layer_override(const std::string& spec);
+
+struct SynthConfig {
+  std::string name = "tiny";
+  Arch arch = Arch::kQwen3Moe;
+  uint32_t n_layer = 2;
+  uint32_t n_embd = 256;
+  uint32_t n_head = 4;
+  uint32_t n_head_kv = 2;
+  uint32_t head_dim = 64;
+  uint32_t n_expert = 8;
+  uint32_t n_expert_used = 2;
+  uint32_t n_ff_exp = 256;      // expert width
+  uint32_t n_ff_shexp = 0;      // shared expert width (qwen2moe)
+  uint32_t n_ff = 0;            // feed_forward_length key (0: = n_ff_exp)
+  uint32_t n_vocab = 0;         // 0: the vocabulary's own size; larger pads it
+  uint32_t n_ctx = 4096;
+  float rope_freq_base = 10000.0f;
+  float rms_eps = 1e-6f;
+  bool tie_output = false;      // omit output.weight (archs that allow it)
+  QuantMix quant;
+  std::vector<LayerTypeOverride> layer_types;
+  std::string vocab_path;       // vocab GGUF to copy tokenizer.* from; empty = built-in
+  float router_skew = 0.0f;     // 0 = uniform popularity; s = Zipf-like with exponent ~s
+  uint64_t seed = 1;
+  bool fast = false;            // random valid quantized blocks instead of quantized weights
+  bool sparse = false;          // header only, data section a hole
+};
+
+// Names of the presets, and the config of one ("tiny", "qwen3-30b-a3b", ...).
+std::vector<std::string> preset_names();
+StatusOr<SynthConfig> preset(const std::string& name);
+// The default preset for an architecture when only --arch is given.
+SynthConfig tiny_for(Arch arch);
+
+// Checks the config makes a loadable model (heads divide, top-k <= experts, ...).
+Status validate(const SynthConfig& config);
+
+}  // namespace mt::synth

@@ -1,0 +1,215 @@
+#include "synth/synth.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "gguf/writer.h"
+#include "quant/reference.h"
+#include "synth/tensor_types.h"
+#include "synth/vocab.h"
+#include "synth/weights.h"
+
+namespace mt::synth {
+namespace {
+
+struct TensorSpec {
+  std::string name;
+  Role role;
+  uint32_t layer = 0;
+  std::vector<uint64_t> ne;  // ggml order
+  RowRecipe recipe;
+};
+
+std::string blk(uint32_t layer, const char* name) { return "blk." + std::to_string(layer) + "." + name; }
+
+// Every tensor of the model with its shape (ggml order: ne0 = n_in) and value recipe.
+std::vector<TensorSpec> plan_tensors(const SynthConfig& c, uint32_t n_vocab) {
+  const ArchInfo& a = arch_info(c.arch);
+  const uint64_t E = c.n_embd, q_dim = uint64_t{c.n_head} * c.head_dim, kv_dim = uint64_t{c.n_head_kv} * c.head_dim;
+  const float residual_gain = 1.0f / std::sqrt(2.0f * static_cast<float>(c.n_layer));
+  auto matrix = [](uint64_t n_in, float gain = 1.0f) {
+    RowRecipe r;
+    r.stddev = gain / std::sqrt(static_cast<float>(n_in));
+    return r;
+  };
+  RowRecipe norm;
+  norm.offset = 1.0f;
+  norm.stddev = 0.05f;
+  RowRecipe bias;
+  bias.stddev = 0.02f;
+  // The shared direction's weight in the embeddings and what RMSNorm makes of it.
+  const float embd_u = 0.5f * std::sqrt(static_cast<float>(E));
+  const float h_dot_u = embd_u / std::sqrt(1.25f);
+
+  std::vector<TensorSpec> t;
+  RowRecipe embd;
+  embd.stddev = 1.0f;
+  embd.u_weight = embd_u;
+  t.push_back({"token_embd.weight", Role::kEmbedding, 0, {E, n_vocab}, embd});
+  for (uint32_t l = 0; l < c.n_layer; ++l) {
+    t.push_back({blk(l, "attn_norm.weight"), Role::kNorm, l, {E}, norm});
+    t.push_back({blk(l, "attn_q.weight"), Role::kAttnQ, l, {E, q_dim}, matrix(E)});
+    t.push_back({blk(l, "attn_k.weight"), Role::kAttnK, l, {E, kv_dim}, matrix(E)});
+    t.push_back({blk(l, "attn_v.weight"), Role::kAttnV, l, {E, kv_dim}, matrix(E)});
+    if (a.qkv_bias) {
+      t.push_back({blk(l, "attn_q.bias"), Role::kBias, l, {q_dim}, bias});
+      t.push_back({blk(l, "attn_k.bias"), Role::kBias, l, {kv_dim}, bias});
+      t.push_back({blk(l, "attn_v.bias"), Role::kBias, l, {kv_dim}, bias});
+    }
+    if (a.qk_norm == QkNorm::kPerHead) {
+      t.push_back({blk(l, "attn_q_norm.weight"), Role::kNorm, l, {c.head_dim}, norm});
+      t.push_back({blk(l, "attn_k_norm.weight"), Role::kNorm, l, {c.head_dim}, norm});
+    } else if (a.qk_norm == QkNorm::kFullWidth) {
+      t.push_back({blk(l, "attn_q_norm.weight"), Role::kNorm, l, {q_dim}, norm});
+      t.push_back({blk(l, "attn_k_norm.weight"), Role::kNorm, l, {kv_dim}, norm});
+    }
+    t.push_back({blk(l, "attn_output.weight"), Role::kAttnOut, l, {q_dim, E}, matrix(q_dim, residual_gain)});
+    t.push_back({blk(l, "ffn_norm.weight"), Role::kNorm, l, {E}, norm});
+
+    RowRecipe router = matrix(E);
+    for (float b : router_biases(c.seed, l, c.n_expert, c.router_skew)) router.per_row_u.push_back(b / h_dot_u);
+    t.push_back({blk(l, "ffn_gate_inp.weight"), Role::kRouter, l, {E, c.n_expert}, router});
+    t.push_back({blk(l, "ffn_gate_exps.weight"), Role::kExpGate, l, {E, c.n_ff_exp, c.n_expert}, matrix(E)});
+    t.push_back({blk(l, "ffn_up_exps.weight"), Role::kExpUp, l, {E, c.n_ff_exp, c.n_expert}, matrix(E)});
+    t.push_back({blk(l, "ffn_down_exps.weight"), Role::kExpDown, l, {c.n_ff_exp, E, c.n_expert},
+                 matrix(c.n_ff_exp, residual_gain)});
+    if (a.shared_expert) {
+      t.push_back({blk(l, "ffn_gate_inp_shexp.weight"), Role::kSharedGateInp, l, {E}, matrix(E)});
+      t.push_back({blk(l, "ffn_gate_shexp.weight"), Role::kShexpGate, l, {E, c.n_ff_shexp}, matrix(E)});
+      t.push_back({blk(l, "ffn_up_shexp.weight"), Role::kShexpUp, l, {E, c.n_ff_shexp}, matrix(E)});
+      t.push_back({blk(l, "ffn_down_shexp.weight"), Role::kShexpDown, l, {c.n_ff_shexp, E},
+                   matrix(c.n_ff_shexp, residual_gain)});
+    }
+  }
+  t.push_back({"output_norm.weight", Role::kNorm, 0, {E}, norm});
+  if (!c.tie_output) t.push_back({"output.weight", Role::kOutput, 0, {E, n_vocab}, matrix(E)});
+  return t;
+}
+
+void write_hparams(const SynthConfig& c, uint32_t n_vocab, gguf::GgufWriter& w) {
+  const ArchInfo& a = arch_info(c.arch);
+  const std::string p(a.name);
+  w.set_string("general.architecture", p);
+  w.set_string("general.name", "moetier-synth " + c.name);
+  w.set_u32("general.file_type", file_type_of(c.quant));
+  w.set_u32("general.quantization_version", 2);
+  w.set_u32(p + ".vocab_size", n_vocab);
+  w.set_u32(p + ".context_length", c.n_ctx);
+  w.set_u32(p + ".embedding_length", c.n_embd);
+  w.set_u32(p + ".block_count", c.n_layer);
+  w.set_u32(p + ".feed_forward_length", a.expert_ff_key ? (c.n_ff != 0 ? c.n_ff : c.n_ff_exp) : c.n_ff_exp);
+  w.set_u32(p + ".attention.head_count", c.n_head);
+  w.set_u32(p + ".attention.head_count_kv", c.n_head_kv);
+  w.set_u32(p + ".attention.key_length", c.head_dim);
+  w.set_u32(p + ".attention.value_length", c.head_dim);
+  w.set_f32(p + ".attention.layer_norm_rms_epsilon", c.rms_eps);
+  w.set_u32(p + ".rope.dimension_count", c.head_dim);
+  w.set_f32(p + ".rope.freq_base", c.rope_freq_base);
+  w.set_u32(p + ".expert_count", c.n_expert);
+  w.set_u32(p + ".expert_used_count", c.n_expert_used);
+  if (a.expert_ff_key) w.set_u32(p + ".expert_feed_forward_length", c.n_ff_exp);
+  if (a.shared_expert) w.set_u32(p + ".expert_shared_feed_forward_length", c.n_ff_shexp);
+  w.set_string("moetier.synth.preset", c.name);
+  w.set_string("moetier.synth.quant", c.quant.name);
+  w.set(std::string("moetier.synth.seed"), gguf::Value::u64(c.seed));
+  w.set_f32("moetier.synth.router_skew", c.router_skew);
+  w.set_bool("moetier.synth.fast", c.fast);
+}
+
+// Produces rows of one tensor: generated floats, converted or quantized to `type`.
+class RowSource {
+ public:
+  RowSource(const TensorSpec& spec, QuantType type, const std::vector<float>& u, uint64_t seed, bool fast)
+      : spec_(spec), type_(type), u_(u), seed_(hash_name(seed, spec.name)),
+        row_bytes_(*row_bytes(type, spec.ne[0])) {
+    // Routers and vectors are small and carry structure: always generated in full.
+    fast_ = fast && spec.role != Role::kRouter && spec.ne.size() > 1;
+    if (fast_) {
+      uint64_t rows = 1;
+      for (size_t d = 1; d < spec.ne.size(); ++d) rows *= spec.ne[d];
+      pool_rows_ = std::min<uint64_t>(rows, 32);
+      pool_.resize(pool_rows_ * row_bytes_);
+      for (uint64_t r = 0; r < pool_rows_; ++r) make(r, pool_.data() + r * row_bytes_);
+    }
+  }
+
+  void fill(uint64_t first, uint64_t n, uint8_t* dst) {
+    for (uint64_t i = 0; i < n; ++i) {
+      uint8_t* out = dst + i * row_bytes_;
+      if (!fast_) {
+        make(first + i, out);
+        continue;
+      }
+      // A pool row rotated by a random number of blocks: valid blocks, cheap to make.
+      Rng rng(mix(seed_, first + i));
+      const uint8_t* src = pool_.data() + (rng.next() % pool_rows_) * row_bytes_;
+      const uint64_t block = type_traits(type_).block_bytes;
+      const uint64_t shift = (rng.next() % (row_bytes_ / block)) * block;
+      std::memcpy(out, src + shift, row_bytes_ - shift);
+      std::memcpy(out + (row_bytes_ - shift), src, shift);
+    }
+  }
+
+ private:
+  void make(uint64_t r, uint8_t* out) {
+    floats_.resize(spec_.ne[0]);
+    make_row(spec_.recipe, u_, seed_, r, floats_.data(), spec_.ne[0]);
+    if (type_ == QuantType::F32) {
+      std::memcpy(out, floats_.data(), row_bytes_);
+    } else {
+      quantize_row(type_, floats_.data(), out, static_cast<int64_t>(spec_.ne[0]));
+    }
+  }
+
+  TensorSpec spec_;
+  QuantType type_;
+  const std::vector<float>& u_;
+  uint64_t seed_;
+  uint64_t row_bytes_;
+  bool fast_ = false;
+  uint64_t pool_rows_ = 0;
+  std::vector<uint8_t> pool_;
+  std::vector<float> floats_;
+};
+
+}  // namespace
+
+StatusOr<SynthSummary> write_model(const SynthConfig& c, const WriteParams& params) {
+  MT_RETURN_IF_ERROR(validate(c));
+  gguf::GgufWriter w;
+  // Hyper-parameters first (llama.cpp's converter order), then the tokenizer.
+  write_hparams(c, 0, w);
+  MT_ASSIGN_OR_RETURN(uint32_t n_vocab, write_vocab(c, w));
+  write_hparams(c, n_vocab, w);
+
+  auto u = std::make_shared<std::vector<float>>(shared_direction(c.seed, c.n_embd));
+  SynthSummary summary;
+  summary.n_vocab = n_vocab;
+  for (const TensorSpec& spec : plan_tensors(c, n_vocab)) {
+    const QuantType type = choose_type(c, spec.role, spec.layer, spec.ne[0]);
+    if (!has_quantize(type) && type != QuantType::F32) {
+      return unimplemented("synth: no quantizer for " + std::string(type_name(type)) + " (tensor " + spec.name + ")");
+    }
+    uint64_t n = 1;
+    for (uint64_t d : spec.ne) n *= d;
+    summary.n_params += n;
+    ++summary.n_tensors;
+    gguf::FillRows fill;
+    if (!c.sparse) {
+      auto source = std::make_shared<RowSource>(spec, type, *u, c.seed, c.fast);
+      fill = [source, u](uint64_t first, uint64_t rows, uint8_t* dst) { source->fill(first, rows, dst); };
+    }
+    w.add_tensor(spec.name, type, spec.ne, std::move(fill));
+  }
+  gguf::WriteOptions options;
+  options.sparse = c.sparse;
+  options.progress = params.progress;
+  MT_RETURN_IF_ERROR(w.write(params.path, options));
+  MT_ASSIGN_OR_RETURN(summary.file_bytes, w.file_size());
+  return summary;
+}
+
+}  // namespace mt::synth
