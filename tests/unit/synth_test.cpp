@@ -1,0 +1,344 @@
+// Synthetic models: presets reproduce the seeds' exact geometry, every architecture has
+// llama.cpp's keys and tensor names, quant mixes pick llama.cpp's types, weights have the
+// intended scale, output is deterministic, and bad configs get clear errors.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <iterator>
+#include <map>
+
+#include "experts/geometry.h"
+#include "gguf/reader.h"
+#include "quant/reference.h"
+#include "synth/synth.h"
+#include "synth/tensor_types.h"
+#include "test_util.h"
+
+namespace mt::synth {
+namespace {
+
+using gguf::GgufFile;
+
+GgufFile write_and_open(const SynthConfig& c, const std::string& name) {
+  const std::string path = test::temp_path(name);
+  auto s = write_model(c, {path, false});
+  EXPECT_TRUE(s.ok()) << s.status().to_string();
+  auto f = GgufFile::open(path);
+  EXPECT_TRUE(f.ok()) << f.status().to_string();
+  return std::move(f).value();
+}
+
+std::vector<float> dequantized(const GgufFile& f, const std::string& tensor) {
+  const gguf::TensorInfo* t = f.find_tensor(tensor);
+  EXPECT_NE(t, nullptr) << tensor;
+  if (t == nullptr) return {};
+  std::vector<float> out(t->n_elements());
+  dequantize_row(t->type, f.tensor_data(*t).data(), out.data(), static_cast<int64_t>(out.size()));
+  return out;
+}
+
+double stddev(const std::vector<float>& v, size_t begin = 0, size_t end = 0) {
+  if (end == 0) end = v.size();
+  double s = 0, s2 = 0;
+  for (size_t i = begin; i < end; ++i) {
+    s += v[i];
+    s2 += static_cast<double>(v[i]) * v[i];
+  }
+  const double n = static_cast<double>(end - begin);
+  return std::sqrt(std::max(0.0, s2 / n - (s / n) * (s / n)));
+}
+
+TEST(SynthPreset, LagunaSExactBankBytes) {
+  auto c = preset("laguna-s");
+  ASSERT_TRUE(c.ok());
+  c->sparse = true;
+  GgufFile f = write_and_open(*c, "laguna.gguf");
+  auto g = read_expert_geometry(f);
+  ASSERT_TRUE(g.ok()) << g.status().to_string();
+  EXPECT_EQ(g->layers.size(), 47u);
+  EXPECT_EQ(g->n_expert, 256u);
+  EXPECT_EQ(g->compact_bytes, 91653931008ull);   // 85.359375 GiB (seed 000)
+  EXPECT_EQ(g->padded_bytes, 227096395776ull);   // 211.5 GiB
+  ASSERT_EQ(g->groups.size(), 2u);
+  EXPECT_EQ(g->groups[0].bytes_per_expert(), 18ull << 20);       // BF16 layers
+  EXPECT_EQ(g->groups[0].layers.size(), 8u);
+  EXPECT_EQ(g->groups[1].bytes_per_expert(), 5308416ull);        // 5.0625 MiB, Q4_K
+  EXPECT_EQ(g->groups[1].layers.size(), 39u);
+  EXPECT_EQ(*f.get_u32("qwen3moe.expert_used_count"), 10u);
+}
+
+TEST(SynthPreset, Ornith35bExactBankBytes) {
+  auto c = preset("ornith-35b");
+  ASSERT_TRUE(c.ok());
+  c->sparse = true;
+  GgufFile f = write_and_open(*c, "ornith.gguf");
+  auto g = read_expert_geometry(f);
+  ASSERT_TRUE(g.ok()) << g.status().to_string();
+  EXPECT_EQ(g->compact_bytes, 19503513600ull);
+  EXPECT_EQ(g->padded_bytes, 20887633920ull);
+  EXPECT_EQ(g->layers[0].gate().bytes_per_expert + g->layers[0].up().bytes_per_expert, 1179648u);
+  EXPECT_EQ(g->max_bytes[2], 860160u);
+}
+
+TEST(SynthPreset, EveryPresetIsValidAndSparseWritable) {
+  for (const std::string& name : preset_names()) {
+    auto c = preset(name);
+    ASSERT_TRUE(c.ok()) << name;
+    c->sparse = true;
+    EXPECT_TRUE(validate(*c).ok()) << name << ": " << validate(*c).to_string();
+    GgufFile f = write_and_open(*c, name + ".gguf");
+    auto g = read_expert_geometry(f);
+    ASSERT_TRUE(g.ok()) << name;
+    EXPECT_EQ(g->layers.size(), c->n_layer) << name;
+    EXPECT_EQ(g->n_expert, c->n_expert) << name;
+  }
+  EXPECT_FALSE(preset("no-such-model").ok());
+  EXPECT_NE(preset("no-such-model").status().message().find("laguna-s"), std::string::npos);
+}
+
+// The tensor set of each architecture, as in ../shared/reference/moe_arch_facts.md.
+TEST(SynthArch, TensorNamesShapesAndKeys) {
+  struct Expect {
+    Arch arch;
+    std::vector<std::string> layer_tensors;
+    std::vector<std::string> keys;
+  };
+  const std::vector<Expect> cases = {
+      {Arch::kQwen3Moe, {"attn_q_norm.weight", "attn_k_norm.weight", "ffn_gate_inp.weight"},
+       {"qwen3moe.expert_feed_forward_length", "qwen3moe.attention.key_length"}},
+      {Arch::kQwen2Moe,
+       {"attn_q.bias", "attn_k.bias", "attn_v.bias", "ffn_gate_inp_shexp.weight", "ffn_gate_shexp.weight",
+        "ffn_up_shexp.weight", "ffn_down_shexp.weight"},
+       {"qwen2moe.expert_feed_forward_length", "qwen2moe.expert_shared_feed_forward_length"}},
+      {Arch::kLlama, {"ffn_gate_exps.weight"}, {"llama.feed_forward_length", "llama.rope.dimension_count"}},
+      {Arch::kOlmoe, {"attn_q_norm.weight", "attn_k_norm.weight"}, {"olmoe.feed_forward_length"}},
+  };
+  for (const Expect& e : cases) {
+    SynthConfig c = tiny_for(e.arch);
+    GgufFile f = write_and_open(c, std::string(arch_info(e.arch).name) + "-names.gguf");
+    EXPECT_EQ(*f.get_string("general.architecture"), arch_info(e.arch).name);
+    for (uint32_t l = 0; l < c.n_layer; ++l) {
+      for (const std::string& t : e.layer_tensors) {
+        EXPECT_NE(f.find_tensor("blk." + std::to_string(l) + "." + t), nullptr) << arch_info(e.arch).name << " " << t;
+      }
+    }
+    for (const std::string& k : e.keys) EXPECT_TRUE(f.get_u32(k).ok()) << k;
+    // llama.cpp reads counts strictly as u32.
+    const std::string p(arch_info(e.arch).name);
+    for (const char* k : {".block_count", ".embedding_length", ".expert_count", ".expert_used_count",
+                          ".attention.head_count", ".attention.head_count_kv", ".context_length"}) {
+      const gguf::Value* v = f.find(p + k);
+      ASSERT_NE(v, nullptr) << p + k;
+      EXPECT_EQ(v->type, gguf::ValueType::kU32) << p + k;
+    }
+    EXPECT_EQ(f.find(p + ".attention.layer_norm_rms_epsilon")->type, gguf::ValueType::kF32);
+    // Shapes: gate/up (n_embd, n_ff, E), down (n_ff, n_embd, E), router (n_embd, E) in F32.
+    const gguf::TensorInfo* up = f.find_tensor("blk.0.ffn_up_exps.weight");
+    const gguf::TensorInfo* down = f.find_tensor("blk.0.ffn_down_exps.weight");
+    const gguf::TensorInfo* router = f.find_tensor("blk.0.ffn_gate_inp.weight");
+    ASSERT_TRUE(up && down && router);
+    EXPECT_EQ(up->ne[0], c.n_embd);
+    EXPECT_EQ(up->ne[1], c.n_ff_exp);
+    EXPECT_EQ(up->ne[2], c.n_expert);
+    EXPECT_EQ(down->ne[0], c.n_ff_exp);
+    EXPECT_EQ(down->ne[1], c.n_embd);
+    EXPECT_EQ(router->type, QuantType::F32);
+    EXPECT_EQ(router->ne[1], c.n_expert);
+    EXPECT_EQ(f.find_tensor("blk.0.attn_norm.weight")->type, QuantType::F32);
+  }
+}
+
+TEST(SynthQuant, Q4KMixFollowsMoreBitsRule) {
+  SynthConfig c = tiny_for(Arch::kQwen3Moe);
+  c.n_layer = 16;
+  c.quant = *parse_quant_mix("q4_k_m");
+  c.sparse = true;
+  GgufFile f = write_and_open(c, "q4km.gguf");
+  int q6 = 0;
+  for (uint32_t l = 0; l < c.n_layer; ++l) {
+    const auto* down = f.find_tensor("blk." + std::to_string(l) + ".ffn_down_exps.weight");
+    const auto* gate = f.find_tensor("blk." + std::to_string(l) + ".ffn_gate_exps.weight");
+    EXPECT_EQ(gate->type, QuantType::Q4_K);
+    EXPECT_EQ(down->type, use_more_bits(l, c.n_layer) ? QuantType::Q6_K : QuantType::Q4_K) << l;
+    q6 += down->type == QuantType::Q6_K;
+  }
+  EXPECT_EQ(q6, 8);  // 16 layers: 0, 1, 4, 7, 10, 13, 14, 15
+  EXPECT_EQ(f.find_tensor("output.weight")->type, QuantType::Q6_K);
+  EXPECT_EQ(*f.get_u32("general.file_type"), 15u);
+}
+
+TEST(SynthQuant, RowsNotMultipleOf256FallBackLikeLlamaQuantize) {
+  auto c = preset("qwen1.5-moe-a2.7b");  // expert width 1408 = 5.5 x 256
+  ASSERT_TRUE(c.ok());
+  c->quant = *parse_quant_mix("q4_k");
+  c->sparse = true;
+  GgufFile f = write_and_open(*c, "fallback.gguf");
+  EXPECT_EQ(f.find_tensor("blk.0.ffn_gate_exps.weight")->type, QuantType::Q4_K);
+  EXPECT_EQ(f.find_tensor("blk.0.ffn_down_exps.weight")->type, QuantType::Q5_0);
+}
+
+TEST(SynthQuant, LayerOverrideAndParsing) {
+  auto o = parse_layer_override("0-2,5=bf16");
+  ASSERT_TRUE(o.ok());
+  EXPECT_EQ(o->layers, (std::vector<uint32_t>{0, 1, 2, 5}));
+  EXPECT_EQ(o->type, QuantType::BF16);
+  EXPECT_FALSE(parse_layer_override("0-2").ok());
+  EXPECT_FALSE(parse_layer_override("x=bf16").ok());
+  EXPECT_FALSE(parse_layer_override("3-1=bf16").ok());
+  EXPECT_FALSE(parse_layer_override("1=nope").ok());
+  EXPECT_FALSE(parse_quant_mix("q9_9").ok());
+  EXPECT_EQ(parse_quant_mix("q8_k").status().code(), StatusCode::kUnimplemented);
+
+  SynthConfig c = tiny_for(Arch::kQwen3Moe);
+  c.layer_types.push_back(*parse_layer_override("1=bf16"));
+  c.sparse = true;
+  GgufFile f = write_and_open(c, "override.gguf");
+  EXPECT_EQ(f.find_tensor("blk.0.ffn_up_exps.weight")->type, QuantType::Q8_0);
+  EXPECT_EQ(f.find_tensor("blk.1.ffn_up_exps.weight")->type, QuantType::BF16);
+  EXPECT_EQ(f.find_tensor("blk.1.attn_q.weight")->type, QuantType::Q8_0);  // experts only
+}
+
+TEST(SynthValidate, BadConfigsNameTheProblem) {
+  auto msg = [](SynthConfig c) { return validate(c).message(); };
+  SynthConfig c = tiny_for(Arch::kQwen3Moe);
+  SynthConfig bad = c;
+  bad.n_head = 5;
+  EXPECT_NE(msg(bad).find("multiple of head_count_kv"), std::string::npos);
+  bad = c;
+  bad.n_expert_used = 9;
+  EXPECT_NE(msg(bad).find("experts used"), std::string::npos);
+  bad = tiny_for(Arch::kOlmoe);
+  bad.n_head_kv = 2;
+  EXPECT_NE(msg(bad).find("olmoe"), std::string::npos);
+  bad = tiny_for(Arch::kQwen2Moe);
+  bad.tie_output = true;
+  EXPECT_NE(msg(bad).find("requires output.weight"), std::string::npos);
+  bad = c;
+  bad.layer_types.push_back({{7}, QuantType::BF16});
+  EXPECT_NE(msg(bad).find("layer 7"), std::string::npos);
+  bad = c;
+  bad.n_expert = 2000;
+  EXPECT_FALSE(validate(bad).ok());
+}
+
+TEST(SynthWeights, DeterministicForASeed) {
+  SynthConfig c = tiny_for(Arch::kQwen3Moe);
+  auto read = [](const std::string& p) {
+    std::ifstream in(p, std::ios::binary);
+    return std::vector<char>(std::istreambuf_iterator<char>(in), {});
+  };
+  ASSERT_TRUE(write_model(c, {test::temp_path("det1.gguf"), false}).ok());
+  ASSERT_TRUE(write_model(c, {test::temp_path("det2.gguf"), false}).ok());
+  c.seed = 2;
+  ASSERT_TRUE(write_model(c, {test::temp_path("det3.gguf"), false}).ok());
+  EXPECT_EQ(read(test::temp_path("det1.gguf")), read(test::temp_path("det2.gguf")));
+  EXPECT_NE(read(test::temp_path("det1.gguf")), read(test::temp_path("det3.gguf")));
+}
+
+TEST(SynthWeights, ScalesAreRealistic) {
+  SynthConfig c = tiny_for(Arch::kQwen3Moe);
+  c.quant = *parse_quant_mix("f32");
+  GgufFile f = write_and_open(c, "scales.gguf");
+  const double inv_sqrt_embd = 1.0 / std::sqrt(static_cast<double>(c.n_embd));
+  EXPECT_NEAR(stddev(dequantized(f, "blk.0.attn_q.weight")), inv_sqrt_embd, 0.1 * inv_sqrt_embd);
+  EXPECT_NEAR(stddev(dequantized(f, "blk.0.ffn_up_exps.weight")), inv_sqrt_embd, 0.1 * inv_sqrt_embd);
+  // Residual writers are scaled down by 1/sqrt(2 n_layer).
+  const double down = 1.0 / std::sqrt(static_cast<double>(c.n_ff_exp)) / std::sqrt(2.0 * c.n_layer);
+  EXPECT_NEAR(stddev(dequantized(f, "blk.1.ffn_down_exps.weight")), down, 0.1 * down);
+  auto norm = dequantized(f, "blk.0.ffn_norm.weight");
+  for (float w : norm) EXPECT_TRUE(w > 0.7f && w < 1.3f) << w;
+}
+
+TEST(SynthWeights, FastModeWritesValidQuantizedBlocks) {
+  for (const char* q : {"q4_k_m", "q8_0", "iq4_xs", "mxfp4", "bf16"}) {
+    SynthConfig c = tiny_for(Arch::kQwen3Moe);
+    c.quant = *parse_quant_mix(q);
+    c.fast = true;
+    GgufFile f = write_and_open(c, std::string("fast-") + q + ".gguf");
+    for (const gguf::TensorInfo& t : f.tensors()) {
+      auto v = dequantized(f, std::string(t.name));
+      for (float x : v) ASSERT_TRUE(std::isfinite(x)) << q << " " << t.name;
+      if (std::string(t.name) == "blk.0.ffn_gate_exps.weight") {
+        const double want = 1.0 / std::sqrt(static_cast<double>(c.n_embd));
+        EXPECT_NEAR(stddev(v), want, 0.2 * want) << q;
+      }
+    }
+  }
+}
+
+// Router skew: the popularity of experts, measured on router logits of normalised token
+// embeddings (the shared direction dominates the routing bias in every layer).
+std::vector<int> top1_counts(const GgufFile& f, uint32_t layer, uint32_t n_embd, uint32_t n_expert) {
+  auto embd = dequantized(f, "token_embd.weight");
+  auto router = dequantized(f, "blk." + std::to_string(layer) + ".ffn_gate_inp.weight");
+  const size_t n_tokens = embd.size() / n_embd;
+  std::vector<int> counts(n_expert, 0);
+  for (size_t t = 0; t < n_tokens; ++t) {
+    const float* x = &embd[t * n_embd];
+    double ms = 0;
+    for (uint32_t i = 0; i < n_embd; ++i) ms += static_cast<double>(x[i]) * x[i];
+    const double inv = 1.0 / std::sqrt(ms / n_embd + 1e-6);
+    int best = 0;
+    double best_logit = -1e30;
+    for (uint32_t e = 0; e < n_expert; ++e) {
+      double logit = 0;
+      for (uint32_t i = 0; i < n_embd; ++i) logit += router[e * n_embd + i] * x[i] * inv;
+      if (logit > best_logit) best_logit = logit, best = static_cast<int>(e);
+    }
+    ++counts[best];
+  }
+  return counts;
+}
+
+TEST(SynthWeights, RouterSkewMakesPopularityZipfLike) {
+  SynthConfig c = tiny_for(Arch::kQwen3Moe);
+  c.quant = *parse_quant_mix("f32");
+  c.n_vocab = 4000;
+  c.n_expert = 16;
+  GgufFile flat = write_and_open(c, "skew0.gguf");
+  c.router_skew = 1.5f;
+  GgufFile skewed = write_and_open(c, "skew1.gguf");
+  for (uint32_t layer = 0; layer < c.n_layer; ++layer) {
+    auto f0 = top1_counts(flat, layer, c.n_embd, c.n_expert);
+    auto f1 = top1_counts(skewed, layer, c.n_embd, c.n_expert);
+    const double uniform = 4000.0 / c.n_expert;
+    EXPECT_LT(*std::max_element(f0.begin(), f0.end()), 2.0 * uniform) << "layer " << layer;
+    EXPECT_GT(*std::max_element(f1.begin(), f1.end()), 4.0 * uniform) << "layer " << layer;
+  }
+  // A different permutation per layer: the favourite differs between layers 0 and 1.
+  auto l0 = top1_counts(skewed, 0, c.n_embd, c.n_expert);
+  auto l1 = top1_counts(skewed, 1, c.n_embd, c.n_expert);
+  EXPECT_NE(std::max_element(l0.begin(), l0.end()) - l0.begin(), std::max_element(l1.begin(), l1.end()) - l1.begin());
+}
+
+TEST(SynthVocab, CopiesTokenizerFromVocabFile) {
+  SynthConfig c = tiny_for(Arch::kQwen3Moe);
+  c.vocab_path = test::testdata("vocab/ggml-vocab-qwen2.gguf");
+  c.sparse = true;
+  GgufFile f = write_and_open(c, "vocab.gguf");
+  auto src = GgufFile::open(c.vocab_path);
+  ASSERT_TRUE(src.ok());
+  EXPECT_EQ(*f.get_string("tokenizer.ggml.pre"), "qwen2");
+  EXPECT_EQ((*f.get_array("tokenizer.ggml.tokens"))->count, (*src->get_array("tokenizer.ggml.tokens"))->count);
+  EXPECT_EQ(f.find_tensor("token_embd.weight")->ne[1], (*src->get_array("tokenizer.ggml.tokens"))->count);
+  EXPECT_EQ((*f.get_array("tokenizer.ggml.merges"))->strings[100], (*src->get_array("tokenizer.ggml.merges"))->strings[100]);
+}
+
+TEST(SynthVocab, BuiltInVocabHasAllBytesAndPads) {
+  SynthConfig c = tiny_for(Arch::kQwen3Moe);
+  c.n_vocab = 1000;
+  c.sparse = true;
+  GgufFile f = write_and_open(c, "builtin.gguf");
+  auto tokens = f.get_array("tokenizer.ggml.tokens");
+  ASSERT_TRUE(tokens.ok());
+  EXPECT_EQ((*tokens)->count, 1000u);
+  EXPECT_EQ((*tokens)->strings[65], "A");
+  EXPECT_EQ((*tokens)->strings[32], "\xC4\xA0");  // GPT-2's space
+  EXPECT_EQ(*f.get_string("tokenizer.ggml.model"), "gpt2");
+  const uint32_t eos = *f.get_u32("tokenizer.ggml.eos_token_id");
+  EXPECT_EQ((*tokens)->strings[eos], "<|endoftext|>");
+}
+
+}  // namespace
+}  // namespace mt::synth
