@@ -4,9 +4,19 @@
 # GPU benchmarks join this script as they land.)
 #
 # usage (on the GPU machine, from the repo root): OUT=/some/dir bash tools/gpu/check.sh
+# Carry .gpu-debs (made here by tools/gpu/fetch_debs.sh): the machine lacks CLI11,
+# nlohmann-json and GoogleTest, so they are unpacked into a private prefix.
 set -uo pipefail
 OUT=${OUT:-$PWD/out/gpu}
 mkdir -p "$OUT"
+SYSROOT=$PWD/.gpu-sysroot
+if [ -d .gpu-debs ]; then
+  mkdir -p "$SYSROOT"
+  for deb in .gpu-debs/*.deb; do dpkg -x "$deb" "$SYSROOT"; done
+fi
+TESTDATA=$PWD/shared/testdata
+[ -d "$TESTDATA" ] || TESTDATA=$(cd .. && pwd)/shared/testdata
+[ -d "$TESTDATA" ] || echo "warning: no shared/testdata found; data-driven tests will fail"
 status=0
 run() {  # name command...
   local name=$1
@@ -15,7 +25,8 @@ run() {  # name command...
   if "$@" >"$OUT/$name.log" 2>&1; then echo "ok"; else echo "FAILED (see $name.log)"; tail -20 "$OUT/$name.log"; status=1; fi
 }
 run build cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOETIER_CUDA=ON \
-  -DCMAKE_CUDA_ARCHITECTURES=90 -DMOETIER_WERROR=ON
+  -DCMAKE_CUDA_ARCHITECTURES=90 -DMOETIER_WERROR=ON -DCMAKE_PREFIX_PATH="$SYSROOT/usr" \
+  -DMOETIER_TESTDATA_DIR="$TESTDATA"
 run compile cmake --build build-gpu -j "$(nproc)"
 run info ./build-gpu/moetier info
 cat "$OUT/info.log"
