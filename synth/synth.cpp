@@ -70,6 +70,7 @@ std::vector<TensorSpec> plan_tensors(const SynthConfig& c, uint32_t n_vocab) {
     t.push_back({blk(l, "ffn_norm.weight"), Role::kNorm, l, {E}, norm});
 
     RowRecipe router = matrix(E);
+    router.orthogonal_to_u = true;
     for (float b : router_biases(c.seed, l, c.n_expert, c.router_skew)) router.per_row_u.push_back(b / h_dot_u);
     t.push_back({blk(l, "ffn_gate_inp.weight"), Role::kRouter, l, {E, c.n_expert}, router});
     t.push_back({blk(l, "ffn_gate_exps.weight"), Role::kExpGate, l, {E, c.n_ff_exp, c.n_expert}, matrix(E)});

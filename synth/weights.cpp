@@ -49,6 +49,11 @@ void make_row(const RowRecipe& recipe, const std::vector<float>& u, uint64_t ten
               uint64_t n) {
   Rng rng(mix(tensor_seed, r));
   for (uint64_t i = 0; i < n; ++i) row[i] = recipe.offset + recipe.stddev * rng.normal();
+  if (recipe.orthogonal_to_u && u.size() == n) {
+    double dot = 0.0;
+    for (uint64_t i = 0; i < n; ++i) dot += static_cast<double>(row[i]) * u[i];
+    for (uint64_t i = 0; i < n; ++i) row[i] -= static_cast<float>(dot) * u[i];
+  }
   float uw = recipe.per_row_u.empty() ? recipe.u_weight : recipe.per_row_u[r % recipe.per_row_u.size()];
   if (uw != 0.0f && u.size() == n) {
     for (uint64_t i = 0; i < n; ++i) row[i] += uw * u[i];

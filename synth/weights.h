@@ -37,6 +37,8 @@ struct RowRecipe {
   float offset = 0.0f;          // added to every entry (norm weights: 1)
   float u_weight = 0.0f;        // multiple of the shared direction u added to the row
   std::vector<float> per_row_u; // if non-empty: u multiple per row (router rows)
+  bool orthogonal_to_u = false; // remove the random part's u component first (routers:
+                                // no accidental per-expert bias at skew 0)
 };
 
 // The shared unit direction of a model (length n_embd).
