@@ -61,7 +61,13 @@ StatusOr<int64_t> GgufFile::get_int(std::string_view key) const {
 StatusOr<float> GgufFile::get_f32(std::string_view key) const {
   const Value* v = find(key);
   if (v == nullptr) return missing(key);
-  if (const auto* f = std::get_if<double>(&v->data)) return static_cast<float>(*f);
+  if (const auto* f = std::get_if<double>(&v->data)) {
+    if (std::isfinite(*f) && std::fabs(*f) > static_cast<double>(std::numeric_limits<float>::max())) {
+      return invalid_argument("metadata key '" + std::string(key) + "' = " + std::to_string(*f) +
+                              " does not fit in f32");
+    }
+    return static_cast<float>(*f);
+  }
   return wrong_type(key, v->type, "f32");
 }
 

@@ -162,10 +162,11 @@ class Parser {
         MT_RETURN_IF_ERROR(read_string(&arr->strings[i], field + "[" + std::to_string(i) + "]"));
       }
     } else if (arr->elem_type == ValueType::kArray) {
-      arr->arrays.resize(arr->count);
+      // Grown element by element: a claimed count is not allocated up front at every
+      // nesting level (that would multiply memory by the depth before any data is read).
       for (uint64_t i = 0; i < arr->count; ++i) {
-        MT_RETURN_IF_ERROR(read_value(ValueType::kArray, &arr->arrays[i],
-                                      field + "[" + std::to_string(i) + "]", depth + 1));
+        Value& child = arr->arrays.emplace_back();
+        MT_RETURN_IF_ERROR(read_value(ValueType::kArray, &child, field + "[" + std::to_string(i) + "]", depth + 1));
       }
     } else {
       uint64_t nbytes = arr->count * elem_min;  // bounded above, cannot overflow
@@ -196,6 +197,7 @@ class Parser {
       if (!f_.kv_index_.emplace(kv.key, f_.kvs_.size()).second) {
         return fail(at, field + ": duplicate key");
       }
+      if (kv.key == "general.alignment") alignment_at_ = at;
       f_.kvs_.push_back(std::move(kv));
     }
     return {};
@@ -205,13 +207,12 @@ class Parser {
     const Value* v = f_.find("general.alignment");
     if (v == nullptr) return {};
     if (v->type != ValueType::kU32) {
-      return data_loss("gguf '" + f_.name_ + "': general.alignment has type " +
-                       value_type_name(v->type) + ", expected u32");
+      return fail(alignment_at_, std::string("general.alignment has type ") + value_type_name(v->type) +
+                                     ", expected u32");
     }
     uint64_t a = std::get<uint64_t>(v->data);
     if (!is_power_of_two(a)) {
-      return data_loss("gguf '" + f_.name_ + "': general.alignment " + std::to_string(a) +
-                       " is not a non-zero power of two");
+      return fail(alignment_at_, "general.alignment " + std::to_string(a) + " is not a non-zero power of two");
     }
     f_.alignment_ = static_cast<uint32_t>(a);
     return {};
@@ -305,13 +306,17 @@ class Parser {
       }
     }
     std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return f_.tensors_[a].offset < f_.tensors_[b].offset; });
-    for (size_t k = 1; k < order.size(); ++k) {
-      const TensorInfo& prev = f_.tensors_[order[k - 1]];
-      const TensorInfo& cur = f_.tensors_[order[k]];
-      if (prev.nbytes > 0 && cur.nbytes > 0 && prev.offset + prev.nbytes > cur.offset) {
-        return fail(tensor_at_[order[k]], "tensor '" + std::string(cur.name) + "': data overlaps tensor '" +
-                                              std::string(prev.name) + "'");
+    // Compare each non-empty tensor with the previous non-empty one: an empty tensor
+    // between them must not hide their overlap.
+    const TensorInfo* prev = nullptr;
+    for (size_t i : order) {
+      const TensorInfo& cur = f_.tensors_[i];
+      if (cur.nbytes == 0) continue;
+      if (prev != nullptr && prev->offset + prev->nbytes > cur.offset) {
+        return fail(tensor_at_[i], "tensor '" + std::string(cur.name) + "': data overlaps tensor '" +
+                                       std::string(prev->name) + "'");
       }
+      prev = &cur;
     }
     return {};
   }
@@ -322,6 +327,7 @@ class Parser {
   uint64_t n_tensors_ = 0;
   uint64_t n_kv_ = 0;
   std::vector<uint64_t> tensor_at_;  // file offset of each tensor's offset field
+  uint64_t alignment_at_ = 0;        // file offset of the general.alignment pair
 };
 
 uint64_t TensorInfo::row_bytes() const {

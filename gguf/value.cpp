@@ -1,5 +1,6 @@
 #include "gguf/value.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/check.h"
@@ -83,13 +84,16 @@ namespace {
 
 std::string quote(std::string_view s, size_t max_chars) {
   std::string out = "\"";
-  for (char c : s.substr(0, max_chars)) {
+  // Cut at a UTF-8 character boundary (never before a continuation byte).
+  size_t cut = std::min(max_chars, s.size());
+  while (cut > 0 && cut < s.size() && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) --cut;
+  for (char c : s.substr(0, cut)) {
     if (c == '\n') out += "\\n";
     else if (c == '"') out += "\\\"";
     else if (static_cast<unsigned char>(c) < 0x20) out += '?';
     else out += c;
   }
-  if (s.size() > max_chars) out += "...";
+  if (cut < s.size()) out += "...";
   return out + "\"";
 }
 

@@ -86,6 +86,10 @@ void GgufWriter::set(const std::string& key, const Value& value) {
   std::vector<uint8_t> enc;
   put<uint32_t>(enc, static_cast<uint32_t>(value.type));
   encode_payload(enc, value);
+  set_encoded(key, std::move(enc));
+}
+
+void GgufWriter::set_encoded(const std::string& key, std::vector<uint8_t> enc) {
   for (Entry& e : entries_) {
     if (e.key == key) {
       e.encoded = std::move(enc);
@@ -105,9 +109,7 @@ void GgufWriter::set_string_array(const std::string& key, const std::vector<std:
 
 #define MT_SCALAR_ARRAY_SETTER(fn, T, elem)                                  \
   void GgufWriter::fn(const std::string& key, const std::vector<T>& v) {     \
-    remove(key);                                                             \
-    std::vector<uint8_t> enc = encode_scalar_array<T>(elem, v);              \
-    entries_.push_back({key, std::move(enc)});                               \
+    set_encoded(key, encode_scalar_array<T>(elem, v));                       \
   }
 MT_SCALAR_ARRAY_SETTER(set_f32_array, float, ValueType::kF32)
 MT_SCALAR_ARRAY_SETTER(set_i32_array, int32_t, ValueType::kI32)
@@ -201,6 +203,11 @@ Status write_all(int fd, const uint8_t* p, uint64_t n, const std::string& path) 
 
 Status GgufWriter::write(const std::string& path, const WriteOptions& options) const {
   MT_ASSIGN_OR_RETURN(Layout l, layout());
+  for (const Tensor& t : l.tensors) {
+    if (!options.sparse && !t.fill) {
+      return invalid_argument("tensor '" + t.name + "' has no data source (only a sparse write allows that)");
+    }
+  }
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return io_error("cannot create '" + path + "': " + std::strerror(errno));
   auto finish = [&](Status s) {

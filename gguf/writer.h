@@ -74,6 +74,8 @@ class GgufWriter {
     uint64_t total = 0;
   };
   StatusOr<Layout> layout() const;
+  // Replaces the value of an existing key in place, or appends a new key.
+  void set_encoded(const std::string& key, std::vector<uint8_t> encoded);
 
   uint32_t alignment_;
   std::vector<Entry> entries_;
