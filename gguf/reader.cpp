@@ -97,16 +97,16 @@ class Parser {
     out->type = type;
     uint64_t at = pos_;
     switch (type) {
-      case ValueType::kU8: { uint8_t v; MT_RETURN_IF_ERROR(read_scalar(&v, field.c_str())); out->data = uint64_t{v}; break; }
-      case ValueType::kI8: { int8_t v; MT_RETURN_IF_ERROR(read_scalar(&v, field.c_str())); out->data = int64_t{v}; break; }
-      case ValueType::kU16: { uint16_t v; MT_RETURN_IF_ERROR(read_scalar(&v, field.c_str())); out->data = uint64_t{v}; break; }
-      case ValueType::kI16: { int16_t v; MT_RETURN_IF_ERROR(read_scalar(&v, field.c_str())); out->data = int64_t{v}; break; }
-      case ValueType::kU32: { uint32_t v; MT_RETURN_IF_ERROR(read_scalar(&v, field.c_str())); out->data = uint64_t{v}; break; }
-      case ValueType::kI32: { int32_t v; MT_RETURN_IF_ERROR(read_scalar(&v, field.c_str())); out->data = int64_t{v}; break; }
-      case ValueType::kU64: { uint64_t v; MT_RETURN_IF_ERROR(read_scalar(&v, field.c_str())); out->data = v; break; }
-      case ValueType::kI64: { int64_t v; MT_RETURN_IF_ERROR(read_scalar(&v, field.c_str())); out->data = v; break; }
-      case ValueType::kF32: { float v; MT_RETURN_IF_ERROR(read_scalar(&v, field.c_str())); out->data = double{v}; break; }
-      case ValueType::kF64: { double v; MT_RETURN_IF_ERROR(read_scalar(&v, field.c_str())); out->data = v; break; }
+      case ValueType::kU8: { uint8_t v{}; MT_RETURN_IF_ERROR(read_scalar(&v, field.c_str())); out->data = uint64_t{v}; break; }
+      case ValueType::kI8: { int8_t v{}; MT_RETURN_IF_ERROR(read_scalar(&v, field.c_str())); out->data = int64_t{v}; break; }
+      case ValueType::kU16: { uint16_t v{}; MT_RETURN_IF_ERROR(read_scalar(&v, field.c_str())); out->data = uint64_t{v}; break; }
+      case ValueType::kI16: { int16_t v{}; MT_RETURN_IF_ERROR(read_scalar(&v, field.c_str())); out->data = int64_t{v}; break; }
+      case ValueType::kU32: { uint32_t v{}; MT_RETURN_IF_ERROR(read_scalar(&v, field.c_str())); out->data = uint64_t{v}; break; }
+      case ValueType::kI32: { int32_t v{}; MT_RETURN_IF_ERROR(read_scalar(&v, field.c_str())); out->data = int64_t{v}; break; }
+      case ValueType::kU64: { uint64_t v{}; MT_RETURN_IF_ERROR(read_scalar(&v, field.c_str())); out->data = v; break; }
+      case ValueType::kI64: { int64_t v{}; MT_RETURN_IF_ERROR(read_scalar(&v, field.c_str())); out->data = v; break; }
+      case ValueType::kF32: { float v{}; MT_RETURN_IF_ERROR(read_scalar(&v, field.c_str())); out->data = double{v}; break; }
+      case ValueType::kF64: { double v{}; MT_RETURN_IF_ERROR(read_scalar(&v, field.c_str())); out->data = v; break; }
       case ValueType::kBool: {
         uint8_t v;
         MT_RETURN_IF_ERROR(read_scalar(&v, field.c_str()));
