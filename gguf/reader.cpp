@@ -108,7 +108,7 @@ class Parser {
       case ValueType::kF32: { float v{}; MT_RETURN_IF_ERROR(read_scalar(&v, field.c_str())); out->data = double{v}; break; }
       case ValueType::kF64: { double v{}; MT_RETURN_IF_ERROR(read_scalar(&v, field.c_str())); out->data = v; break; }
       case ValueType::kBool: {
-        uint8_t v;
+        uint8_t v{};
         MT_RETURN_IF_ERROR(read_scalar(&v, field.c_str()));
         if (v > 1) return fail(at, field + ": bool value " + std::to_string(v) + " is neither 0 nor 1");
         out->data = v == 1;
