@@ -12,6 +12,16 @@ namespace {
 using gguf::GgufFile;
 using gguf::GgufWriter;
 
+// Writes a sparse file and returns the geometry reader's verdict on it.
+StatusOr<ExpertGeometry> geometry_of_writer(const GgufWriter& w, const std::string& name) {
+  const std::string path = test::temp_path(name);
+  gguf::WriteOptions sparse;
+  sparse.sparse = true;
+  MT_RETURN_IF_ERROR(w.write(path, sparse));
+  MT_ASSIGN_OR_RETURN(GgufFile f, GgufFile::open(path));
+  return read_expert_geometry(f);
+}
+
 struct Layer {
   QuantType gate, up, down;
   uint64_t n_embd = 256, n_ff = 512, n_expert = 4;
@@ -36,12 +46,7 @@ StatusOr<ExpertGeometry> geometry_of(const std::vector<Layer>& layers, const std
     w.add_tensor(p + "ffn_down_exps.weight", l.down, {l.n_ff, l.n_embd, l.n_expert}, {});
     w.add_tensor(p + "attn_norm.weight", QuantType::F32, {l.n_embd}, {});
   }
-  const std::string path = test::temp_path(name);
-  gguf::WriteOptions sparse;
-  sparse.sparse = true;
-  MT_RETURN_IF_ERROR(w.write(path, sparse));
-  MT_ASSIGN_OR_RETURN(GgufFile f, GgufFile::open(path));
-  return read_expert_geometry(f);
+  return geometry_of_writer(w, name);
 }
 
 TEST(Geometry, MixedLayersGroupAndSize) {
@@ -116,13 +121,7 @@ TEST(Geometry, DownShapeMustInvertUp) {
   GgufWriter w;
   w.add_tensor("blk.0.ffn_up_exps.weight", QuantType::F16, {256, 512, 4}, {});
   w.add_tensor("blk.0.ffn_down_exps.weight", QuantType::F16, {256, 512, 4}, {});
-  const std::string path = test::temp_path("badshape.gguf");
-  gguf::WriteOptions sparse;
-  sparse.sparse = true;
-  ASSERT_TRUE(w.write(path, sparse).ok());
-  auto f = GgufFile::open(path);
-  ASSERT_TRUE(f.ok());
-  auto g = read_expert_geometry(*f);
+  auto g = geometry_of_writer(w, "badshape.gguf");
   ASSERT_FALSE(g.ok());
   EXPECT_NE(g.status().message().find("does not invert"), std::string::npos) << g.status().message();
 }
@@ -130,13 +129,7 @@ TEST(Geometry, DownShapeMustInvertUp) {
 TEST(Geometry, TwoDimensionalExpertTensorIsAnError) {
   GgufWriter w;
   w.add_tensor("blk.0.ffn_up_exps.weight", QuantType::F16, {256, 512}, {});
-  const std::string path = test::temp_path("twod.gguf");
-  gguf::WriteOptions sparse;
-  sparse.sparse = true;
-  ASSERT_TRUE(w.write(path, sparse).ok());
-  auto f = GgufFile::open(path);
-  ASSERT_TRUE(f.ok());
-  auto g = read_expert_geometry(*f);
+  auto g = geometry_of_writer(w, "twod.gguf");
   ASSERT_FALSE(g.ok());
   EXPECT_NE(g.status().message().find("expected 3"), std::string::npos) << g.status().message();
 }
