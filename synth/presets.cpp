@@ -94,7 +94,7 @@ StatusOr<uint32_t> parse_u32(std::string_view s, const std::string& what) {
 SynthConfig tiny_for(Arch arch) {
   SynthConfig c = base("tiny", arch);
   c.name = std::string("tiny-") + std::string(arch_info(arch).name);
-  if (arch == Arch::kOlmoe || arch == Arch::kQwen2Moe) c.n_head_kv = c.n_head;  // olmoe needs it; qwen2moe MHA
+  if (arch == Arch::kOlmoe) c.n_head_kv = c.n_head;  // llama.cpp requires it for olmoe
   if (arch == Arch::kQwen2Moe) c.n_ff_shexp = 512;
   return c;
 }

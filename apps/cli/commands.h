@@ -15,5 +15,6 @@ using Runner = std::function<int()>;
 Runner add_synth(CLI::App& app);
 Runner add_inspect(CLI::App& app);
 Runner add_info(CLI::App& app);
+Runner add_logits(CLI::App& app);
 
 }  // namespace mt::cli

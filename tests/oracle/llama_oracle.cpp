@@ -48,6 +48,7 @@ struct Options {
     ggml_type kv_type = GGML_TYPE_F16;
     bool list_tensors = false;
     bool verbose = false;
+    std::string dump_dir;  // --dump DIR: every f32 graph tensor "<name>-<layer>" as DIR/<name>-<layer>.f32
 };
 
 [[noreturn]] void fail(const std::string & msg) {
@@ -66,6 +67,7 @@ void usage(FILE * f) {
         "  -t N             threads (default: all hardware threads)\n"
         "  --kv-type T      KV cache type, f16 (llama.cpp default) or f32\n"
         "  --list-tensors   print every graph tensor of the decode (name type ne op) to stdout\n"
+        "  --dump DIR       write every f32 graph tensor named <name>-<layer> to DIR/<name>-<layer>.f32\n"
         "  -v               show llama.cpp's info log\n"
         "env LLAMA_ORACLE_BINS overrides the ggml backend folder (compiled in: %s)\n",
         LLAMA_ORACLE_BINS_DIR);
@@ -117,13 +119,14 @@ Options parse_args(int argc, char ** argv) {
             else if (v == "f32") o.kv_type = GGML_TYPE_F32;
             else fail("bad --kv-type '" + v + "' (f16 or f32)");
         } else if (a == "--list-tensors") o.list_tensors = true;
+        else if (a == "--dump" && i + 1 < argc) o.dump_dir = argv[++i];
         else if (a == "-v" || a == "--verbose") o.verbose = true;
         else if (a == "-h" || a == "--help") { usage(stdout); std::exit(0); }
         else { usage(stderr); fail("unknown argument '" + std::string(a) + "'"); }
     }
     if (o.model.empty()) { usage(stderr); fail("missing -m FILE.gguf"); }
     if (!o.have_ids) { usage(stderr); fail("missing --ids"); }
-    if (o.logits_out.empty() && o.routing_out.empty() && !o.list_tensors) {
+    if (o.logits_out.empty() && o.routing_out.empty() && !o.list_tensors && o.dump_dir.empty()) {
         usage(stderr);
         fail("nothing to do: give -o, --routing or --list-tensors");
     }
@@ -161,10 +164,12 @@ struct Capture {
     bool active = false;
     bool want_routing = false;
     bool list = false;
+    std::string dump_dir;
     // key: (kind, layer) -> one entry per ubatch, in order of computation
     std::map<int, std::vector<Captured>> topk;          // layer -> ubatches
     std::map<int, std::vector<Captured>> weights;       // ffn_moe_weights
     std::map<int, std::vector<Captured>> weights_norm;  // ffn_moe_weights_norm
+    std::map<int, std::vector<Captured>> probs;         // ffn_moe_probs (every expert's score)
     std::string error;
 };
 
@@ -184,7 +189,7 @@ bool split_name(const char * name, std::string & base, int & layer) {
     return true;
 }
 
-enum class Kind { none, topk, weights, weights_norm };
+enum class Kind { none, topk, weights, weights_norm, probs };
 
 Kind kind_of(const ggml_tensor * t, int & layer) {
     std::string base;
@@ -192,6 +197,7 @@ Kind kind_of(const ggml_tensor * t, int & layer) {
     if (base == "ffn_moe_topk") return Kind::topk;
     if (base == "ffn_moe_weights") return Kind::weights;
     if (base == "ffn_moe_weights_norm") return Kind::weights_norm;
+    if (base == "ffn_moe_probs") return Kind::probs;
     return Kind::none;
 }
 
@@ -234,7 +240,20 @@ bool eval_cb(ggml_tensor * t, bool ask, void * user) {
             std::printf("%-32s %-5s ne=[%" PRId64 ",%" PRId64 ",%" PRId64 ",%" PRId64 "] op=%s\n", t->name,
                         ggml_type_name(t->type), t->ne[0], t->ne[1], t->ne[2], t->ne[3], ggml_op_desc(t));
         }
-        return k != Kind::none;
+        return k != Kind::none || (!cap->dump_dir.empty() && t->type == GGML_TYPE_F32);
+    }
+    if (!cap->dump_dir.empty() && t->type == GGML_TYPE_F32) {
+        std::string base;
+        int l = -1;
+        if (split_name(t->name, base, l) && std::strchr(t->name, ' ') == nullptr) {
+            // rows of ne[0] floats, appended per ubatch, in logical order
+            std::vector<float> data = read_tensor<float>(t);
+            std::string path = cap->dump_dir + "/" + t->name + ".f32";
+            if (FILE * df = std::fopen(path.c_str(), "ab")) {
+                std::fwrite(data.data(), sizeof(float), data.size(), df);
+                std::fclose(df);
+            }
+        }
     }
     // ask == false: data of t is ready. Returning false would abort the graph computation.
     if (k == Kind::none) return true;
@@ -253,7 +272,8 @@ bool eval_cb(ggml_tensor * t, bool ask, void * user) {
             return true;
         }
         c.f = read_tensor<float>(t);
-        (k == Kind::weights ? cap->weights : cap->weights_norm)[layer].push_back(std::move(c));
+        auto& dst = k == Kind::weights ? cap->weights : k == Kind::probs ? cap->probs : cap->weights_norm;
+        dst[layer].push_back(std::move(c));
     }
     return true;
 }
@@ -286,6 +306,8 @@ void write_routing(const Options & o, const Capture & cap, int64_t n_tokens, int
         else if (auto it2 = cap.weights.find(layer); it2 != cap.weights.end()) { wsrc = &it2->second; ++n_raw; }
         if (!wsrc) fail("no routing weights tensor (ffn_moe_weights[_norm]) for layer " + std::to_string(layer));
         if (wsrc->size() != ubs.size()) fail("routing: topk and weights counts differ in layer " + std::to_string(layer));
+        const std::vector<Captured> * psrc = nullptr;
+        if (auto it = cap.probs.find(layer); it != cap.probs.end() && it->second.size() == ubs.size()) psrc = &it->second;
         int64_t pos0 = 0;
         for (size_t u = 0; u < ubs.size(); ++u) {
             const Captured & tk = ubs[u];
@@ -308,7 +330,21 @@ void write_routing(const Options & o, const Capture & cap, int64_t n_tokens, int
                     if (e) line += ", ";
                     line += fmt_float(w.f[static_cast<size_t>(r * k + e)]);
                 }
-                line += "]}\n";
+                line += "]";
+                if (psrc) {
+                    // every expert's router score (ffn_moe_probs), to judge near ties
+                    const Captured & p = (*psrc)[u];
+                    const int64_t n_expert = p.ne[0];
+                    if (static_cast<int64_t>(p.f.size()) >= (r + 1) * n_expert) {
+                        line += ", \"probs\": [";
+                        for (int64_t e = 0; e < n_expert; ++e) {
+                            if (e) line += ", ";
+                            line += fmt_float(p.f[static_cast<size_t>(r * n_expert + e)]);
+                        }
+                        line += "]";
+                    }
+                }
+                line += "}\n";
                 std::fputs(line.c_str(), f);
             }
             pos0 += rows;
@@ -382,6 +418,7 @@ int main(int argc, char ** argv) {
     Capture cap;
     cap.want_routing = !o.routing_out.empty();
     cap.list = o.list_tensors;
+    cap.dump_dir = o.dump_dir;
 
     llama_context_params cp = llama_context_default_params();
     const uint32_t n = static_cast<uint32_t>(n_tokens);
@@ -397,7 +434,7 @@ int main(int argc, char ** argv) {
     cp.offload_kqv = false;
     cp.op_offload = false;
     cp.no_perf = true;
-    if (cap.want_routing || cap.list) {
+    if (cap.want_routing || cap.list || !cap.dump_dir.empty()) {
         cp.cb_eval = eval_cb;
         cp.cb_eval_user_data = &cap;
     }

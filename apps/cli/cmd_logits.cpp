@@ -1,0 +1,112 @@
+// moetier logits: raw float32 logits for every position and the routing decisions, in
+// the same formats as the llama.cpp oracle (tests/oracle), so the two can be compared.
+#include <CLI/CLI.hpp>
+
+#include <charconv>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+
+#include "apps/cli/commands.h"
+#include "model/model.h"
+
+namespace mt::cli {
+namespace {
+
+struct LogitsFlags {
+  std::string model, ids, output, routing, dump, kv_type = "f16";
+  int threads = 0;
+};
+
+// Routing as JSON lines: {"layer": L, "pos": P, "experts": [...], "weights": [...]}, and
+// with a dump folder every named intermediate as <name>-<layer>.f32 (rows appended in
+// position order, as tests/oracle/llama_oracle --dump writes llama.cpp's).
+class RoutingWriter : public Trace {
+ public:
+  RoutingWriter(FILE* f, std::string dump_dir) : f_(f), dump_dir_(std::move(dump_dir)) {}
+  void tensor(const char* name, uint32_t layer, uint32_t, std::span<const float> row) override {
+    if (dump_dir_.empty()) return;
+    const std::string path = dump_dir_ + "/" + name + "-" + std::to_string(layer) + ".f32";
+    if (FILE* df = std::fopen(path.c_str(), "ab")) {
+      std::fwrite(row.data(), sizeof(float), row.size(), df);
+      std::fclose(df);
+    }
+  }
+  void routing(uint32_t layer, uint32_t pos, std::span<const int32_t> experts, std::span<const float> weights) override {
+    if (f_ == nullptr) return;
+    std::fprintf(f_, "{\"layer\": %u, \"pos\": %u, \"experts\": [", layer, pos);
+    for (size_t i = 0; i < experts.size(); ++i) std::fprintf(f_, "%s%d", i ? ", " : "", experts[i]);
+    std::fprintf(f_, "], \"weights\": [");
+    for (size_t i = 0; i < weights.size(); ++i) std::fprintf(f_, "%s%.9g", i ? ", " : "", weights[i]);
+    std::fprintf(f_, "]}\n");
+  }
+
+ private:
+  FILE* f_;
+  std::string dump_dir_;
+};
+
+StatusOr<std::vector<int32_t>> parse_ids(const std::string& s) {
+  std::vector<int32_t> ids;
+  size_t i = 0;
+  while (i <= s.size()) {
+    size_t j = s.find(',', i);
+    if (j == std::string::npos) j = s.size();
+    int32_t v = 0;
+    auto [ptr, ec] = std::from_chars(s.data() + i, s.data() + j, v);
+    if (ec != std::errc() || ptr != s.data() + j || j == i) {
+      return invalid_argument("--ids: '" + s.substr(i, j - i) + "' is not a token id");
+    }
+    ids.push_back(v);
+    i = j + 1;
+  }
+  if (ids.empty()) return invalid_argument("--ids is empty");
+  return ids;
+}
+
+int fail(const Status& s) {
+  std::fprintf(stderr, "moetier logits: %s\n", s.to_string().c_str());
+  return 1;
+}
+
+int run(const LogitsFlags& f) {
+  auto ids = parse_ids(f.ids);
+  if (!ids.ok()) return fail(ids.status());
+  auto kv_type = type_from_name(f.kv_type);
+  if (!kv_type) return fail(invalid_argument("--kv-type: unknown type '" + f.kv_type + "'"));
+  auto model = Model::load(f.model, {f.threads});
+  if (!model.ok()) return fail(model.status());
+  auto session = Session::create(**model, static_cast<uint32_t>(ids->size()), *kv_type);
+  if (!session.ok()) return fail(session.status());
+
+  std::unique_ptr<FILE, int (*)(FILE*)> routing(nullptr, fclose);
+  if (!f.routing.empty()) {
+    routing.reset(std::fopen(f.routing.c_str(), "w"));
+    if (!routing) return fail(io_error("cannot create '" + f.routing + "'"));
+  }
+  RoutingWriter writer(routing.get(), f.dump);
+  std::vector<float> logits;
+  Status s = session->feed(*ids, true, &logits, routing || !f.dump.empty() ? &writer : nullptr);
+  if (!s.ok()) return fail(s);
+  std::ofstream out(f.output, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(logits.data()), static_cast<std::streamsize>(logits.size() * sizeof(float)));
+  if (!out) return fail(io_error("cannot write '" + f.output + "'"));
+  std::fprintf(stderr, "moetier logits: [%zu x %u] f32 -> %s\n", ids->size(), (*model)->hparams().n_vocab, f.output.c_str());
+  return 0;
+}
+
+}  // namespace
+
+Runner add_logits(CLI::App& app) {
+  auto f = std::make_shared<LogitsFlags>();
+  app.add_option("-m,--model", f->model, "GGUF model")->required();
+  app.add_option("--ids", f->ids, "comma-separated token ids")->required();
+  app.add_option("-o,--output", f->output, "raw float32 logits, n_tokens x n_vocab")->required();
+  app.add_option("--routing", f->routing, "selected experts per (layer, position) as JSON lines");
+  app.add_option("--dump", f->dump, "folder for named intermediates (<name>-<layer>.f32), to diff with llama.cpp");
+  app.add_option("-t,--threads", f->threads, "threads (default: all)");
+  app.add_option("--kv-type", f->kv_type, "KV cache type: f16 (default), q8_0, f32");
+  return [f] { return run(*f); };
+}
+
+}  // namespace mt::cli

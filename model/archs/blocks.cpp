@@ -1,0 +1,15 @@
+#include "model/archs/blocks.h"
+
+namespace mt {
+
+BlockFn block_fn(Arch arch) {
+  switch (arch) {
+    case Arch::kQwen3Moe: return qwen3moe_block;
+    case Arch::kQwen2Moe: return qwen2moe_block;
+    case Arch::kLlama: return llama_block;
+    case Arch::kOlmoe: return olmoe_block;
+  }
+  return nullptr;
+}
+
+}  // namespace mt

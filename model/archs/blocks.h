@@ -1,0 +1,17 @@
+// One transformer block per architecture, each composed from the layer helpers
+// (model/layers.h). The table in model/arch.h says which function runs which arch.
+#pragma once
+
+#include "model/layers.h"
+
+namespace mt {
+
+void qwen3moe_block(const BlockArgs& a);
+void qwen2moe_block(const BlockArgs& a);
+void llama_block(const BlockArgs& a);
+void olmoe_block(const BlockArgs& a);
+
+using BlockFn = void (*)(const BlockArgs&);
+BlockFn block_fn(Arch arch);
+
+}  // namespace mt

@@ -1,0 +1,82 @@
+#include "model/hparams.h"
+
+namespace mt {
+
+StatusOr<HParams> read_hparams(const gguf::GgufFile& f) {
+  MT_ASSIGN_OR_RETURN(std::string_view arch_name, f.get_string("general.architecture"));
+  auto arch = arch_from_name(arch_name);
+  if (!arch) {
+    std::string known;
+    for (const ArchInfo& a : all_archs()) known += std::string(known.empty() ? "" : ", ") + std::string(a.name);
+    return unimplemented("architecture '" + std::string(arch_name) + "' is not supported (supported: " + known + ")");
+  }
+  const ArchInfo& info = arch_info(*arch);
+  const std::string p = std::string(arch_name) + ".";
+  HParams h;
+  h.arch = *arch;
+  MT_ASSIGN_OR_RETURN(h.n_embd, f.get_u32(p + "embedding_length"));
+  MT_ASSIGN_OR_RETURN(h.n_layer, f.get_u32(p + "block_count"));
+  MT_ASSIGN_OR_RETURN(h.n_head, f.get_u32(p + "attention.head_count"));
+  MT_ASSIGN_OR_RETURN(h.n_head_kv, f.get_u32_or(p + "attention.head_count_kv", h.n_head));
+  MT_ASSIGN_OR_RETURN(h.n_ctx_train, f.get_u32_or(p + "context_length", 4096));
+  MT_ASSIGN_OR_RETURN(h.n_ff, f.get_u32_or(p + "feed_forward_length", 0));
+  MT_ASSIGN_OR_RETURN(h.n_expert, f.get_u32_or(p + "expert_count", 0));
+  MT_ASSIGN_OR_RETURN(h.n_expert_used, f.get_u32_or(p + "expert_used_count", 0));
+  MT_ASSIGN_OR_RETURN(h.rms_eps, f.get_f32(p + "attention.layer_norm_rms_epsilon"));
+  MT_ASSIGN_OR_RETURN(h.rope_freq_base, f.get_f32_or(p + "rope.freq_base", 10000.0f));
+
+  auto bad = [&](const std::string& m) { return data_loss(std::string(arch_name) + " hyper-parameters: " + m); };
+  if (h.n_embd == 0 || h.n_embd > (1u << 20)) return bad("embedding_length " + std::to_string(h.n_embd) + " out of range");
+  if (h.n_layer == 0 || h.n_layer > 4096) return bad("block_count " + std::to_string(h.n_layer) + " out of range");
+  if (h.n_head == 0 || h.n_head > 4096) return bad("head_count " + std::to_string(h.n_head) + " out of range");
+  if (h.n_head_kv == 0 || h.n_head % h.n_head_kv != 0) {
+    return bad("head_count " + std::to_string(h.n_head) + " is not a multiple of head_count_kv " + std::to_string(h.n_head_kv));
+  }
+  MT_ASSIGN_OR_RETURN(h.head_dim, f.get_u32_or(p + "attention.key_length", h.n_embd / h.n_head));
+  MT_ASSIGN_OR_RETURN(uint32_t value_dim, f.get_u32_or(p + "attention.value_length", h.head_dim));
+  if (h.head_dim == 0 || h.head_dim > 1024 || h.head_dim % 2 != 0) return bad("key_length " + std::to_string(h.head_dim) + " must be even, 2..1024");
+  if (value_dim != h.head_dim) return bad("value_length " + std::to_string(value_dim) + " differs from key_length (unsupported)");
+  MT_ASSIGN_OR_RETURN(h.n_rot, f.get_u32_or(p + "rope.dimension_count", h.head_dim));
+  if (h.n_rot == 0 || h.n_rot > h.head_dim || h.n_rot % 2 != 0) return bad("rope.dimension_count " + std::to_string(h.n_rot) + " must be even and <= key_length");
+  if (h.arch == Arch::kLlama && h.n_rot != h.head_dim) return bad("llama needs rope.dimension_count == key_length");
+  if (h.arch == Arch::kOlmoe && h.n_head_kv != h.n_head) return bad("olmoe needs head_count_kv == head_count");
+  if (!(h.rms_eps > 0.0f && h.rms_eps < 1.0f)) return bad("layer_norm_rms_epsilon must be in (0, 1)");
+  if (!(h.rope_freq_base > 0.0f)) return bad("rope.freq_base must be positive");
+
+  if (f.find(p + "rope.scaling.type")) {
+    MT_ASSIGN_OR_RETURN(std::string_view scaling, f.get_string(p + "rope.scaling.type"));
+    if (scaling != "none" && scaling != "linear") {
+      return unimplemented("rope scaling '" + std::string(scaling) + "' is not supported yet");
+    }
+  }
+  float factor = 0.0f;
+  if (f.find(p + "rope.scaling.factor")) {
+    MT_ASSIGN_OR_RETURN(factor, f.get_f32(p + "rope.scaling.factor"));
+  }
+  h.rope_freq_scale = factor > 0.0f ? 1.0f / factor : 1.0f;
+
+  if (h.n_expert > 0) {
+    if (h.n_expert > 1024) return bad("expert_count " + std::to_string(h.n_expert) + " exceeds 1024");
+    if (h.n_expert_used == 0 || h.n_expert_used > h.n_expert) {
+      return bad("expert_used_count " + std::to_string(h.n_expert_used) + " must be 1.." + std::to_string(h.n_expert));
+    }
+    if (info.expert_ff_key) {
+      MT_ASSIGN_OR_RETURN(h.n_ff_exp, f.get_u32_or(p + "expert_feed_forward_length", h.n_ff / h.n_expert_used));
+    } else {
+      h.n_ff_exp = h.n_ff;
+    }
+    if (h.n_ff_exp == 0) return bad("expert width is 0");
+    if (info.shared_expert) {
+      MT_ASSIGN_OR_RETURN(h.n_ff_shexp, f.get_u32_or(p + "expert_shared_feed_forward_length", h.n_ff));
+    }
+  } else if (h.n_expert_used != 0) {
+    return bad("expert_used_count without experts");
+  }
+
+  MT_ASSIGN_OR_RETURN(const gguf::Array* tokens, f.get_array("tokenizer.ggml.tokens"));
+  if (tokens->count == 0 || tokens->count > (1u << 24)) return bad("vocabulary size " + std::to_string(tokens->count) + " out of range");
+  h.n_vocab = static_cast<uint32_t>(tokens->count);
+  return h;
+}
+
+}  // namespace mt

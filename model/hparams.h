@@ -1,0 +1,42 @@
+// HParams: a model's hyper-parameters read from its GGUF keys and validated.
+//
+// Keys follow llama.cpp (../shared/reference/moe_arch_facts.md §1, §3); every count is
+// checked for range and consistency so the forward pass can trust them (MT_CHECK there,
+// Status here).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/status.h"
+#include "gguf/reader.h"
+#include "model/arch.h"
+
+namespace mt {
+
+struct HParams {
+  Arch arch = Arch::kQwen3Moe;
+  uint32_t n_vocab = 0;
+  uint32_t n_ctx_train = 0;
+  uint32_t n_embd = 0;
+  uint32_t n_layer = 0;
+  uint32_t n_head = 0;
+  uint32_t n_head_kv = 0;
+  uint32_t head_dim = 0;       // key_length (= value_length for these archs)
+  uint32_t n_rot = 0;          // rotated dims per head (rope.dimension_count)
+  uint32_t n_ff = 0;           // dense FFN width (feed_forward_length)
+  uint32_t n_ff_exp = 0;       // expert width
+  uint32_t n_ff_shexp = 0;     // shared expert width (qwen2moe)
+  uint32_t n_expert = 0;       // 0: dense model
+  uint32_t n_expert_used = 0;
+  float rms_eps = 1e-6f;
+  float rope_freq_base = 10000.0f;
+  float rope_freq_scale = 1.0f;  // 1 / rope.scaling.factor (linear scaling)
+
+  uint32_t q_dim() const { return n_head * head_dim; }
+  uint32_t kv_dim() const { return n_head_kv * head_dim; }
+};
+
+StatusOr<HParams> read_hparams(const gguf::GgufFile& file);
+
+}  // namespace mt

@@ -1,0 +1,46 @@
+#include "model/kv_cache.h"
+
+#include "core/check.h"
+#include "core/checked_math.h"
+#include "core/log.h"
+#include "quant/reference.h"
+
+namespace mt {
+
+StatusOr<KvCache> KvCache::create(uint32_t n_layer, uint32_t n_ctx, uint32_t kv_dim, QuantType type) {
+  if (type != QuantType::F16 && type != QuantType::Q8_0 && type != QuantType::F32) {
+    return invalid_argument(std::string("KV cache type ") + type_name(type) + " is not supported (f16, q8_0, f32)");
+  }
+  auto rb = row_bytes(type, kv_dim);
+  if (!rb) return invalid_argument(std::string("KV cache type ") + type_name(type) + " needs a KV width that is a multiple of " +
+                                   std::to_string(type_traits(type).block_elems) + " (model has " + std::to_string(kv_dim) + ")");
+  auto per_layer = checked_mul(*rb, n_ctx);
+  auto total = per_layer ? checked_mul(*per_layer, 2ull * n_layer) : std::nullopt;
+  if (!total || *total > (1ull << 40)) return out_of_range("KV cache for a context of " + std::to_string(n_ctx) + " is too large");
+  KvCache c;
+  c.type_ = type;
+  c.n_ctx_ = n_ctx;
+  c.kv_dim_ = kv_dim;
+  c.row_bytes_ = *rb;
+  c.k_.assign(n_layer, std::vector<uint8_t>(*per_layer));
+  c.v_.assign(n_layer, std::vector<uint8_t>(*per_layer));
+  return c;
+}
+
+void KvCache::store(uint32_t layer, uint32_t pos, const float* k, const float* v) {
+  MT_CHECK(layer < k_.size() && pos < n_ctx_);
+  quantize_row(type_, k, k_[layer].data() + pos * row_bytes_, kv_dim_);
+  quantize_row(type_, v, v_[layer].data() + pos * row_bytes_, kv_dim_);
+}
+
+void KvCache::load_k(uint32_t layer, uint32_t pos, float* out) const {
+  MT_CHECK(layer < k_.size() && pos < n_ctx_);
+  dequantize_row(type_, k_[layer].data() + pos * row_bytes_, out, kv_dim_);
+}
+
+void KvCache::load_v(uint32_t layer, uint32_t pos, float* out) const {
+  MT_CHECK(layer < v_.size() && pos < n_ctx_);
+  dequantize_row(type_, v_[layer].data() + pos * row_bytes_, out, kv_dim_);
+}
+
+}  // namespace mt

@@ -1,0 +1,69 @@
+// Layer helpers: the pieces every architecture file composes into a block.
+//
+// A block works on a batch of tokens at consecutive positions: X is the residual stream
+// (n_tokens, n_embd), updated in place. Every helper computes each token exactly as it
+// would alone (batching only shares weight dequantization), so a batch gives the same
+// numbers as one token at a time through the KV cache. Intermediates are reported to an
+// optional Trace under llama.cpp's graph names ("attn_norm", "Qcur", "ffn_moe_probs",
+// ...) with the block index, so CPU, CUDA and llama.cpp can be diffed by name.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/parallel.h"
+#include "model/hparams.h"
+#include "model/kv_cache.h"
+#include "model/weights.h"
+
+namespace mt {
+
+// Receives named intermediates (one row per token) and the routing decisions.
+class Trace {
+ public:
+  virtual ~Trace() = default;
+  virtual void tensor(const char* /*name*/, uint32_t /*layer*/, uint32_t /*pos*/, std::span<const float> /*row*/) {}
+  virtual void routing(uint32_t /*layer*/, uint32_t /*pos*/, std::span<const int32_t> /*experts*/,
+                       std::span<const float> /*weights*/) {}
+};
+
+// The 1-D tensors of a layer as floats (norm weights, biases, the shared-expert gate).
+struct LayerVectors {
+  std::vector<float> attn_norm, ffn_norm, q_norm, k_norm, bq, bk, bv, shexp_gate_inp;
+};
+
+struct BlockArgs {
+  const HParams& hp;
+  const LayerWeights& w;
+  const LayerVectors& v;
+  uint32_t layer;
+  float* x;                  // (n_tokens, n_embd) residual stream, in/out
+  uint32_t n_tokens;
+  uint32_t pos0;             // position of the first token
+  KvCache& kv;
+  ThreadPool& pool;
+  Trace* trace;              // may be null
+};
+
+// RMSNorm: out = x / sqrt(mean(x^2) + eps) * w (w may be empty: no weight).
+void rms_norm(const float* x, const std::vector<float>& w, float eps, int64_t n, float* out);
+// Rotary embedding of n_heads heads of head_dim, the first n_rot dims of each.
+void rope(float* x, uint32_t n_heads, uint32_t head_dim, uint32_t n_rot, uint32_t pos, RopeStyle style,
+          float freq_base, float freq_scale);
+
+// Attention sub-block: norm, Q/K/V (+biases), q/k norm, RoPE, KV cache, causal softmax
+// attention with GQA, output projection, residual add.
+void attention_block(const BlockArgs& a, QkNorm qk_norm, RopeStyle rope_style);
+
+struct MoeMath {
+  bool renormalize = false;  // divide the top-k weights by their sum
+};
+// MoE sub-block: norm, router softmax, top-k, routed SwiGLU experts weighted and summed,
+// the sigmoid-gated shared expert when the layer has one, residual add.
+void moe_block(const BlockArgs& a, const MoeMath& math);
+// Dense SwiGLU FFN sub-block (leading dense blocks, dense llama).
+void dense_ffn_block(const BlockArgs& a);
+
+}  // namespace mt

@@ -1,0 +1,58 @@
+#include "model/linear.h"
+
+#include <vector>
+
+#include "core/check.h"
+#include "quant/reference.h"
+
+namespace mt {
+
+QuantType activation_type(QuantType weight) {
+  switch (weight) {
+    case QuantType::F32: return QuantType::F32;
+    case QuantType::F16: return QuantType::F16;
+    case QuantType::BF16: return QuantType::BF16;
+    case QuantType::Q4_1: case QuantType::Q5_1: return QuantType::Q8_1;
+    case QuantType::Q2_K: case QuantType::Q3_K: case QuantType::Q4_K: case QuantType::Q5_K:
+    case QuantType::Q6_K: case QuantType::IQ4_XS: case QuantType::Q8_K:
+      return QuantType::Q8_K;
+    default: return QuantType::Q8_0;  // Q4_0, Q5_0, Q8_0, IQ4_NL, MXFP4
+  }
+}
+
+void round_activation(QuantType weight, const float* x, float* out, int64_t n) {
+  const QuantType act = activation_type(weight);
+  if (act == QuantType::F32) {
+    if (out != x) std::copy(x, x + n, out);
+    return;
+  }
+  std::vector<uint8_t> packed(*row_bytes(act, static_cast<uint64_t>(n)));
+  quantize_row(act, x, packed.data(), n);
+  dequantize_row(act, packed.data(), out, n);
+}
+
+void matmul(const Tensor& w, uint64_t matrix, const float* x, int64_t n_tokens, float* y, ThreadPool& pool) {
+  const int64_t n_in = static_cast<int64_t>(w.ne[0]);
+  const int64_t n_out = static_cast<int64_t>(w.ne[1]);
+  MT_CHECK(w.present() && matrix < w.ne[2]);
+  pool.parallel_for(n_out, [&](int64_t begin, int64_t end) {
+    std::vector<float> row(static_cast<size_t>(n_in));
+    for (int64_t r = begin; r < end; ++r) {
+      dequantize_row(w.type, w.row(static_cast<uint64_t>(r), matrix), row.data(), n_in);
+      for (int64_t t = 0; t < n_tokens; ++t) {
+        const float* xt = x + t * n_in;
+        double acc = 0.0;
+        for (int64_t i = 0; i < n_in; ++i) acc += static_cast<double>(row[i]) * xt[i];
+        y[t * n_out + r] = static_cast<float>(acc);
+      }
+    }
+  });
+}
+
+void matvec(const Tensor& w, uint64_t matrix, const float* x, float* y, ThreadPool& pool) {
+  std::vector<float> rounded(static_cast<size_t>(w.ne[0]));
+  round_activation(w.type, x, rounded.data(), static_cast<int64_t>(w.ne[0]));
+  matmul(w, matrix, rounded.data(), 1, y, pool);
+}
+
+}  // namespace mt

@@ -1,0 +1,94 @@
+#include "model/model.h"
+
+#include <thread>
+
+#include "model/archs/blocks.h"
+#include "model/linear.h"
+#include "quant/reference.h"
+
+namespace mt {
+namespace {
+
+std::vector<float> to_floats(const Tensor& t) {
+  if (!t.present()) return {};
+  std::vector<float> out(t.ne[0] * t.ne[1] * t.ne[2] * t.ne[3]);
+  dequantize_row(t.type, t.data, out.data(), static_cast<int64_t>(out.size()));
+  return out;
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Model>> Model::load(const std::string& path, const LoadOptions& options) {
+  std::unique_ptr<Model> m(new Model());
+  MT_ASSIGN_OR_RETURN(m->file_, gguf::GgufFile::open(path));
+  MT_ASSIGN_OR_RETURN(m->hp_, read_hparams(m->file_));
+  MT_ASSIGN_OR_RETURN(m->weights_, bind_weights(m->file_, m->hp_));
+  for (const LayerWeights& w : m->weights_.layers) {
+    LayerVectors v;
+    v.attn_norm = to_floats(w.attn_norm);
+    v.ffn_norm = to_floats(w.ffn_norm);
+    v.q_norm = to_floats(w.q_norm);
+    v.k_norm = to_floats(w.k_norm);
+    v.bq = to_floats(w.bq);
+    v.bk = to_floats(w.bk);
+    v.bv = to_floats(w.bv);
+    v.shexp_gate_inp = to_floats(w.shexp_gate_inp);
+    m->vectors_.push_back(std::move(v));
+  }
+  m->output_norm_ = to_floats(m->weights_.output_norm);
+  int threads = options.n_threads > 0 ? options.n_threads : static_cast<int>(std::thread::hardware_concurrency());
+  m->pool_ = std::make_unique<ThreadPool>(std::max(1, threads));
+  return m;
+}
+
+Status Model::eval(std::span<const int32_t> tokens, uint32_t pos0, KvCache& kv, bool all_logits,
+                   std::vector<float>* logits, Trace* trace) const {
+  const uint32_t T = static_cast<uint32_t>(tokens.size());
+  if (T == 0) return invalid_argument("no tokens to evaluate");
+  if (static_cast<uint64_t>(pos0) + T > kv.n_ctx()) {
+    return out_of_range("context full: " + std::to_string(pos0) + " + " + std::to_string(T) + " tokens exceed the context of " +
+                        std::to_string(kv.n_ctx()));
+  }
+  for (int32_t id : tokens) {
+    if (id < 0 || static_cast<uint32_t>(id) >= hp_.n_vocab) {
+      return invalid_argument("token id " + std::to_string(id) + " is outside the vocabulary (0.." + std::to_string(hp_.n_vocab - 1) + ")");
+    }
+  }
+  const size_t E = hp_.n_embd;
+  std::vector<float> x(T * E);
+  for (uint32_t t = 0; t < T; ++t) {
+    dequantize_row(weights_.token_embd.type, weights_.token_embd.row(static_cast<uint64_t>(tokens[t])), &x[t * E],
+                   static_cast<int64_t>(E));
+  }
+  const BlockFn block = block_fn(hp_.arch);
+  for (uint32_t l = 0; l < hp_.n_layer; ++l) {
+    BlockArgs args{hp_, weights_.layers[l], vectors_[l], l, x.data(), T, pos0, kv, *pool_, trace};
+    block(args);
+    if (trace) for (uint32_t t = 0; t < T; ++t) trace->tensor("l_out", l, pos0 + t, {&x[t * E], E});
+  }
+  const uint32_t first = all_logits ? 0 : T - 1;
+  const uint32_t rows = T - first;
+  std::vector<float> h(rows * E);
+  for (uint32_t r = 0; r < rows; ++r) {
+    rms_norm(&x[(first + r) * E], output_norm_, hp_.rms_eps, E, &h[r * E]);
+    round_activation(weights_.output.type, &h[r * E], &h[r * E], E);
+  }
+  logits->resize(static_cast<size_t>(rows) * hp_.n_vocab);
+  matmul(weights_.output, 0, h.data(), rows, logits->data(), *pool_);
+  return {};
+}
+
+StatusOr<Session> Session::create(const Model& model, uint32_t n_ctx, QuantType kv_type) {
+  const HParams& hp = model.hparams();
+  if (n_ctx == 0) return invalid_argument("context size must be positive");
+  MT_ASSIGN_OR_RETURN(KvCache kv, KvCache::create(hp.n_layer, n_ctx, hp.kv_dim(), kv_type));
+  return Session(model, std::move(kv));
+}
+
+Status Session::feed(std::span<const int32_t> tokens, bool all_logits, std::vector<float>* logits, Trace* trace) {
+  MT_RETURN_IF_ERROR(model_->eval(tokens, pos_, kv_, all_logits, logits, trace));
+  pos_ += static_cast<uint32_t>(tokens.size());
+  return {};
+}
+
+}  // namespace mt

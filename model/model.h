@@ -1,0 +1,68 @@
+// Model: a GGUF file loaded for inference on the CPU (weights stay in the memory map),
+// and Session: one sequence's KV cache and position.
+//
+// eval() runs a batch of tokens at the session's next positions through every block and
+// returns logits for every token (or only the last). A batch and the same tokens one at
+// a time give the same numbers (layers.h).
+#pragma once
+
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/parallel.h"
+#include "core/status.h"
+#include "gguf/reader.h"
+#include "model/hparams.h"
+#include "model/kv_cache.h"
+#include "model/layers.h"
+#include "model/weights.h"
+
+namespace mt {
+
+struct LoadOptions {
+  int n_threads = 0;  // 0: all hardware threads
+};
+
+class Model {
+ public:
+  static StatusOr<std::unique_ptr<Model>> load(const std::string& path, const LoadOptions& options = {});
+
+  const HParams& hparams() const { return hp_; }
+  const gguf::GgufFile& file() const { return file_; }
+  const ModelWeights& weights() const { return weights_; }
+  ThreadPool& pool() const { return *pool_; }
+
+  // Evaluates `tokens` at positions [pos0, pos0 + n). logits: n x n_vocab when
+  // all_logits, else the last token's n_vocab. Token ids must be < n_vocab.
+  Status eval(std::span<const int32_t> tokens, uint32_t pos0, KvCache& kv, bool all_logits, std::vector<float>* logits,
+              Trace* trace = nullptr) const;
+
+ private:
+  Model() = default;
+  gguf::GgufFile file_;
+  HParams hp_;
+  ModelWeights weights_;
+  std::vector<LayerVectors> vectors_;
+  std::vector<float> output_norm_;
+  std::unique_ptr<ThreadPool> pool_;
+};
+
+// One sequence: its KV cache and the next position.
+class Session {
+ public:
+  static StatusOr<Session> create(const Model& model, uint32_t n_ctx, QuantType kv_type = QuantType::F16);
+  // Appends tokens and returns their logits (see Model::eval).
+  Status feed(std::span<const int32_t> tokens, bool all_logits, std::vector<float>* logits, Trace* trace = nullptr);
+  uint32_t position() const { return pos_; }
+  uint32_t n_ctx() const { return kv_.n_ctx(); }
+
+ private:
+  Session(const Model& m, KvCache kv) : model_(&m), kv_(std::move(kv)) {}
+  const Model* model_;
+  KvCache kv_;
+  uint32_t pos_ = 0;
+};
+
+}  // namespace mt

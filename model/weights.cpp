@@ -1,0 +1,109 @@
+#include "model/weights.h"
+
+#include "quant/reference.h"
+
+namespace mt {
+namespace {
+
+class Binder {
+ public:
+  Binder(const gguf::GgufFile& f) : f_(f) {}
+
+  // Binds `name` with the expected dims (ggml order; trailing dims of 1 may be omitted).
+  Status bind(Tensor* out, const std::string& name, std::vector<uint64_t> dims, bool required = true) {
+    const gguf::TensorInfo* t = f_.find_tensor(name);
+    if (t == nullptr) {
+      if (required) return not_found("tensor '" + name + "' is missing");
+      return {};
+    }
+    for (uint32_t d = 0; d < 4; ++d) {
+      const uint64_t want = d < dims.size() ? dims[d] : 1;
+      if (t->ne[d] != want) {
+        return data_loss("tensor '" + name + "' has shape " + shape(t->ne) + ", expected " + shape(dims));
+      }
+    }
+    if (!has_dequantize(t->type)) {
+      return unimplemented("tensor '" + name + "' has type " + type_name(t->type) + ", which moetier cannot compute yet");
+    }
+    out->name = name;
+    out->type = t->type;
+    out->ne = t->ne;
+    out->data = f_.tensor_data(*t).data();
+    out->row_bytes = t->row_bytes();
+    out->matrix_bytes = t->matrix_bytes();
+    return {};
+  }
+
+ private:
+  template <typename Dims>
+  static std::string shape(const Dims& dims) {
+    std::string s = "(";
+    size_t n = dims.size();
+    while (n > 1 && dims[n - 1] == 1) --n;
+    for (size_t i = 0; i < n; ++i) s += (i ? ", " : "") + std::to_string(dims[i]);
+    return s + ")";
+  }
+  const gguf::GgufFile& f_;
+};
+
+std::string blk(uint32_t l, const char* name) { return "blk." + std::to_string(l) + "." + name; }
+
+}  // namespace
+
+StatusOr<ModelWeights> bind_weights(const gguf::GgufFile& file, const HParams& hp) {
+  const ArchInfo& a = arch_info(hp.arch);
+  Binder b(file);
+  ModelWeights w;
+  const uint64_t E = hp.n_embd, V = hp.n_vocab, q = hp.q_dim(), kv = hp.kv_dim();
+  MT_RETURN_IF_ERROR(b.bind(&w.token_embd, "token_embd.weight", {E, V}));
+  MT_RETURN_IF_ERROR(b.bind(&w.output_norm, "output_norm.weight", {E}));
+  MT_RETURN_IF_ERROR(b.bind(&w.output, "output.weight", {E, V}, !a.output_may_be_tied));
+  if (!w.output.present()) w.output = w.token_embd;
+
+  w.layers.resize(hp.n_layer);
+  for (uint32_t l = 0; l < hp.n_layer; ++l) {
+    LayerWeights& L = w.layers[l];
+    MT_RETURN_IF_ERROR(b.bind(&L.attn_norm, blk(l, "attn_norm.weight"), {E}));
+    MT_RETURN_IF_ERROR(b.bind(&L.wq, blk(l, "attn_q.weight"), {E, q}));
+    MT_RETURN_IF_ERROR(b.bind(&L.wk, blk(l, "attn_k.weight"), {E, kv}));
+    MT_RETURN_IF_ERROR(b.bind(&L.wv, blk(l, "attn_v.weight"), {E, kv}));
+    MT_RETURN_IF_ERROR(b.bind(&L.bq, blk(l, "attn_q.bias"), {q}, false));
+    MT_RETURN_IF_ERROR(b.bind(&L.bk, blk(l, "attn_k.bias"), {kv}, false));
+    MT_RETURN_IF_ERROR(b.bind(&L.bv, blk(l, "attn_v.bias"), {kv}, false));
+    if (a.qk_norm == QkNorm::kPerHead) {
+      MT_RETURN_IF_ERROR(b.bind(&L.q_norm, blk(l, "attn_q_norm.weight"), {hp.head_dim}));
+      MT_RETURN_IF_ERROR(b.bind(&L.k_norm, blk(l, "attn_k_norm.weight"), {hp.head_dim}));
+    } else if (a.qk_norm == QkNorm::kFullWidth) {
+      MT_RETURN_IF_ERROR(b.bind(&L.q_norm, blk(l, "attn_q_norm.weight"), {q}));
+      MT_RETURN_IF_ERROR(b.bind(&L.k_norm, blk(l, "attn_k_norm.weight"), {kv}));
+    }
+    MT_RETURN_IF_ERROR(b.bind(&L.wo, blk(l, "attn_output.weight"), {q, E}));
+    MT_RETURN_IF_ERROR(b.bind(&L.ffn_norm, blk(l, "ffn_norm.weight"), {E}));
+
+    // A layer with a router is MoE; one without is a dense FFN (leading dense blocks).
+    const bool moe = hp.n_expert > 0 && file.find_tensor(blk(l, "ffn_gate_inp.weight")) != nullptr;
+    if (moe) {
+      const uint64_t X = hp.n_expert, F = hp.n_ff_exp;
+      MT_RETURN_IF_ERROR(b.bind(&L.router, blk(l, "ffn_gate_inp.weight"), {E, X}));
+      MT_RETURN_IF_ERROR(b.bind(&L.gate_exps, blk(l, "ffn_gate_exps.weight"), {E, F, X}, hp.arch != Arch::kLlama));
+      MT_RETURN_IF_ERROR(b.bind(&L.up_exps, blk(l, "ffn_up_exps.weight"), {E, F, X}));
+      MT_RETURN_IF_ERROR(b.bind(&L.down_exps, blk(l, "ffn_down_exps.weight"), {F, E, X}));
+      if (a.shared_expert) {
+        const uint64_t S = hp.n_ff_shexp;
+        MT_RETURN_IF_ERROR(b.bind(&L.shexp_gate_inp, blk(l, "ffn_gate_inp_shexp.weight"), {E}));
+        MT_RETURN_IF_ERROR(b.bind(&L.shexp_gate, blk(l, "ffn_gate_shexp.weight"), {E, S}));
+        MT_RETURN_IF_ERROR(b.bind(&L.shexp_up, blk(l, "ffn_up_shexp.weight"), {E, S}));
+        MT_RETURN_IF_ERROR(b.bind(&L.shexp_down, blk(l, "ffn_down_shexp.weight"), {S, E}));
+      }
+    } else {
+      if (hp.n_ff == 0) return data_loss("layer " + std::to_string(l) + " is dense but feed_forward_length is 0");
+      const uint64_t F = hp.n_ff;
+      MT_RETURN_IF_ERROR(b.bind(&L.ffn_gate, blk(l, "ffn_gate.weight"), {E, F}));
+      MT_RETURN_IF_ERROR(b.bind(&L.ffn_up, blk(l, "ffn_up.weight"), {E, F}));
+      MT_RETURN_IF_ERROR(b.bind(&L.ffn_down, blk(l, "ffn_down.weight"), {F, E}));
+    }
+  }
+  return w;
+}
+
+}  // namespace mt

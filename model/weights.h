@@ -1,0 +1,65 @@
+// Weights bound zero-copy from the GGUF memory map, with their shapes checked against
+// the hyper-parameters at load.
+//
+// A Tensor is a typed view of file bytes: ne[0] is the reduction dimension (n_in), each
+// of the ne[1] rows is `row_bytes` long, and a 3-D expert tensor holds ne[2] matrices of
+// `matrix_bytes` each. A missing optional tensor has data == nullptr.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "gguf/reader.h"
+#include "model/hparams.h"
+#include "quant/types.h"
+
+namespace mt {
+
+struct Tensor {
+  std::string name;
+  QuantType type = QuantType::F32;
+  std::array<uint64_t, 4> ne{1, 1, 1, 1};
+  const uint8_t* data = nullptr;
+  uint64_t row_bytes = 0;
+  uint64_t matrix_bytes = 0;
+
+  bool present() const { return data != nullptr; }
+  const uint8_t* row(uint64_t r, uint64_t matrix = 0) const { return data + matrix * matrix_bytes + r * row_bytes; }
+};
+
+struct LayerWeights {
+  Tensor attn_norm;                        // (n_embd)
+  Tensor wq, wk, wv;                       // (n_embd, q_dim) (n_embd, kv_dim) (n_embd, kv_dim)
+  Tensor bq, bk, bv;                       // optional biases (q_dim) (kv_dim) (kv_dim)
+  Tensor q_norm, k_norm;                   // per head (head_dim) or full width (q_dim)/(kv_dim)
+  Tensor wo;                               // (q_dim, n_embd)
+  Tensor ffn_norm;                         // (n_embd)
+  // MoE layers
+  Tensor router;                           // (n_embd, n_expert)
+  Tensor gate_exps, up_exps;               // (n_embd, n_ff_exp, n_expert); gate optional
+  Tensor down_exps;                        // (n_ff_exp, n_embd, n_expert)
+  Tensor shexp_gate_inp;                   // (n_embd) qwen2moe's shared-expert gate
+  Tensor shexp_gate, shexp_up;             // (n_embd, n_ff_shexp)
+  Tensor shexp_down;                       // (n_ff_shexp, n_embd)
+  // dense layers
+  Tensor ffn_gate, ffn_up;                 // (n_embd, n_ff)
+  Tensor ffn_down;                         // (n_ff, n_embd)
+
+  bool is_moe() const { return router.present(); }
+};
+
+struct ModelWeights {
+  Tensor token_embd;                       // (n_embd, n_vocab)
+  Tensor output_norm;                      // (n_embd)
+  Tensor output;                           // (n_embd, n_vocab); token_embd when tied
+  std::vector<LayerWeights> layers;
+};
+
+// Binds every tensor the architecture needs; errors name the tensor and what is wrong
+// (missing, wrong shape, a type moetier cannot compute).
+StatusOr<ModelWeights> bind_weights(const gguf::GgufFile& file, const HParams& hp);
+
+}  // namespace mt

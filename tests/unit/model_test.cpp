@@ -1,0 +1,153 @@
+// The CPU forward pass: batch == step-by-step through the KV cache, greedy decoding of the
+// real kjv-moe model reproduces the transformers greedy continuations, and bad models get
+// clear errors.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+
+#include "gguf/writer.h"
+#include "model/model.h"
+#include "synth/synth.h"
+#include "test_util.h"
+
+namespace mt {
+namespace {
+
+std::unique_ptr<Model> load_or_die(const std::string& path) {
+  auto m = Model::load(path, {2});
+  EXPECT_TRUE(m.ok()) << m.status().to_string();
+  return m.ok() ? std::move(m).value() : nullptr;
+}
+
+int32_t argmax(const float* v, size_t n) { return static_cast<int32_t>(std::max_element(v, v + n) - v); }
+
+TEST(ModelForward, BatchEqualsOneTokenStepsThroughTheKvCache) {
+  for (Arch arch : {Arch::kQwen3Moe, Arch::kQwen2Moe, Arch::kLlama, Arch::kOlmoe}) {
+    synth::SynthConfig c = synth::tiny_for(arch);
+    c.quant = *synth::parse_quant_mix("q4_k_m");
+    const std::string path = test::temp_path(std::string(arch_info(arch).name) + "-batch.gguf");
+    ASSERT_TRUE(synth::write_model(c, {path, false}).ok());
+    auto model = load_or_die(path);
+    ASSERT_NE(model, nullptr);
+    const uint32_t V = model->hparams().n_vocab;
+    std::vector<int32_t> ids(64);
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>((i * 97 + 13) % V);
+
+    auto batch = Session::create(*model, 64);
+    ASSERT_TRUE(batch.ok());
+    std::vector<float> all;
+    ASSERT_TRUE(batch->feed(ids, true, &all).ok());
+
+    auto steps = Session::create(*model, 64);
+    ASSERT_TRUE(steps.ok());
+    double worst = 0.0;
+    for (size_t t = 0; t < ids.size(); ++t) {
+      std::vector<float> one;
+      ASSERT_TRUE(steps->feed({&ids[t], 1}, false, &one).ok());
+      const float* ref = &all[t * V];
+      float scale = 0.0f, diff = 0.0f;
+      for (uint32_t i = 0; i < V; ++i) {
+        scale = std::max(scale, std::fabs(ref[i]));
+        diff = std::max(diff, std::fabs(ref[i] - one[i]));
+      }
+      worst = std::max(worst, static_cast<double>(diff / scale));
+    }
+    EXPECT_LE(worst, 1e-4) << arch_info(arch).name;
+  }
+}
+
+// Greedy decoding with the KV cache (one token per step) reproduces the transformers
+// reference continuations of the real model, 48 tokens each.
+TEST(ModelForward, KjvGreedyContinuationsWithKvCache) {
+  auto model = load_or_die(test::testdata("models/kjv-moe/kjv-moe-f16.gguf"));
+  ASSERT_NE(model, nullptr);
+  std::ifstream in(test::testdata("models/kjv-moe/refs/refs.json"));
+  const auto refs = nlohmann::json::parse(in);
+  const uint32_t V = model->hparams().n_vocab;
+  for (const auto& p : refs["prompts"]) {
+    const std::vector<int32_t> prompt = p["ids"].get<std::vector<int32_t>>();
+    const std::vector<int32_t> expected = p["greedy_ids"].get<std::vector<int32_t>>();
+    ASSERT_GE(expected.size(), 48u);
+    auto session = Session::create(*model, 256);
+    ASSERT_TRUE(session.ok());
+    std::vector<float> logits;
+    ASSERT_TRUE(session->feed(prompt, false, &logits).ok());
+    std::vector<int32_t> got;
+    for (size_t i = 0; i < 48; ++i) {
+      const int32_t next = argmax(logits.data(), V);
+      got.push_back(next);
+      ASSERT_TRUE(session->feed({&next, 1}, false, &logits).ok());
+    }
+    EXPECT_EQ(got, std::vector<int32_t>(expected.begin(), expected.begin() + 48)) << p["text"];
+  }
+}
+
+TEST(ModelLoad, ClearErrors) {
+  auto expect_error = [](const std::string& path, StatusCode code, const std::string& needle) {
+    auto m = Model::load(path, {1});
+    ASSERT_FALSE(m.ok()) << path;
+    EXPECT_EQ(m.status().code(), code) << m.status().to_string();
+    EXPECT_NE(m.status().message().find(needle), std::string::npos) << m.status().to_string();
+  };
+  // An architecture moetier does not know.
+  gguf::GgufWriter w;
+  w.set_string("general.architecture", "bert");
+  ASSERT_TRUE(w.write(test::temp_path("bert.gguf")).ok());
+  expect_error(test::temp_path("bert.gguf"), StatusCode::kUnimplemented, "architecture 'bert' is not supported");
+
+  // A tensor type without kernels (IQ2_XXS), written sparse (only its type matters).
+  synth::SynthConfig c = synth::tiny_for(Arch::kQwen3Moe);
+  c.sparse = true;
+  ASSERT_TRUE(synth::write_model(c, {test::temp_path("ok.gguf"), false}).ok());
+  auto src = gguf::GgufFile::open(test::temp_path("ok.gguf"));
+  ASSERT_TRUE(src.ok());
+  gguf::GgufWriter w2;
+  for (const auto& kv : src->metadata()) w2.set(std::string(kv.key), kv.value);
+  for (const auto& t : src->tensors()) {
+    const bool swap = std::string(t.name) == "blk.1.ffn_up_exps.weight";
+    w2.add_tensor(std::string(t.name), swap ? QuantType::IQ2_XXS : t.type, {t.ne.begin(), t.ne.begin() + t.n_dims}, {});
+  }
+  gguf::WriteOptions sparse;
+  sparse.sparse = true;
+  ASSERT_TRUE(w2.write(test::temp_path("iq2.gguf"), sparse).ok());
+  expect_error(test::temp_path("iq2.gguf"), StatusCode::kUnimplemented, "blk.1.ffn_up_exps.weight' has type iq2_xxs");
+
+  // A missing tensor and a wrong shape.
+  gguf::GgufWriter w3, w4;
+  for (const auto& kv : src->metadata()) {
+    w3.set(std::string(kv.key), kv.value);
+    w4.set(std::string(kv.key), kv.value);
+  }
+  for (const auto& t : src->tensors()) {
+    std::vector<uint64_t> ne(t.ne.begin(), t.ne.begin() + t.n_dims);
+    if (std::string(t.name) != "blk.0.attn_k.weight") w3.add_tensor(std::string(t.name), t.type, ne, {});
+    if (std::string(t.name) == "blk.0.attn_v.weight") ne[1] = 64;
+    w4.add_tensor(std::string(t.name), t.type, ne, {});
+  }
+  ASSERT_TRUE(w3.write(test::temp_path("missing.gguf"), sparse).ok());
+  ASSERT_TRUE(w4.write(test::temp_path("shape.gguf"), sparse).ok());
+  expect_error(test::temp_path("missing.gguf"), StatusCode::kNotFound, "tensor 'blk.0.attn_k.weight' is missing");
+  expect_error(test::temp_path("shape.gguf"), StatusCode::kDataLoss, "blk.0.attn_v.weight' has shape (256, 64)");
+  expect_error(test::temp_path("nonexistent.gguf"), StatusCode::kIoError, "cannot open");
+}
+
+TEST(ModelForward, BadTokenAndFullContextAreErrors) {
+  synth::SynthConfig c = synth::tiny_for(Arch::kQwen3Moe);
+  ASSERT_TRUE(synth::write_model(c, {test::temp_path("ctx.gguf"), false}).ok());
+  auto model = load_or_die(test::temp_path("ctx.gguf"));
+  ASSERT_NE(model, nullptr);
+  auto s = Session::create(*model, 4);
+  ASSERT_TRUE(s.ok());
+  std::vector<float> logits;
+  const std::vector<int32_t> bad = {100000};
+  EXPECT_EQ(s->feed(bad, false, &logits).code(), StatusCode::kInvalidArgument);
+  const std::vector<int32_t> five = {1, 2, 3, 4, 5};
+  EXPECT_EQ(s->feed(five, false, &logits).code(), StatusCode::kOutOfRange);
+  EXPECT_TRUE(s->feed({five.data(), 4}, false, &logits).ok());
+}
+
+}  // namespace
+}  // namespace mt
