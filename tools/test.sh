@@ -18,7 +18,7 @@ step "asan/ubsan build"
 bash tools/build.sh asan
 step "unit tests under ASan + UBSan"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  ctest --test-dir build-asan --output-on-failure -j "$(nproc)"
+  ctest --test-dir build-asan --output-on-failure -j "$(nproc)" -LE heavy
 step "release tests: unit, CLI, llama.cpp oracle"
 ctest --test-dir build --output-on-failure -j "$(nproc)"
 step "fuzz the GGUF reader for ${FUZZ_SECONDS}s"

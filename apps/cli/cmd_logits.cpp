@@ -9,12 +9,13 @@
 
 #include "apps/cli/commands.h"
 #include "model/model.h"
+#include "tokenizer/tokenizer.h"
 
 namespace mt::cli {
 namespace {
 
 struct LogitsFlags {
-  std::string model, ids, output, routing, dump, kv_type = "f16";
+  std::string model, ids, prompt, output, routing, dump, kv_type = "f16";
   int threads = 0;
 };
 
@@ -70,12 +71,22 @@ int fail(const Status& s) {
 }
 
 int run(const LogitsFlags& f) {
-  auto ids = parse_ids(f.ids);
-  if (!ids.ok()) return fail(ids.status());
+  if (f.ids.empty() == f.prompt.empty()) return fail(invalid_argument("give exactly one of --ids and --prompt"));
   auto kv_type = type_from_name(f.kv_type);
   if (!kv_type) return fail(invalid_argument("--kv-type: unknown type '" + f.kv_type + "'"));
   auto model = Model::load(f.model, {f.threads});
   if (!model.ok()) return fail(model.status());
+  StatusOr<std::vector<int32_t>> ids = std::vector<int32_t>{};
+  if (!f.prompt.empty()) {
+    auto tokenizer = Tokenizer::from_gguf((*model)->file());
+    if (!tokenizer.ok()) return fail(tokenizer.status());
+    ids = tokenizer->encode(f.prompt, true, false);
+    if (ids->empty()) return fail(invalid_argument("--prompt tokenizes to nothing"));
+    std::fprintf(stderr, "moetier logits: prompt -> %zu tokens\n", ids->size());
+  } else {
+    ids = parse_ids(f.ids);
+    if (!ids.ok()) return fail(ids.status());
+  }
   auto session = Session::create(**model, static_cast<uint32_t>(ids->size()), *kv_type);
   if (!session.ok()) return fail(session.status());
 
@@ -100,7 +111,8 @@ int run(const LogitsFlags& f) {
 Runner add_logits(CLI::App& app) {
   auto f = std::make_shared<LogitsFlags>();
   app.add_option("-m,--model", f->model, "GGUF model")->required();
-  app.add_option("--ids", f->ids, "comma-separated token ids")->required();
+  app.add_option("--ids", f->ids, "comma-separated token ids");
+  app.add_option("--prompt", f->prompt, "text to tokenize instead of --ids (BOS added as the vocabulary says)");
   app.add_option("-o,--output", f->output, "raw float32 logits, n_tokens x n_vocab")->required();
   app.add_option("--routing", f->routing, "selected experts per (layer, position) as JSON lines");
   app.add_option("--dump", f->dump, "folder for named intermediates (<name>-<layer>.f32), to diff with llama.cpp");

@@ -16,5 +16,6 @@ Runner add_synth(CLI::App& app);
 Runner add_inspect(CLI::App& app);
 Runner add_info(CLI::App& app);
 Runner add_logits(CLI::App& app);
+Runner add_run(CLI::App& app);
 
 }  // namespace mt::cli

@@ -1,0 +1,209 @@
+// moetier run: generate text from a prompt, streamed as it is produced, then timings and
+// an expert-usage summary. Without -m it runs the embedded demo model (models/).
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <numeric>
+
+#include "apps/cli/commands.h"
+#include "model/model.h"
+#include "runtime/chat_format.h"
+#include "runtime/sampling.h"
+#include "tokenizer/stream_decoder.h"
+#include "tokenizer/tokenizer.h"
+
+namespace mt::cli {
+namespace {
+
+struct RunFlags {
+  std::string model, prompt = "In the beginning", system, kv_type = "f16";
+  std::vector<std::string> stops;
+  int n_predict = 64, threads = 0;
+  uint32_t n_ctx = 0;
+  bool chat = false;
+  SamplingParams sampling;
+};
+
+// Counts how often each expert of each MoE layer is selected.
+class UsageTrace : public Trace {
+ public:
+  void routing(uint32_t layer, uint32_t, std::span<const int32_t> experts, std::span<const float>) override {
+    if (counts_.size() <= layer) counts_.resize(layer + 1);
+    for (int32_t e : experts) {
+      if (counts_[layer].size() <= static_cast<size_t>(e)) counts_[layer].resize(static_cast<size_t>(e) + 1, 0);
+      ++counts_[layer][static_cast<size_t>(e)];
+    }
+    ++selections_;
+    experts_selected_ += experts.size();
+  }
+  void print(uint32_t n_expert, uint64_t n_tokens) const {
+    uint32_t moe_layers = 0;
+    for (const auto& c : counts_) moe_layers += !c.empty();
+    if (moe_layers == 0 || n_tokens == 0) return;
+    std::fprintf(stderr, "experts: %.1f computed per token (%u MoE layers x top-%llu)\n",
+                 static_cast<double>(experts_selected_) / static_cast<double>(n_tokens), moe_layers,
+                 static_cast<unsigned long long>(experts_selected_ / std::max<uint64_t>(1, selections_)));
+    for (size_t l = 0; l < counts_.size(); ++l) {
+      if (counts_[l].empty()) continue;
+      std::vector<uint64_t> c = counts_[l];
+      c.resize(n_expert, 0);
+      const uint64_t total = std::max<uint64_t>(1, std::accumulate(c.begin(), c.end(), uint64_t{0}));
+      const auto used = std::count_if(c.begin(), c.end(), [](uint64_t v) { return v > 0; });
+      std::vector<uint32_t> order(n_expert);
+      std::iota(order.begin(), order.end(), 0u);
+      std::sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) { return c[a] > c[b]; });
+      uint64_t top_quarter = 0;
+      for (uint32_t i = 0; i < std::max(1u, n_expert / 4); ++i) top_quarter += c[order[i]];
+      std::fprintf(stderr, "  layer %2zu: %ld/%u experts used, top 25%% take %4.1f%%, busiest %u (%.1f%%)\n", l,
+                   static_cast<long>(used), n_expert, 100.0 * static_cast<double>(top_quarter) / static_cast<double>(total),
+                   order[0], 100.0 * static_cast<double>(c[order[0]]) / static_cast<double>(total));
+    }
+  }
+
+ private:
+  std::vector<std::vector<uint64_t>> counts_;
+  uint64_t selections_ = 0, experts_selected_ = 0;
+};
+
+std::string default_model() {
+  // Next to the source tree this binary was built from, or ./models.
+  for (const std::string& dir : {std::string(MOETIER_SOURCE_DIR) + "/models", std::string("models")}) {
+    const std::string p = dir + "/kjv-moe-f16.gguf";
+    if (std::filesystem::exists(p)) return p;
+  }
+  return std::string(MOETIER_SOURCE_DIR) + "/models/kjv-moe-f16.gguf";
+}
+
+int fail(const Status& s) {
+  std::fprintf(stderr, "moetier run: %s\n", s.to_string().c_str());
+  return 1;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+int run(RunFlags f) {
+  if (f.model.empty()) f.model = default_model();
+  if (f.n_predict < 0) return fail(invalid_argument("-n must be >= 0"));
+  Status valid = validate(f.sampling);
+  if (!valid.ok()) return fail(valid);
+  auto kv_type = type_from_name(f.kv_type);
+  if (!kv_type) return fail(invalid_argument("--kv-type: unknown type '" + f.kv_type + "'"));
+
+  const auto t_load = std::chrono::steady_clock::now();
+  auto model = Model::load(f.model, {f.threads});
+  if (!model.ok()) return fail(model.status());
+  auto tokenizer = Tokenizer::from_gguf((*model)->file());
+  if (!tokenizer.ok()) return fail(tokenizer.status());
+  const HParams& hp = (*model)->hparams();
+  if (tokenizer->n_vocab() != hp.n_vocab) return fail(data_loss("tokenizer and model disagree on the vocabulary size"));
+
+  std::string text = f.prompt;
+  bool parse_special = false;
+  if (f.chat) {
+    auto tmpl = (*model)->file().get_string("tokenizer.chat_template");
+    auto format = detect_chat_format(tmpl.ok() ? *tmpl : std::string_view{});
+    if (!format.ok()) return fail(format.status());
+    text = apply_chat_format(*format, f.system, f.prompt);
+    parse_special = true;
+  }
+  std::vector<int32_t> prompt = tokenizer->encode(text, true, parse_special);
+  if (prompt.empty()) return fail(invalid_argument("the prompt is empty"));
+  const uint32_t n_ctx = f.n_ctx ? f.n_ctx : std::min<uint32_t>(hp.n_ctx_train, 4096);
+  if (prompt.size() + static_cast<size_t>(f.n_predict) > n_ctx) {
+    return fail(out_of_range("prompt (" + std::to_string(prompt.size()) + " tokens) + -n " + std::to_string(f.n_predict) +
+                             " exceed the context of " + std::to_string(n_ctx) + " (-c)"));
+  }
+  auto session = Session::create(**model, n_ctx, *kv_type);
+  if (!session.ok()) return fail(session.status());
+  const double load_s = seconds_since(t_load);
+
+  Sampler sampler(f.sampling, hp.n_vocab);
+  for (int32_t id : prompt) sampler.accept(id);
+  StreamDecoder decoder(*tokenizer);
+  StopMatcher stops(f.stops);
+  UsageTrace usage;
+
+  std::fputs(f.chat ? "" : f.prompt.c_str(), stdout);
+  std::fflush(stdout);
+  std::vector<float> logits;
+  const auto t_prompt = std::chrono::steady_clock::now();
+  Status s = session->feed(prompt, false, &logits, &usage);
+  if (!s.ok()) return fail(s);
+  const double prompt_s = seconds_since(t_prompt);
+
+  const auto t_gen = std::chrono::steady_clock::now();
+  int generated = 0;
+  bool stopped = false;
+  const char* reason = "length";
+  while (generated < f.n_predict && !stopped) {
+    const int32_t next = sampler.sample(logits);
+    sampler.accept(next);
+    ++generated;
+    if (tokenizer->is_eog(next)) {
+      reason = "end of text";
+      break;
+    }
+    auto out = stops.push(decoder.push(next));
+    std::fputs(out.emit.c_str(), stdout);
+    std::fflush(stdout);
+    if (out.stopped) {
+      reason = "stop string";
+      stopped = true;
+      break;
+    }
+    if (generated == f.n_predict) break;
+    s = session->feed({&next, 1}, false, &logits, &usage);
+    if (!s.ok()) return fail(s);
+  }
+  if (!stopped) {
+    auto rest = stops.push(decoder.flush());
+    std::fputs(rest.emit.c_str(), stdout);
+    if (!rest.stopped) std::fputs(stops.flush().c_str(), stdout);
+  }
+  std::fputs("\n", stdout);
+  std::fflush(stdout);
+  const double gen_s = seconds_since(t_gen);
+
+  std::fprintf(stderr, "\nmodel: %s (%s, %u layers, %u experts top-%u), load %.2f s, seed %llu, stop: %s\n",
+               f.model.c_str(), std::string(arch_info(hp.arch).name).c_str(), hp.n_layer, hp.n_expert, hp.n_expert_used,
+               load_s, static_cast<unsigned long long>(sampler.seed()), reason);
+  std::fprintf(stderr, "prompt: %zu tokens in %.3f s (%.1f tok/s)\n", prompt.size(), prompt_s,
+               static_cast<double>(prompt.size()) / std::max(prompt_s, 1e-9));
+  std::fprintf(stderr, "generation: %d tokens in %.3f s (%.1f tok/s)\n", generated, gen_s,
+               static_cast<double>(generated) / std::max(gen_s, 1e-9));
+  usage.print(hp.n_expert, prompt.size() + static_cast<uint64_t>(std::max(0, generated - 1)));
+  return 0;
+}
+
+}  // namespace
+
+Runner add_run(CLI::App& app) {
+  auto f = std::make_shared<RunFlags>();
+  app.add_option("-m,--model", f->model, "GGUF model (default: the embedded demo model)");
+  app.add_option("-p,--prompt", f->prompt, "prompt text");
+  app.add_option("-n,--n-predict", f->n_predict, "tokens to generate (default 64)");
+  app.add_option("-t,--threads", f->threads, "threads (default: all)");
+  app.add_option("-c,--ctx-size", f->n_ctx, "context size (default: min(training context, 4096))");
+  app.add_flag("--chat", f->chat, "wrap the prompt in the model's chat format");
+  app.add_option("--system", f->system, "system message (with --chat)");
+  app.add_option("--seed", f->sampling.seed, "random seed (default: random, printed at the end)");
+  app.add_option("--temp", f->sampling.temperature, "temperature (0 = greedy; default 0.8)");
+  app.add_option("--top-k", f->sampling.top_k, "top-k (0 = off; default 40)");
+  app.add_option("--top-p", f->sampling.top_p, "top-p (1 = off; default 0.95)");
+  app.add_option("--min-p", f->sampling.min_p, "min-p (0 = off; default 0.05)");
+  app.add_option("--repeat-penalty", f->sampling.repeat_penalty, "repetition penalty (1 = off)");
+  app.add_option("--repeat-last-n", f->sampling.repeat_last_n, "window of the penalties (default 64)");
+  app.add_option("--presence-penalty", f->sampling.presence_penalty, "presence penalty (0 = off)");
+  app.add_option("--frequency-penalty", f->sampling.frequency_penalty, "frequency penalty (0 = off)");
+  app.add_option("--stop", f->stops, "stop string (repeatable)");
+  app.add_option("--kv-type", f->kv_type, "KV cache type: f16 (default), q8_0, f32");
+  return [f] { return run(*f); };
+}
+
+}  // namespace mt::cli

@@ -1,0 +1,121 @@
+// The token sampler: logits in, one token id out, reproducibly.
+//
+// Pipeline, always in this order: repetition penalties over the recent window ->
+// (temperature 0: argmax, lowest id on ties) -> top-k -> softmax at the temperature ->
+// top-p -> min-p (relative to the most likely token) -> renormalise -> one draw.
+// It works on a candidate list (id, logit, weight): top-k is a partial sort, and without
+// top-k the filters are linear passes that sort at most one narrow band of weights, so a
+// 150k vocab costs a few passes, not a sort. Invariant: a given seed, history and logits
+// give the same token on every platform and standard library (up to libm's exp): the PRNG
+// is std::mt19937_64 (fully specified by the standard), the uniform draw is done by hand,
+// and every sort uses a total order (value, then id), so no implementation-defined order
+// reaches the draw.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/status.h"
+#include "runtime/penalty_window.h"
+
+namespace mt {
+
+struct SamplingParams {
+  float temperature = 0.8f;        // 0 = greedy
+  int32_t top_k = 40;              // 0 = off
+  float top_p = 0.95f;             // 1 = off; keep the smallest prefix whose mass >= top_p
+  float min_p = 0.05f;             // 0 = off; drop tokens below min_p * max_prob
+  float repeat_penalty = 1.0f;     // 1 = off; logit > 0 ? logit / p : logit * p
+  int32_t repeat_last_n = 64;      // window of accepted tokens the penalties see; -1 = all
+  float presence_penalty = 0.0f;   // subtracted once from a token present in the window
+  float frequency_penalty = 0.0f;  // subtracted count-in-window times
+  uint64_t seed = 0;               // 0 = a random seed (reported by Sampler::seed())
+};
+
+// InvalidArgument naming the first bad field; a Sampler requires valid params.
+Status validate(const SamplingParams& params);
+
+class Sampler {
+ public:
+  // params must pass validate() (checked); n_vocab > 0.
+  Sampler(const SamplingParams& params, uint32_t n_vocab);
+
+  // Picks the next token from logits (n_vocab of them; finite or -inf, where -inf masks
+  // a token). Does not add the token to the history: call accept() for that.
+  int32_t sample(std::span<const float> logits);
+
+  // Adds a token (prompt or generated) to the penalty history.
+  void accept(int32_t token);
+
+  // The seed in use: params.seed, or the random one drawn when that was 0.
+  uint64_t seed() const { return seed_; }
+
+  // Clears the history and restarts the PRNG from seed(): the same calls replay the same
+  // tokens.
+  void reset();
+
+ private:
+  struct Candidate {
+    int32_t id;
+    float logit;   // after penalties
+    float weight;  // exp((logit - max) / temperature): the unnormalised probability
+  };
+
+  void build_candidates(std::span<const float> logits);
+  void apply_penalties();
+  int32_t argmax() const;
+  void top_k();
+  float max_logit() const;
+  void min_p_by_logit(float max);  // a cheap exact-preserving cut before softmax
+  // Each step from softmax on returns the sum of the surviving weights, summed in list
+  // order, which is the order draw() walks.
+  double softmax(float max);
+  double min_p(double total);
+  double top_p(double total_before_min_p, double total);
+  int32_t draw(double total);
+
+  SamplingParams params_;
+  uint32_t n_vocab_;
+  uint64_t seed_;
+  std::mt19937_64 rng_;
+  PenaltyWindow window_;
+  std::vector<Candidate> candidates_;  // (n_vocab) at most, reused across calls
+  std::vector<Candidate> scratch_;     // top-p's partition buffer
+  bool sorted_ = false;                // candidates_ weights are non-increasing (top-k ran)
+};
+
+// Stop strings over streamed text. Generated pieces go in; what comes out is text that
+// can no longer become part of a stop string. Invariant: the held-back tail is the longest
+// suffix of the text so far that is a proper prefix of some stop string, so a stop split
+// across any number of pieces is caught, and nothing after (or of) the stop is emitted.
+// Byte-level: a held-back or emitted boundary never splits a UTF-8 character that the
+// pieces themselves kept whole.
+class StopMatcher {
+ public:
+  struct Result {
+    std::string emit;  // safe to show now
+    bool stopped;      // a stop string matched: emit ends right before it; generation ends
+  };
+
+  // Empty stop strings match nothing and are ignored.
+  explicit StopMatcher(std::vector<std::string> stops);
+
+  // Feeds one piece. After a stop every call returns {"", true}.
+  Result push(std::string_view piece);
+
+  // End of generation without a stop: returns the held-back tail (empty after a stop).
+  std::string flush();
+
+  bool stopped() const { return stopped_; }
+
+ private:
+  std::vector<std::string> stops_;
+  std::string held_;  // (< longest stop) bytes not yet emitted
+  bool stopped_ = false;
+};
+
+}  // namespace mt

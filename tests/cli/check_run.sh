@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# run: `moetier run` end to end.
+#   * the embedded demo model, greedy: the streamed text equals the transformers greedy
+#     continuation of the kjv-moe reference prompts (tokenize -> generate with the KV
+#     cache -> streaming detokenize), and timings plus the expert usage are printed
+#   * bad models (truncated, unsupported architecture, unsupported tensor type) exit 1
+#     with a one-line reason
+# usage: check_run.sh MOETIER KJV_DIR WORK_DIR
+set -uo pipefail
+MOETIER=$1
+KJV=$2
+WORK=$3
+PY=${PYTHON3:-python3}
+mkdir -p "$WORK"
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+
+# Greedy continuations of the reference prompts (48 tokens each).
+for i in 0 1 2; do
+  prompt=$("$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))['prompts'][$i]['text'], end='')" "$KJV/refs/refs.json")
+  "$MOETIER" run -p "$prompt" -n 48 --temp 0 -t 2 >"$WORK/run$i.out" 2>"$WORK/run$i.err" || fail "run $i exited $?: $(tail -1 "$WORK/run$i.err")"
+  "$PY" - "$KJV/refs/refs.json" "$i" "$WORK/run$i.out" <<'PY' || fail "prompt $i: greedy text differs from the reference"
+import json, sys
+p = json.load(open(sys.argv[1]))["prompts"][int(sys.argv[2])]
+got = open(sys.argv[3], encoding="utf-8").read()
+want = p["text"] + p["greedy_text"] + "\n"
+if got != want:
+    print("got:  " + repr(got[:200]))
+    print("want: " + repr(want[:200]))
+    sys.exit(1)
+PY
+  grep -q "^prompt: [0-9]* tokens in .* tok/s" "$WORK/run$i.err" || fail "run $i printed no prompt timing"
+  grep -q "^generation: 48 tokens in .* tok/s" "$WORK/run$i.err" || fail "run $i printed no generation timing"
+  grep -q "^experts: 24.0 computed per token (6 MoE layers x top-4)" "$WORK/run$i.err" || fail "run $i printed no expert usage"
+done
+
+# Bad models: one line on stderr, exit code 1.
+"$MOETIER" synth --preset tiny -o "$WORK/tiny.gguf" >/dev/null || fail "synth tiny"
+head -c 5000 "$WORK/tiny.gguf" >"$WORK/truncated.gguf"
+"$PY" - "$WORK/tiny.gguf" "$WORK" <<'PY'
+import struct, sys
+data = bytearray(open(sys.argv[1], "rb").read())
+arch = data.replace(b"qwen3moe", b"qwen9moe")       # every key and value: an unknown architecture
+open(sys.argv[2] + "/arch.gguf", "wb").write(arch)
+name = b"blk.1.ffn_up_exps.weight"
+at = data.find(name) + len(name)                     # then n_dims (u32), 3 dims (u64), type (u32)
+n_dims = struct.unpack_from("<I", data, at)[0]
+struct.pack_into("<I", data, at + 4 + 8 * n_dims, 16)  # q8_0 -> iq2_xxs (smaller: still in bounds)
+open(sys.argv[2] + "/iq2.gguf", "wb").write(data)
+PY
+expect_error() {  # file substring
+  local out rc
+  out=$("$MOETIER" run -m "$1" -n 4 2>&1 >/dev/null)
+  rc=$?
+  [ "$rc" -eq 1 ] || fail "run -m $1 exited $rc, expected 1"
+  [ "$(printf '%s\n' "$out" | wc -l)" -eq 1 ] || fail "run -m $1 printed more than one line: $out"
+  grep -q -- "$2" <<<"$out" || fail "run -m $1 said '$out', expected '$2'"
+  echo "run -m $(basename "$1"): $out"
+}
+expect_error "$WORK/truncated.gguf" "malformed data"
+expect_error "$WORK/arch.gguf" "architecture 'qwen9moe' is not supported"
+expect_error "$WORK/iq2.gguf" "has type iq2_xxs, which moetier cannot compute yet"
+expect_error "$WORK/missing.gguf" "cannot open"
+
+if [ "$fails" -gt 0 ]; then
+  echo "run: $fails failure(s)"
+  exit 1
+fi
+echo "run: PASSED"
