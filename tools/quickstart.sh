@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
-# The main job on an embedded default: install, build, synthesize the demo model (a
-# Qwen3-30B-A3B-shaped file with the q4_k_m mix, weights as a sparse hole so it needs no
-# disk) and inspect it: metadata, tensors, per-layer expert geometry and bank bytes.
-# (When generation exists, this runs a prompt instead.)
+# The main job on an embedded default: install, build, and generate text with the demo
+# model (models/kjv-moe-f16.gguf, a small real MoE trained on the King James Bible),
+# streaming the text and then printing timings and the experts each layer used.
 #
 # usage: tools/quickstart.sh
 set -euo pipefail
@@ -10,6 +9,4 @@ REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$REPO"
 bash tools/setup.sh
 bash tools/build.sh release
-mkdir -p out
-./build/moetier synth --preset qwen3-30b-a3b --quant q4_k_m --sparse -o out/demo-qwen3-30b-a3b.gguf
-./build/moetier inspect out/demo-qwen3-30b-a3b.gguf
+./build/moetier run -p "And God said" -n 64 --seed 42
