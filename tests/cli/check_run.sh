@@ -34,6 +34,16 @@ PY
   grep -q "^experts: 24.0 computed per token (6 MoE layers x top-4)" "$WORK/run$i.err" || fail "run $i printed no expert usage"
 done
 
+# --chat: the model's template (Qwen2's vocab carries a chatml one) wraps the prompt, and
+# its special tokens are parsed as single tokens (spelled out, the prompt would be ~45).
+"$MOETIER" synth --arch qwen3moe --vocab "$KJV/../../vocab/ggml-vocab-qwen2.gguf" -o "$WORK/chat.gguf" >/dev/null ||
+  fail "synth chat model"
+"$MOETIER" run -m "$WORK/chat.gguf" --chat --system "Be brief." -p "Hello" -n 2 --temp 0 -t 2 >/dev/null 2>"$WORK/chat.err" ||
+  fail "run --chat: $(tail -1 "$WORK/chat.err")"
+grep -q "^prompt: 17 tokens" "$WORK/chat.err" || fail "run --chat: $(grep '^prompt' "$WORK/chat.err"), expected 17 tokens"
+nochat=$("$MOETIER" run --chat -p "Hello" -n 2 2>&1 >/dev/null)
+grep -q "has no chat template" <<<"$nochat" || fail "run --chat without a template said: $nochat"
+
 # Bad models: one line on stderr, exit code 1.
 "$MOETIER" synth --preset tiny -o "$WORK/tiny.gguf" >/dev/null || fail "synth tiny"
 head -c 5000 "$WORK/tiny.gguf" >"$WORK/truncated.gguf"
