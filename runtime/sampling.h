@@ -4,8 +4,8 @@
 // (temperature 0: argmax, lowest id on ties) -> top-k -> softmax at the temperature ->
 // top-p -> min-p (relative to the most likely token) -> renormalise -> one draw.
 // It works on a candidate list (id, logit, weight): top-k is a partial sort, and without
-// top-k the filters are linear passes that sort at most one narrow band of weights, so a
-// 150k vocab costs a few passes, not a sort. Invariant: a given seed, history and logits
+// top-k the filters are linear passes (top-p is a radix select), so a 150k vocab costs a
+// few passes, never a full sort. Invariant: a given seed, history and logits
 // give the same token on every platform and standard library (up to libm's exp): the PRNG
 // is std::mt19937_64 (fully specified by the standard), the uniform draw is done by hand,
 // and every sort uses a total order (value, then id), so no implementation-defined order
@@ -84,7 +84,7 @@ class Sampler {
   std::mt19937_64 rng_;
   PenaltyWindow window_;
   std::vector<Candidate> candidates_;  // (n_vocab) at most, reused across calls
-  std::vector<Candidate> scratch_;     // top-p's partition buffer
+  std::vector<Candidate> scratch_;     // top-p's radix select buffer
   bool sorted_ = false;                // candidates_ weights are non-increasing (top-k ran)
 };
 

@@ -125,6 +125,8 @@ double Sampler::top_p(double total_before_min_p, double total) {
       mass += scratch_[i].weight;
       candidates_[n++] = scratch_[i];
     }
+    candidates_.resize(n);  // the rest of the buffer is stale
+    return mass;
   }
   while (n < candidates_.size() && mass < target) mass += candidates_[n++].weight;
   candidates_.resize(n);

@@ -4,8 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <functional>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <numeric>
 #include <random>
@@ -37,7 +37,8 @@ SamplingParams greedy() {
 
 std::vector<float> random_logits(size_t n, uint32_t seed) {
   std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.0f, 3.0f);  // values only; no determinism needed
+  // normal_distribution's values are implementation-defined; no test depends on them.
+  std::normal_distribution<float> d(0.0f, 3.0f);
   std::vector<float> v(n);
   for (float& x : v) x = d(rng);
   return v;
@@ -101,6 +102,32 @@ TEST(Sampling, SameSeedSameSequenceDifferentSeedDifferent) {
   EXPECT_EQ(std::set<int32_t>(a.begin(), a.end()).size(), 16u);
 }
 
+TEST(Sampling, DrawIsTheInverseCdfOfMt19937_64Top53Bits) {
+  // The documented contract that makes draws identical across standard libraries: one
+  // std::mt19937_64 output per draw, u = (x >> 11) * 2^-53, the first token (in id order,
+  // with no filter) whose cumulative probability exceeds u.
+  const std::vector<float> logits = {0.3f, -1.0f, 1.2f, 0.0f, 0.7f, -0.4f};
+  std::vector<double> cdf;
+  double z = 0;
+  for (float l : logits) cdf.push_back(z += std::exp(static_cast<double>(l - 1.2f)));
+  for (double& c : cdf) c /= z;
+  const uint64_t seed = 0x5eed;
+  Sampler s(plain(seed), 6);
+  std::mt19937_64 rng(seed);
+  int checked = 0;
+  for (int i = 0; i < 2000; ++i) {
+    const double u = static_cast<double>(rng() >> 11) * 0x1.0p-53;
+    const int32_t got = s.sample(logits);
+    const auto it = std::upper_bound(cdf.begin(), cdf.end(), u);
+    const bool near_edge = std::any_of(cdf.begin(), cdf.end(),
+                                       [&](double c) { return std::abs(c - u) < 1e-6; });
+    if (near_edge) continue;  // float weights vs the double reference
+    EXPECT_EQ(got, static_cast<int32_t>(it - cdf.begin())) << "draw " << i << " u " << u;
+    ++checked;
+  }
+  EXPECT_GT(checked, 1990);
+}
+
 TEST(Sampling, SeedZeroPicksARandomSeedThatReplays) {
   const std::vector<float> logits = random_logits(100, 3);
   Sampler random(plain(0), 100);
@@ -155,13 +182,14 @@ TEST(Sampling, TopPNeverLeavesTheNucleus) {
 }
 
 TEST(Sampling, TopPOnALargeFlatVocabStaysInTheNucleus) {
-  // 150k logits: the nucleus is far larger than the first sorted chunk.
+  // 150k logits: a nucleus of thousands of tokens, found by the radix select.
   const uint32_t n = 150000;
   const std::vector<float> logits = random_logits(n, 11);
   std::vector<int32_t> order(n);
   std::iota(order.begin(), order.end(), 0);
   std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
-    return logits[size_t(a)] > logits[size_t(b)] || (logits[size_t(a)] == logits[size_t(b)] && a < b);
+    const float la = logits[size_t(a)], lb = logits[size_t(b)];
+    return la > lb || (la == lb && a < b);
   });
   double z = 0, mass = 0;
   for (float l : logits) z += std::exp(static_cast<double>(l - logits[size_t(order[0])]));
@@ -175,21 +203,22 @@ TEST(Sampling, TopPOnALargeFlatVocabStaysInTheNucleus) {
   SamplingParams p = plain(3);
   p.top_p = 0.9f;
   Sampler s(p, n);
-  for (int i = 0; i < 300; ++i) EXPECT_TRUE(nucleus.count(s.sample(logits)));
+  for (int i = 0; i < 100; ++i) EXPECT_TRUE(nucleus.count(s.sample(logits)));
 }
 
 TEST(Sampling, TopPOnALargeVocabKeepsHeavyTokensAndBreaksTiesById) {
   // Three heavy tokens at the end of the vocab hold 0.3, 0.2, 0.1 of the mass; the rest is
   // flat (logit 0). top_p 0.9 keeps the heavy three and the flat tokens with the lowest ids
   // up to another 0.3 of the mass, i.e. the first 0.75 of the flat ones.
-  const uint32_t n = 50000, flat = n - 3;
+  const uint32_t n = 10000, flat = n - 3;
   const double z = flat / 0.4;
   std::vector<float> logits(n, 0.0f);
-  for (uint32_t i = 0; i < 3; ++i) logits[flat + i] = static_cast<float>(std::log((0.3 - 0.1 * i) * z));
+  for (uint32_t i = 0; i < 3; ++i)
+    logits[flat + i] = static_cast<float>(std::log((0.3 - 0.1 * i) * z));
   SamplingParams p = plain(17);
   p.top_p = 0.9f;
   Sampler s(p, n);
-  const int draws = 3000;
+  const int draws = 2000;
   std::vector<double> heavy(3, 0.0);
   int32_t max_flat = -1;
   for (int i = 0; i < draws; ++i) {
@@ -244,12 +273,12 @@ TEST(Sampling, TopKOnALargeVocabStaysInTheTopK) {
     p.temperature = 50.0f;  // nearly flat: the whole top k gets drawn from
     Sampler s(p, n);
     std::set<int32_t> seen;
-    for (int i = 0; i < 300; ++i) {
+    for (int i = 0; i < 100; ++i) {
       const int32_t t = s.sample(logits);
       EXPECT_GE(logits[size_t(t)], kth) << "k " << k;
       seen.insert(t);
     }
-    EXPECT_GT(seen.size(), 30u) << "k " << k;
+    EXPECT_GT(seen.size(), 25u) << "k " << k;
   }
 }
 
