@@ -103,15 +103,9 @@ void attention_block(const BlockArgs& a, QkNorm qk_norm, RopeStyle rope_style) {
   for (uint32_t t = 0; t < T; ++t) rms_norm(a.x + t * E, a.v.attn_norm, hp.rms_eps, E, &h[t * E]);
   trace_rows(a.trace, "attn_norm", a, h.data(), E);
 
-  // Q, K, V share the normalized input; it is rounded per weight type.
-  std::vector<float> hr(T * E);
-  auto project = [&](const Tensor& w, float* y) {
-    for (uint32_t t = 0; t < T; ++t) round_activation(w.type, &h[t * E], &hr[t * E], E);
-    matmul(w, 0, hr.data(), T, y, a.pool);
-  };
-  project(a.w.wq, q.data());
-  project(a.w.wk, k.data());
-  project(a.w.wv, v.data());
+  matmul(a.w.wq, 0, h.data(), T, q.data(), a.pool);
+  matmul(a.w.wk, 0, h.data(), T, k.data(), a.pool);
+  matmul(a.w.wv, 0, h.data(), T, v.data(), a.pool);
   add_bias(q.data(), a.v.bq, T, Q);
   add_bias(k.data(), a.v.bk, T, KV);
   add_bias(v.data(), a.v.bv, T, KV);
@@ -138,9 +132,7 @@ void attention_block(const BlockArgs& a, QkNorm qk_norm, RopeStyle rope_style) {
   for (uint32_t t = 0; t < T; ++t) attend(a, &q[t * Q], a.pos0 + t, &att[t * Q]);
   trace_rows(a.trace, "kqv_out", a, att.data(), Q);
 
-  std::vector<float> ar(T * Q);
-  for (uint32_t t = 0; t < T; ++t) round_activation(a.w.wo.type, &att[t * Q], &ar[t * Q], Q);
-  matmul(a.w.wo, 0, ar.data(), T, out.data(), a.pool);
+  matmul(a.w.wo, 0, att.data(), T, out.data(), a.pool);
   trace_rows(a.trace, "attn_out", a, out.data(), E);
   for (size_t i = 0; i < T * E; ++i) a.x[i] += out[i];
 }

@@ -28,20 +28,15 @@ void softmax(float* x, size_t n) {
 // matrix `m` of the given tensors. gate may be absent (ungated experts: silu(up h)).
 void swiglu_ffn(const Tensor& gate, const Tensor& up, const Tensor& down, uint64_t m, const float* h, uint32_t rows,
                 float* out, ThreadPool& pool) {
-  const size_t n_in = up.ne[0], n_ff = up.ne[1];
-  std::vector<float> hr(rows * n_in), g(rows * n_ff), u(rows * n_ff);
-  for (uint32_t r = 0; r < rows; ++r) round_activation(up.type, h + r * n_in, &hr[r * n_in], n_in);
-  matmul(up, m, hr.data(), rows, u.data(), pool);
+  const size_t n_ff = up.ne[1];
+  std::vector<float> g(rows * n_ff), u(rows * n_ff);
+  matmul(up, m, h, rows, u.data(), pool);
   if (gate.present()) {
-    if (gate.type != up.type) {
-      for (uint32_t r = 0; r < rows; ++r) round_activation(gate.type, h + r * n_in, &hr[r * n_in], n_in);
-    }
-    matmul(gate, m, hr.data(), rows, g.data(), pool);
+    matmul(gate, m, h, rows, g.data(), pool);
     for (size_t i = 0; i < u.size(); ++i) u[i] = silu(g[i]) * u[i];
   } else {
     for (float& x : u) x = silu(x);
   }
-  for (uint32_t r = 0; r < rows; ++r) round_activation(down.type, &u[r * n_ff], &u[r * n_ff], n_ff);
   matmul(down, m, u.data(), rows, out, pool);
 }
 
@@ -51,13 +46,12 @@ void moe_block(const BlockArgs& a, const MoeMath& math) {
   const HParams& hp = a.hp;
   const size_t E = hp.n_embd;
   const uint32_t T = a.n_tokens, K = hp.n_expert_used, X = hp.n_expert;
-  std::vector<float> h(T * E), hr(T * E), probs(T * X), out(T * E, 0.0f);
+  std::vector<float> h(T * E), probs(T * X), out(T * E, 0.0f);
   for (uint32_t t = 0; t < T; ++t) rms_norm(a.x + t * E, a.v.ffn_norm, hp.rms_eps, E, &h[t * E]);
   if (a.trace) for (uint32_t t = 0; t < T; ++t) a.trace->tensor("ffn_norm", a.layer, a.pos0 + t, {&h[t * E], E});
 
   // Router: softmax over all experts, top-k by probability, weights from the same probs.
-  for (uint32_t t = 0; t < T; ++t) round_activation(a.w.router.type, &h[t * E], &hr[t * E], E);
-  matmul(a.w.router, 0, hr.data(), T, probs.data(), a.pool);
+  matmul(a.w.router, 0, h.data(), T, probs.data(), a.pool);
   std::vector<int32_t> selected(T * K);
   std::vector<float> weights(T * K);
   for (uint32_t t = 0; t < T; ++t) {

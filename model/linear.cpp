@@ -31,10 +31,14 @@ void round_activation(QuantType weight, const float* x, float* out, int64_t n) {
   dequantize_row(act, packed.data(), out, n);
 }
 
-void matmul(const Tensor& w, uint64_t matrix, const float* x, int64_t n_tokens, float* y, ThreadPool& pool) {
+void matmul_reference(const Tensor& w, uint64_t matrix, const float* x_in, int64_t n_tokens, float* y,
+                      ThreadPool& pool) {
   const int64_t n_in = static_cast<int64_t>(w.ne[0]);
   const int64_t n_out = static_cast<int64_t>(w.ne[1]);
   MT_CHECK(w.present() && matrix < w.ne[2]);
+  std::vector<float> rounded(static_cast<size_t>(n_tokens * n_in));
+  for (int64_t t = 0; t < n_tokens; ++t) round_activation(w.type, x_in + t * n_in, &rounded[t * n_in], n_in);
+  const float* x = rounded.data();
   pool.parallel_for(n_out, [&](int64_t begin, int64_t end) {
     std::vector<float> row(static_cast<size_t>(n_in));
     for (int64_t r = begin; r < end; ++r) {
@@ -49,10 +53,8 @@ void matmul(const Tensor& w, uint64_t matrix, const float* x, int64_t n_tokens, 
   });
 }
 
-void matvec(const Tensor& w, uint64_t matrix, const float* x, float* y, ThreadPool& pool) {
-  std::vector<float> rounded(static_cast<size_t>(w.ne[0]));
-  round_activation(w.type, x, rounded.data(), static_cast<int64_t>(w.ne[0]));
-  matmul(w, matrix, rounded.data(), 1, y, pool);
+void matmul(const Tensor& w, uint64_t matrix, const float* x, int64_t n_tokens, float* y, ThreadPool& pool) {
+  matmul_reference(w, matrix, x, n_tokens, y, pool);
 }
 
 }  // namespace mt

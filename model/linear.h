@@ -23,12 +23,13 @@ QuantType activation_type(QuantType weight);
 // out = x (n elements) rounded through activation_type(weight). In-place allowed.
 void round_activation(QuantType weight, const float* x, float* out, int64_t n);
 
-// Y (n_tokens x n_out) = X (n_tokens x n_in, already rounded for w's type) times matrix
-// `matrix` of w (ne0 = n_in, ne1 = n_out), rows split over the pool. Each weight row is
-// dequantized once for all tokens. Results do not depend on n_tokens or thread count.
+// Y (n_tokens x n_out) = X (n_tokens x n_in, f32) times matrix `matrix` of w (ne0 = n_in,
+// ne1 = n_out): each X row is rounded once to w's activation type, rows of w are split
+// over the pool. Results do not depend on n_tokens or the thread count.
 void matmul(const Tensor& w, uint64_t matrix, const float* x, int64_t n_tokens, float* y, ThreadPool& pool);
 
-// Convenience for one token: rounds x itself (x is not modified).
-void matvec(const Tensor& w, uint64_t matrix, const float* x, float* y, ThreadPool& pool);
+// The reference of matmul: weight rows dequantized once per call, dot products in double.
+void matmul_reference(const Tensor& w, uint64_t matrix, const float* x, int64_t n_tokens, float* y,
+                      ThreadPool& pool);
 
 }  // namespace mt

@@ -69,10 +69,7 @@ Status Model::eval(std::span<const int32_t> tokens, uint32_t pos0, KvCache& kv, 
   const uint32_t first = all_logits ? 0 : T - 1;
   const uint32_t rows = T - first;
   std::vector<float> h(rows * E);
-  for (uint32_t r = 0; r < rows; ++r) {
-    rms_norm(&x[(first + r) * E], output_norm_, hp_.rms_eps, E, &h[r * E]);
-    round_activation(weights_.output.type, &h[r * E], &h[r * E], E);
-  }
+  for (uint32_t r = 0; r < rows; ++r) rms_norm(&x[(first + r) * E], output_norm_, hp_.rms_eps, E, &h[r * E]);
   logits->resize(static_cast<size_t>(rows) * hp_.n_vocab);
   matmul(weights_.output, 0, h.data(), rows, logits->data(), *pool_);
   return {};
