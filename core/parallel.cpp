@@ -4,68 +4,96 @@
 
 #include "core/check.h"
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#define MT_CPU_RELAX() _mm_pause()
+#else
+#define MT_CPU_RELAX() ((void)0)
+#endif
+
 namespace mt {
+namespace {
+constexpr int kSpinIterations = 1000;  // a few microseconds before sleeping
+}
 
 ThreadPool::ThreadPool(int n_threads) : n_threads_(std::max(1, n_threads)) {
-  for (int i = 1; i < n_threads_; ++i) threads_.emplace_back([this, i] { worker(i); });
+  for (int i = 1; i < n_threads_; ++i) threads_.emplace_back([this] { worker(); });
 }
 
 ThreadPool::~ThreadPool() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
+    generation_.fetch_add(1, std::memory_order_release);
   }
   wake_.notify_all();
   for (std::thread& t : threads_) t.join();
 }
 
-namespace {
-void run_chunk(const std::function<void(int64_t, int64_t)>& fn, int64_t n, int index, int parts) {
-  const int64_t begin = n * index / parts;
-  const int64_t end = n * (index + 1) / parts;
-  if (begin < end) fn(begin, end);
+void ThreadPool::run_chunks() {
+  for (;;) {
+    const int64_t c = next_.fetch_add(1, std::memory_order_relaxed);
+    const int64_t begin = c * chunk_;
+    if (begin >= job_n_) return;
+    (*job_)(begin, std::min(job_n_, begin + chunk_));
+  }
 }
-}  // namespace
 
-void ThreadPool::worker(int index) {
+void ThreadPool::worker() {
   uint64_t seen = 0;
   for (;;) {
-    const std::function<void(int64_t, int64_t)>* job;
-    int64_t n;
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
-      if (stop_) return;
-      seen = generation_;
-      job = job_;
-      n = job_n_;
+    // Spin for the next job, then sleep.
+    int spins = 0;
+    while (generation_.load(std::memory_order_acquire) == seen && spins < kSpinIterations) {
+      MT_CPU_RELAX();
+      ++spins;
     }
-    run_chunk(*job, n, index, n_threads_);
+    if (generation_.load(std::memory_order_acquire) == seen) {
+      std::unique_lock<std::mutex> lock(mu_);
+      sleeping_.fetch_add(1);
+      wake_.wait(lock, [&] { return generation_.load(std::memory_order_acquire) != seen; });
+      sleeping_.fetch_sub(1);
+    }
+    seen = generation_.load(std::memory_order_acquire);
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (--pending_ == 0) done_.notify_one();
+      if (stop_) return;
+    }
+    run_chunks();
+    if (active_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      std::lock_guard<std::mutex> lock(mu_);
+      done_.notify_one();
     }
   }
 }
 
-void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn) {
+void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t grain) {
   if (n <= 0) return;
   if (n_threads_ == 1 || n == 1) {
     fn(0, n);
     return;
   }
+  MT_CHECK_MSG(active_.load() == 0, "parallel_for is not reentrant");
+  // About four chunks per thread balances uneven rows without much claiming traffic.
+  int64_t chunk = std::max<int64_t>(1, n / (static_cast<int64_t>(n_threads_) * 4));
+  if (grain > 0) chunk = std::max(chunk, grain);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    MT_CHECK_MSG(pending_ == 0, "parallel_for is not reentrant");
     job_ = &fn;
     job_n_ = n;
-    pending_ = n_threads_ - 1;
-    ++generation_;
+    chunk_ = chunk;
+    next_.store(0, std::memory_order_relaxed);
+    active_.store(n_threads_ - 1, std::memory_order_relaxed);
+    generation_.fetch_add(1, std::memory_order_release);
   }
-  wake_.notify_all();
-  run_chunk(fn, n, 0, n_threads_);
-  std::unique_lock<std::mutex> lock(mu_);
-  done_.wait(lock, [&] { return pending_ == 0; });
+  if (sleeping_.load() > 0) wake_.notify_all();
+  run_chunks();
+  // Wait for the workers: spin briefly, then sleep.
+  for (int spins = 0; active_.load(std::memory_order_acquire) != 0 && spins < kSpinIterations; ++spins) MT_CPU_RELAX();
+  if (active_.load(std::memory_order_acquire) != 0) {
+    std::unique_lock<std::mutex> lock(mu_);
+    done_.wait(lock, [&] { return active_.load(std::memory_order_acquire) == 0; });
+  }
 }
 
 }  // namespace mt

@@ -1,11 +1,13 @@
-// ThreadPool: a fixed set of worker threads running parallel_for over an index range.
+// ThreadPool: persistent worker threads running parallel_for over an index range.
 //
-// The calling thread takes part in the work, so a pool of n threads has n - 1 workers.
-// Work is split into contiguous chunks, one per thread; parallel_for returns when every
-// chunk is done. (The fast CPU issue replaces the condition-variable hand-off with a
-// spin-then-sleep barrier; the interface stays.)
+// The calling thread takes part, so a pool of n threads has n - 1 workers. A job is cut
+// into chunks that threads claim with an atomic counter (a slow thread takes fewer), and
+// parallel_for returns when every chunk is done. Between jobs a worker spins on the job
+// counter for a short while (decode issues a job every few microseconds) and then sleeps
+// on a condition variable, so an idle pool costs no CPU.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -23,20 +25,23 @@ class ThreadPool {
   ~ThreadPool();
 
   int size() const { return n_threads_; }
-  // fn(begin, end) over [0, n) split into at most size() contiguous chunks.
-  void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn);
+  // fn(begin, end) over [0, n), in chunks of at least `grain` indices (0: automatic).
+  void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t grain = 0);
 
  private:
-  void worker(int index);
+  void worker();
+  void run_chunks();
 
   int n_threads_;
   std::vector<std::thread> threads_;
   std::mutex mu_;
   std::condition_variable wake_, done_;
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<int> sleeping_{0};
+  std::atomic<int> active_{0};       // workers still inside the current job
+  std::atomic<int64_t> next_{0};     // next chunk to claim
   const std::function<void(int64_t, int64_t)>* job_ = nullptr;
-  int64_t job_n_ = 0;
-  uint64_t generation_ = 0;
-  int pending_ = 0;
+  int64_t job_n_ = 0, chunk_ = 1;
   bool stop_ = false;
 };
 

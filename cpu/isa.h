@@ -6,6 +6,9 @@
 // lowered (never raised) with MOETIER_CPU_ISA=scalar|avx2|avx512|avx512vnni for tests.
 #pragma once
 
+#include <optional>
+#include <string_view>
+
 namespace mt::cpu {
 
 enum class Isa { kScalar = 0, kAvx2 = 1, kAvx512 = 2, kAvx512Vnni = 3 };
@@ -15,5 +18,12 @@ const char* isa_name(Isa isa);
 Isa detect_hardware_isa();
 // The level in use: the hardware's, lowered by MOETIER_CPU_ISA if set (read once).
 Isa active_isa();
+
+// "scalar", "avx2", "avx512", "avx512vnni" (any case) -> the level; nullopt if unknown.
+std::optional<Isa> isa_from_name(std::string_view name);
+// The level a MOETIER_CPU_ISA value selects on `hardware` (pure; active_isa applies it and
+// warns once when the name is unknown or above the hardware): unset (null), empty or
+// unknown gives `hardware`; a known name gives the lower of it and `hardware`.
+Isa parse_isa_override(const char* value, Isa hardware);
 
 }  // namespace mt::cpu

@@ -5,8 +5,8 @@
 // Pairing (as llama.cpp's CPU backend): Q4_0, Q5_0, Q8_0, IQ4_NL, MXFP4 -> Q8_0; Q4_1, Q5_1
 // -> Q8_1; Q2_K..Q6_K, IQ4_XS -> Q8_K; F16 -> F16; BF16 -> BF16; F32 -> F32.
 // Every ISA's table computes the same function as the scalar table up to float summation
-// order; tests/unit/cpu_kernels_test.cpp compares each against it over types x shapes, and
-// the scalar table against the dequantize-then-dot reference of model/linear.cpp.
+// order; tests/unit/cpu_simple_test.cpp and cpu_k_quants_test.cpp compare each against it
+// over types x shapes, and the scalar table against the dequantize-then-dot reference.
 #pragma once
 
 #include <cstddef>

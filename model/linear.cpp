@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "cpu/kernels.h"
 #include "quant/reference.h"
 
 namespace mt {
@@ -54,7 +55,27 @@ void matmul_reference(const Tensor& w, uint64_t matrix, const float* x_in, int64
 }
 
 void matmul(const Tensor& w, uint64_t matrix, const float* x, int64_t n_tokens, float* y, ThreadPool& pool) {
-  matmul_reference(w, matrix, x, n_tokens, y, pool);
+  const cpu::KernelTable& k = cpu::kernels();
+  const QuantType act = cpu::activation_type(w.type);
+  const cpu::VecDotFn dot = k.vec_dot[static_cast<uint32_t>(w.type)];
+  const cpu::QuantizeRowFn quantize = k.quantize[static_cast<uint32_t>(act)];
+  if (dot == nullptr || quantize == nullptr) {
+    matmul_reference(w, matrix, x, n_tokens, y, pool);
+    return;
+  }
+  const int64_t n_in = static_cast<int64_t>(w.ne[0]);
+  const int64_t n_out = static_cast<int64_t>(w.ne[1]);
+  MT_CHECK(w.present() && matrix < w.ne[2]);
+  // Each input row is quantized once; each weight row is then read once for all tokens.
+  const size_t act_bytes = cpu::activation_row_bytes(w.type, n_in);
+  std::vector<uint8_t> packed(act_bytes * static_cast<size_t>(n_tokens));
+  for (int64_t t = 0; t < n_tokens; ++t) quantize(x + t * n_in, &packed[static_cast<size_t>(t) * act_bytes], n_in);
+  pool.parallel_for(n_out, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const uint8_t* row = w.row(static_cast<uint64_t>(r), matrix);
+      for (int64_t t = 0; t < n_tokens; ++t) y[t * n_out + r] = dot(n_in, row, &packed[static_cast<size_t>(t) * act_bytes]);
+    }
+  });
 }
 
 }  // namespace mt

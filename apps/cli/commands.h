@@ -17,5 +17,6 @@ Runner add_inspect(CLI::App& app);
 Runner add_info(CLI::App& app);
 Runner add_logits(CLI::App& app);
 Runner add_run(CLI::App& app);
+Runner add_bench(CLI::App& app);
 
 }  // namespace mt::cli

@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
   add("run", "generate text from a prompt (default: the embedded demo model)", mt::cli::add_run);
   add("logits", "raw float32 logits at every position and the routing, for given token ids", mt::cli::add_logits);
   add("info", "print the build's features (CPU, CUDA)", mt::cli::add_info);
+  add("bench", "prompt and generation throughput, llama-bench style (pp and tg tests)", mt::cli::add_bench);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -12,7 +12,10 @@ Checked, per model:
     and every mismatch is a near tie in llama.cpp's own router scores (k-th vs (k+1)-th
     probability gap < 1e-3);
   * logits: max |diff| / max |logit| per position <= 1e-3 (F32/F16/BF16) or 2e-2
-    (quantized); argmax equal at >= 99% of all positions of all models, and every
+    (quantized) at every position whose experts agree in every layer (where a near-tie
+    router score made the two engines run a different expert, the logits legitimately
+    differ: such positions are listed and left out); argmax equal at >= 99% of the
+    compared positions of all models, and every
     argmax mismatch a near tie in llama.cpp's own logits (top-2 gap below the logit
     tolerance times max |logit|).
 Why differences exist at all: both engines round activations to the weight's pairing
@@ -70,25 +73,8 @@ for arch in ARCHS:
         if len(ours) != len(ref):
             failures.append(f"{name}: {len(ours)} logits vs llama.cpp's {len(ref)}")
             continue
-        # BF16: one activation rounding flip (see above) moves an element by 2^-8 relative
-        # and the logits by up to ~2e-3, so BF16 gets 2.5e-3 (the issue asked 1e-3).
-        tol = {"f32": 1e-3, "f16": 1e-3, "bf16": 2.5e-3}.get(q, 2e-2)
-        worst, argmax_ok, not_tie = 0.0, 0, []
-        for p in range(N_TOKENS):
-            a, b = ours[p * V:(p + 1) * V], ref[p * V:(p + 1) * V]
-            scale = max(abs(y) for y in b)
-            rel = max(abs(x - y) for x, y in zip(a, b)) / scale
-            worst = max(worst, rel)
-            if a.index(max(a)) == b.index(max(b)):
-                argmax_ok += 1
-            else:
-                top = sorted(b, reverse=True)
-                if top[0] - top[1] >= tol * scale:
-                    not_tie.append((p, top[0] - top[1]))
-        argmax_total += N_TOKENS
-        argmax_agree += argmax_ok
         ro, rr = routing(model + ".ours.jsonl"), routing(model + ".ref.jsonl")
-        same, ties, bad = 0, 0, []
+        same, ties, bad, tie_positions = 0, 0, [], set()
         for key, r in rr.items():
             o = ro.get(key)
             if o is not None and set(o["experts"]) == set(r["experts"]):
@@ -99,12 +85,33 @@ for arch in ARCHS:
             gap = probs[k - 1] - probs[k] if len(probs) > k else 0.0
             if gap < 1e-3:
                 ties += 1
+                tie_positions.add(key[1])
             else:
                 bad.append((key, o and o["experts"], r["experts"], gap))
+        # BF16: one activation rounding flip (see above) moves an element by 2^-8 relative
+        # and the logits by up to ~2e-3, so BF16 gets 2.5e-3 (the issue asked 1e-3).
+        tol = {"f32": 1e-3, "f16": 1e-3, "bf16": 2.5e-3}.get(q, 2e-2)
+        worst, argmax_ok, not_tie = 0.0, 0, []
+        for p in range(N_TOKENS):
+            if p in tie_positions:
+                continue  # a near-tie expert choice differs: a different expert ran
+            a, b = ours[p * V:(p + 1) * V], ref[p * V:(p + 1) * V]
+            scale = max(abs(y) for y in b)
+            rel = max(abs(x - y) for x, y in zip(a, b)) / scale
+            worst = max(worst, rel)
+            if a.index(max(a)) == b.index(max(b)):
+                argmax_ok += 1
+            else:
+                top = sorted(b, reverse=True)
+                if top[0] - top[1] >= tol * scale:
+                    not_tie.append((p, top[0] - top[1]))
+        argmax_total += N_TOKENS - len(tie_positions)
+        argmax_agree += argmax_ok
         n_pairs = len(rr)
         share = same / n_pairs if n_pairs else 0.0
-        rows.append(f"{name:18s} logits max rel {worst:.2e} (tol {tol:g}), argmax {argmax_ok}/{N_TOKENS}, "
-                    f"experts {same}/{n_pairs} ({ties} near-tie mismatches)")
+        rows.append(f"{name:18s} logits max rel {worst:.2e} (tol {tol:g}), argmax {argmax_ok}/{N_TOKENS - len(tie_positions)}, "
+                    f"experts {same}/{n_pairs} ({ties} near-tie mismatches; positions {sorted(tie_positions)} "
+                    f"excluded from the logit checks)")
         if worst > tol:
             failures.append(f"{name}: logits max rel {worst:.3e} > {tol}")
         if not_tie:

@@ -1,0 +1,267 @@
+// moetier bench: prompt-processing and generation throughput, llama-bench style, so the
+// two can be run side by side on the same file and threads (bench/compare_llamacpp.sh).
+//
+// pp<N>: one batch of N random valid token ids fed to a fresh Session (tokens/s = N / time).
+// tg<N>: N single-token steps from an empty context, each token random (as llama-bench's
+// tg: the sampled token does not matter for speed). Each test runs once as a warm-up
+// (llama-bench's: the full prompt for pp, one token for tg), then -r timed repetitions,
+// each in a fresh Session created outside the timed region.
+//
+// Decode is memory-bound, so tg also reports the bytes of weights one token reads
+// (active_bytes_per_token: every non-expert tensor the token touches, one embedding row,
+// and n_expert_used experts per MoE layer) and the bandwidth that implies; with --membw
+// (from bench/moetier_membw) the fraction of that roofline reached.
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "apps/cli/commands.h"
+#include "core/log.h"
+#include "experts/geometry.h"
+#include "model/model.h"
+
+namespace mt::cli {
+namespace {
+
+struct BenchFlags {
+  std::string model, output = "md";
+  int n_prompt = 512, n_gen = 128, threads = 0, reps = 5;
+  double membw_gbps = 0;  // 0: no roofline column
+};
+
+struct ModelFacts {
+  std::string name;             // file name
+  std::string arch;
+  uint64_t model_bytes = 0;     // file size
+  uint64_t n_params = 0;
+  uint64_t active_bytes_per_token = 0;
+};
+
+struct TestResult {
+  int n_prompt = 0, n_gen = 0;
+  std::vector<uint64_t> samples_ns;
+  std::vector<double> samples_ts;
+  double avg_ts = 0, stddev_ts = 0, avg_ns = 0;
+  std::string name() const { return n_prompt > 0 ? "pp" + std::to_string(n_prompt) : "tg" + std::to_string(n_gen); }
+};
+
+int fail(const Status& s) {
+  std::fprintf(stderr, "moetier bench: %s\n", s.to_string().c_str());
+  return 1;
+}
+
+// Bytes of weights one generated token reads. Expert bytes per layer come from the
+// expert geometry (the same numbers the host bank is sized with).
+StatusOr<uint64_t> active_bytes_per_token(const Model& model) {
+  const gguf::GgufFile& file = model.file();
+  const ModelWeights& w = model.weights();
+  uint64_t total = 0;
+  auto add = [&](const Tensor& t) {
+    if (!t.present()) return;
+    const gguf::TensorInfo* info = file.find_tensor(t.name);
+    total += info ? info->nbytes : t.matrix_bytes * t.ne[2] * t.ne[3];
+  };
+  for (const LayerWeights& l : w.layers) {
+    for (const Tensor* t : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.bq, &l.bk, &l.bv, &l.q_norm, &l.k_norm, &l.wo,
+                            &l.ffn_norm, &l.router, &l.shexp_gate_inp, &l.shexp_gate, &l.shexp_up, &l.shexp_down,
+                            &l.ffn_gate, &l.ffn_up, &l.ffn_down}) {
+      add(*t);
+    }
+  }
+  add(w.output_norm);
+  add(w.output);  // the whole token_embd matrix when tied
+  total += w.token_embd.row_bytes;
+  if (model.hparams().n_expert > 0) {
+    MT_ASSIGN_OR_RETURN(ExpertGeometry geo, read_expert_geometry(file));
+    for (const LayerExpertGeometry& l : geo.layers) total += model.hparams().n_expert_used * l.bytes_per_expert();
+  }
+  return total;
+}
+
+double mean(const std::vector<double>& v) {
+  double s = 0;
+  for (double x : v) s += x;
+  return v.empty() ? 0 : s / static_cast<double>(v.size());
+}
+
+// Sample standard deviation (n - 1), as llama-bench reports it; 0 for one sample.
+double stddev(const std::vector<double>& v) {
+  if (v.size() < 2) return 0;
+  const double m = mean(v);
+  double sq = 0;
+  for (double x : v) sq += (x - m) * (x - m);
+  return std::sqrt(sq / static_cast<double>(v.size() - 1));
+}
+
+class Bench {
+ public:
+  Bench(const Model& model, const BenchFlags& f) : model_(model), f_(f), rng_(1234) {}
+
+  // One test: a warm-up, then f_.reps timed runs. Exactly one of n_prompt, n_gen is > 0.
+  StatusOr<TestResult> run_test(int n_prompt, int n_gen) {
+    TestResult r;
+    r.n_prompt = n_prompt;
+    r.n_gen = n_gen;
+    Progress progress("bench " + r.name(), static_cast<uint64_t>(f_.reps) + 1, f_.output != "json");
+    progress.update(0);
+    MT_ASSIGN_OR_RETURN(double warm_ns, run_once(n_prompt, n_prompt > 0 ? 0 : 1));
+    (void)warm_ns;
+    for (int i = 0; i < f_.reps; ++i) {
+      progress.update(static_cast<uint64_t>(i) + 1);
+      MT_ASSIGN_OR_RETURN(double ns, run_once(n_prompt, n_gen));
+      r.samples_ns.push_back(static_cast<uint64_t>(ns));
+      r.samples_ts.push_back(1e9 * static_cast<double>(n_prompt + n_gen) / ns);
+    }
+    progress.update(static_cast<uint64_t>(f_.reps) + 1);
+    progress.finish();
+    for (uint64_t ns : r.samples_ns) r.avg_ns += static_cast<double>(ns) / static_cast<double>(r.samples_ns.size());
+    r.avg_ts = mean(r.samples_ts);
+    r.stddev_ts = stddev(r.samples_ts);
+    return r;
+  }
+
+ private:
+  int32_t random_token() {
+    return static_cast<int32_t>(std::uniform_int_distribution<uint32_t>(0, model_.hparams().n_vocab - 1)(rng_));
+  }
+
+  // Nanoseconds for one pp (a batch of n_prompt tokens) or one tg (n_gen single tokens).
+  StatusOr<double> run_once(int n_prompt, int n_gen) {
+    const uint32_t n_ctx = static_cast<uint32_t>(std::max(1, n_prompt + n_gen));
+    MT_ASSIGN_OR_RETURN(Session session, Session::create(model_, n_ctx));
+    std::vector<int32_t> prompt(static_cast<size_t>(n_prompt));
+    for (int32_t& t : prompt) t = random_token();
+    int32_t token = random_token();
+    const auto t0 = std::chrono::steady_clock::now();
+    if (n_prompt > 0) MT_RETURN_IF_ERROR(session.feed(prompt, false, &logits_));
+    for (int i = 0; i < n_gen; ++i) {
+      MT_RETURN_IF_ERROR(session.feed({&token, 1}, false, &logits_));
+      token = random_token();
+    }
+    return std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
+  }
+
+  const Model& model_;
+  const BenchFlags& f_;
+  std::mt19937 rng_;
+  std::vector<float> logits_;
+};
+
+double gb_per_s(const ModelFacts& m, const TestResult& r) {
+  return static_cast<double>(m.active_bytes_per_token) * r.avg_ts / 1e9;
+}
+
+void print_json(const ModelFacts& m, const BenchFlags& f, int threads, const std::vector<TestResult>& results) {
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  for (const TestResult& r : results) {
+    nlohmann::ordered_json j;
+    j["model_filename"] = f.model;
+    j["model_type"] = m.arch;
+    j["model_bytes"] = m.model_bytes;
+    j["model_n_params"] = m.n_params;
+    j["active_bytes_per_token"] = m.active_bytes_per_token;
+    j["n_threads"] = threads;
+    j["test"] = r.name();
+    j["n_prompt"] = r.n_prompt;
+    j["n_gen"] = r.n_gen;
+    j["avg_ns"] = static_cast<uint64_t>(r.avg_ns);
+    j["avg_ts"] = r.avg_ts;
+    j["stddev_ts"] = r.stddev_ts;
+    j["samples_ns"] = r.samples_ns;
+    j["samples_ts"] = r.samples_ts;
+    if (r.n_gen > 0) {
+      j["gb_per_s"] = gb_per_s(m, r);
+      if (f.membw_gbps > 0) {
+        j["membw_gb_per_s"] = f.membw_gbps;
+        j["roofline_fraction"] = gb_per_s(m, r) / f.membw_gbps;
+      }
+    }
+    out.push_back(std::move(j));
+  }
+  std::printf("%s\n", out.dump(2).c_str());
+}
+
+void print_markdown(const ModelFacts& m, const BenchFlags& f, int threads, const std::vector<TestResult>& results) {
+  const bool roof = f.membw_gbps > 0;
+  std::printf("| model | size | params | active/token | threads | test | t/s | GB/s |%s\n", roof ? " roofline |" : "");
+  std::printf("| ----- | ---: | -----: | -----------: | ------: | ---: | --: | ---: |%s\n", roof ? " -------: |" : "");
+  for (const TestResult& r : results) {
+    std::string gbs = "-", frac = "-";
+    if (r.n_gen > 0) {
+      char buf[64];
+      std::snprintf(buf, sizeof buf, "%.2f", gb_per_s(m, r));
+      gbs = buf;
+      std::snprintf(buf, sizeof buf, "%.1f%%", 100.0 * gb_per_s(m, r) / std::max(f.membw_gbps, 1e-12));
+      frac = buf;
+    }
+    const double params = static_cast<double>(m.n_params);
+    std::printf("| %s %s | %s | %.2f %s | %s | %d | %s | %.2f ± %.2f | %s |%s\n", m.name.c_str(), m.arch.c_str(),
+                human_bytes(m.model_bytes).c_str(), params < 1e9 ? params / 1e6 : params / 1e9, params < 1e9 ? "M" : "B",
+                human_bytes(m.active_bytes_per_token).c_str(), threads, r.name().c_str(), r.avg_ts, r.stddev_ts,
+                gbs.c_str(), roof ? (" " + frac + " |").c_str() : "");
+  }
+}
+
+int run(const BenchFlags& f) {
+  if (f.model.empty()) return fail(invalid_argument("-m FILE is required"));
+  if (f.n_prompt < 0 || f.n_gen < 0) return fail(invalid_argument("-p and -n must be >= 0"));
+  if (f.n_prompt == 0 && f.n_gen == 0) return fail(invalid_argument("nothing to run: -p and -n are both 0"));
+  if (f.reps < 1) return fail(invalid_argument("-r must be >= 1"));
+  if (f.threads < 0) return fail(invalid_argument("-t must be >= 0"));
+  if (f.membw_gbps < 0) return fail(invalid_argument("--membw must be > 0"));
+
+  auto model = Model::load(f.model, {f.threads});
+  if (!model.ok()) return fail(model.status());
+  const HParams& hp = (*model)->hparams();
+  if (static_cast<uint64_t>(f.n_prompt) + static_cast<uint64_t>(f.n_gen) > hp.n_ctx_train && hp.n_ctx_train > 0) {
+    log_warn("-p + -n exceed the model's training context (" + std::to_string(hp.n_ctx_train) + ")");
+  }
+  ModelFacts m;
+  m.name = std::filesystem::path(f.model).filename().string();
+  m.arch = std::string(arch_info(hp.arch).name);
+  m.model_bytes = (*model)->file().file_size();
+  for (const gguf::TensorInfo& t : (*model)->file().tensors()) m.n_params += t.n_elements();
+  auto active = active_bytes_per_token(**model);
+  if (!active.ok()) return fail(active.status());
+  m.active_bytes_per_token = *active;
+  const int threads = (*model)->pool().size();
+
+  Bench bench(**model, f);
+  std::vector<TestResult> results;
+  for (auto [p, n] : {std::pair{f.n_prompt, 0}, std::pair{0, f.n_gen}}) {
+    if (p + n == 0) continue;
+    auto r = bench.run_test(p, n);
+    if (!r.ok()) return fail(r.status());
+    results.push_back(std::move(*r));
+  }
+  if (f.output == "json") {
+    print_json(m, f, threads, results);
+  } else {
+    print_markdown(m, f, threads, results);
+  }
+  return 0;
+}
+
+}  // namespace
+
+Runner add_bench(CLI::App& app) {
+  auto f = std::make_shared<BenchFlags>();
+  app.add_option("-m,--model", f->model, "GGUF model")->required();
+  app.add_option("-p,--n-prompt", f->n_prompt, "prompt tokens of the pp test (default 512; 0 = skip)");
+  app.add_option("-n,--n-gen", f->n_gen, "generated tokens of the tg test (default 128; 0 = skip)");
+  app.add_option("-t,--threads", f->threads, "threads (default: all)");
+  app.add_option("-r,--repetitions", f->reps, "timed repetitions per test, after one warm-up (default 5)");
+  app.add_option("-o,--output", f->output, "output format: md (default) or json")->check(CLI::IsMember({"md", "json"}));
+  app.add_option("--membw", f->membw_gbps, "host memory read bandwidth in GB/s (moetier_membw): adds tg's roofline fraction");
+  return [f] { return run(*f); };
+}
+
+}  // namespace mt::cli

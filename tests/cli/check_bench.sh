@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# bench: moetier bench's JSON keys and arithmetic on a tiny olmoe model, its errors, and
+# moetier_membw's JSON. Speed itself is measured by bench/compare_llamacpp.sh, not here.
+#   * active_bytes_per_token = non-expert tensors + one embedding row + top-k experts per
+#     MoE layer, recomputed here from `inspect --json`
+#   * gb_per_s = active_bytes_per_token * avg_ts / 1e9; roofline_fraction with --membw
+# usage: check_bench.sh MOETIER MOETIER_MEMBW WORK_DIR
+set -uo pipefail
+MOETIER=$1
+MEMBW=$2
+WORK=$3
+PY=${PYTHON3:-python3}
+mkdir -p "$WORK"
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+
+M=$WORK/olmoe.gguf
+"$MOETIER" synth --arch olmoe --quant q4_k_m -o "$M" >/dev/null || fail "synth"
+"$MOETIER" inspect --json "$M" >"$WORK/inspect.json" || fail "inspect"
+"$MOETIER" bench -m "$M" -p 8 -n 4 -t 2 -r 2 --membw 10 -o json >"$WORK/bench.json" || fail "bench -o json"
+"$PY" - "$WORK/bench.json" "$WORK/inspect.json" <<'PY' || fail "bench JSON"
+import json, sys
+b, info = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+assert [t["test"] for t in b] == ["pp8", "tg4"], b
+arch = info["architecture"]
+k = info["metadata"][f"{arch}.expert_used_count"]
+names = {t["name"] for t in info["tensors"]}
+active = 0
+for t in info["tensors"]:
+    if "_exps" in t["name"]:
+        active += t["bytes"] * k // t["ne"][2]
+    elif t["name"] == "token_embd.weight":
+        active += t["bytes"] // t["ne"][1] + (0 if "output.weight" in names else t["bytes"])
+    else:
+        active += t["bytes"]
+for t in b:
+    for key in ("n_prompt", "n_gen", "n_threads", "avg_ts", "stddev_ts", "samples_ts", "model_bytes",
+                "active_bytes_per_token"):
+        assert key in t, key
+    assert t["n_threads"] == 2 and len(t["samples_ts"]) == 2 and t["avg_ts"] > 0, t
+    assert t["model_bytes"] == info["file_bytes"], t
+    assert t["active_bytes_per_token"] == active, (t["active_bytes_per_token"], active)
+pp, tg = b
+assert (pp["n_prompt"], pp["n_gen"], tg["n_prompt"], tg["n_gen"]) == (8, 0, 0, 4)
+assert "gb_per_s" not in pp
+assert abs(tg["gb_per_s"] - active * tg["avg_ts"] / 1e9) <= 1e-9 * tg["gb_per_s"], tg
+assert abs(tg["roofline_fraction"] - tg["gb_per_s"] / 10) <= 1e-9, tg
+print(f"bench: active {active} B/token, pp8 {pp['avg_ts']:.1f} t/s, tg4 {tg['avg_ts']:.1f} t/s")
+PY
+out=$("$MOETIER" bench -m "$M" -p 4 -n 2 -r 1)
+grep -q '| tg2 |' <<<"$out" && grep -q '| pp4 |' <<<"$out" || fail "markdown table: $out"
+
+expect_error() {  # code substring -- command...
+  local code=$1 sub=$2
+  shift 3
+  local out rc
+  out=$("$@" 2>&1 >/dev/null)
+  rc=$?
+  [ "$rc" -eq "$code" ] || fail "'$*' exited $rc, expected $code ($out)"
+  grep -qE -- "$sub" <<<"$out" || fail "'$*' said '$out', expected '$sub'"
+  [ "$code" -ne 1 ] || [ "$(wc -l <<<"$out")" -eq 1 ] || fail "'$*' printed more than one line: $out"
+}
+expect_error 1 "cannot open" -- "$MOETIER" bench -m "$WORK/missing.gguf"
+expect_error 1 "-r must be" -- "$MOETIER" bench -m "$M" -r 0
+expect_error 1 "both 0" -- "$MOETIER" bench -m "$M" -p 0 -n 0
+expect_error 2 "" -- "$MOETIER" bench -m "$M" -o xml
+
+"$MEMBW" -t 1 --size-mib 64 -r 2 -o json >"$WORK/membw.json" 2>/dev/null || fail "moetier_membw"
+"$PY" -c 'import json, sys; j = json.load(open(sys.argv[1])); assert j["best_gb_per_s"] > 0 and j["threads"] == 1, j' \
+  "$WORK/membw.json" || fail "membw JSON"
+
+[ "$fails" -eq 0 ] && echo "bench: all checks passed"
+exit $((fails > 0))
