@@ -8,18 +8,7 @@
 
 namespace mt {
 
-QuantType activation_type(QuantType weight) {
-  switch (weight) {
-    case QuantType::F32: return QuantType::F32;
-    case QuantType::F16: return QuantType::F16;
-    case QuantType::BF16: return QuantType::BF16;
-    case QuantType::Q4_1: case QuantType::Q5_1: return QuantType::Q8_1;
-    case QuantType::Q2_K: case QuantType::Q3_K: case QuantType::Q4_K: case QuantType::Q5_K:
-    case QuantType::Q6_K: case QuantType::IQ4_XS: case QuantType::Q8_K:
-      return QuantType::Q8_K;
-    default: return QuantType::Q8_0;  // Q4_0, Q5_0, Q8_0, IQ4_NL, MXFP4
-  }
-}
+QuantType activation_type(QuantType weight) { return cpu::activation_type(weight); }
 
 void round_activation(QuantType weight, const float* x, float* out, int64_t n) {
   const QuantType act = activation_type(weight);

@@ -17,7 +17,8 @@
 
 namespace mt {
 
-// The activation type llama.cpp's CPU backend pairs with weights of `weight`.
+// The activation type llama.cpp's CPU backend pairs with weights of `weight` (the one
+// table lives in cpu/kernels.h).
 QuantType activation_type(QuantType weight);
 
 // out = x (n elements) rounded through activation_type(weight). In-place allowed.
