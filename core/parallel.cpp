@@ -55,10 +55,7 @@ void ThreadPool::worker() {
       sleeping_.fetch_sub(1);
     }
     seen = generation_.load(std::memory_order_acquire);
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (stop_) return;
-    }
+    if (stop_.load(std::memory_order_acquire)) return;
     run_chunks();
     if (active_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
       std::lock_guard<std::mutex> lock(mu_);
@@ -75,8 +72,7 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
   }
   MT_CHECK_MSG(active_.load() == 0, "parallel_for is not reentrant");
   // About four chunks per thread balances uneven rows without much claiming traffic.
-  int64_t chunk = std::max<int64_t>(1, n / (static_cast<int64_t>(n_threads_) * 4));
-  if (grain > 0) chunk = std::max(chunk, grain);
+  const int64_t chunk = grain > 0 ? grain : std::max<int64_t>(1, n / (static_cast<int64_t>(n_threads_) * 4));
   {
     std::lock_guard<std::mutex> lock(mu_);
     job_ = &fn;

@@ -25,7 +25,8 @@ class ThreadPool {
   ~ThreadPool();
 
   int size() const { return n_threads_; }
-  // fn(begin, end) over [0, n), in chunks of at least `grain` indices (0: automatic).
+  // fn(begin, end) over [0, n), in chunks of `grain` indices (0: automatic, about four
+  // chunks per thread).
   void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t grain = 0);
 
  private:
@@ -42,7 +43,7 @@ class ThreadPool {
   std::atomic<int64_t> next_{0};     // next chunk to claim
   const std::function<void(int64_t, int64_t)>* job_ = nullptr;
   int64_t job_n_ = 0, chunk_ = 1;
-  bool stop_ = false;
+  std::atomic<bool> stop_{false};
 };
 
 }  // namespace mt

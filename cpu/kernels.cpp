@@ -56,6 +56,15 @@ const KernelTable& kernels() {
   return t;
 }
 
+void gemm_by_vec_dot(VecDotFn dot, int64_t n, const void* w, size_t w_stride, int64_t n_rows, const void* act,
+                     size_t act_stride, int64_t n_tok, float* y, int64_t y_stride) {
+  const auto* wb = static_cast<const uint8_t*>(w);
+  const auto* ab = static_cast<const uint8_t*>(act);
+  for (int64_t r = 0; r < n_rows; ++r) {
+    for (int64_t t = 0; t < n_tok; ++t) y[t * y_stride + r] = dot(n, wb + r * w_stride, ab + t * act_stride);
+  }
+}
+
 QuantType activation_type(QuantType weight) {
   switch (weight) {
     case QuantType::F32: return QuantType::F32;

@@ -21,12 +21,26 @@ namespace mt::cpu {
 using VecDotFn = float (*)(int64_t n, const void* weight_row, const void* act_row);
 // x (n floats) -> activation blocks
 using QuantizeRowFn = void (*)(const float* x, void* dst, int64_t n);
+// A tile of dots: y[t * y_stride + r] = vec_dot(n, weight row r, activation row t) for
+// r < n_rows, t < n_tok. Weight row r starts at w + r * w_stride bytes, activation row t at
+// act + t * act_stride bytes. The same numbers as vec_dot up to float summation order; a
+// tile kernel unpacks each weight block once for several tokens (prefill).
+using GemmFn = void (*)(int64_t n, const void* w, size_t w_stride, int64_t n_rows, const void* act, size_t act_stride,
+                        int64_t n_tok, float* y, int64_t y_stride);
+// y[i] += a * x[i], x in F16 (attention's V rows of an F16 KV cache).
+using AxpyF16Fn = void (*)(int64_t n, float a, const void* x_f16, float* y);
 
 struct KernelTable {
   Isa isa;
   VecDotFn vec_dot[64];          // indexed by QuantType id; null: not supported
   QuantizeRowFn quantize[64];    // indexed by the activation QuantType id (Q8_0, Q8_1, Q8_K, F16, BF16, F32)
+  GemmFn gemm[64];               // indexed by QuantType id; null: a loop over vec_dot
+  AxpyF16Fn axpy_f16;
 };
+
+// The tile dots through `dot` one pair at a time (what a null gemm entry means).
+void gemm_by_vec_dot(VecDotFn dot, int64_t n, const void* w, size_t w_stride, int64_t n_rows, const void* act,
+                     size_t act_stride, int64_t n_tok, float* y, int64_t y_stride);
 
 // The table of the active ISA (cpu/isa.h), or of a given one (tests).
 const KernelTable& kernels();

@@ -412,9 +412,17 @@ void quantize_bf16(const float* x, void* dst, int64_t n) {
   }
 }
 
+void axpy_f16(int64_t n, float a, const void* x, float* y) {
+  const __m256 va = _mm256_set1_ps(a);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, load8_f16(x, i), _mm256_loadu_ps(y + i)));
+  for (; i < n; ++i) y[i] += a * load1_f16(x, i);
+}
+
 }  // namespace
 
 void register_simple_avx2(KernelTable& t) {
+  t.axpy_f16 = axpy_f16;
   auto set_dot = [&t](QuantType type, VecDotFn fn) { t.vec_dot[static_cast<int>(type)] = fn; };
   auto set_quantize = [&t](QuantType type, QuantizeRowFn fn) { t.quantize[static_cast<int>(type)] = fn; };
 

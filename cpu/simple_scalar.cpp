@@ -6,6 +6,7 @@
 // Activation quantizers are quant/'s reference quantizers themselves.
 #include <bit>
 #include <cstdint>
+#include <cstring>
 
 #include "cpu/register.h"
 #include "quant/blocks.h"
@@ -109,9 +110,19 @@ void quantize_reference(const float* x, void* dst, int64_t n) {
   quantize_row(kType, x, dst, n);
 }
 
+void axpy_f16(int64_t n, float a, const void* x, float* y) {
+  const auto* b = static_cast<const uint8_t*>(x);
+  for (int64_t i = 0; i < n; ++i) {
+    uint16_t h;
+    std::memcpy(&h, b + 2 * i, sizeof(h));
+    y[i] += a * fp16_to_fp32(h);
+  }
+}
+
 }  // namespace
 
 void register_simple_scalar(KernelTable& t) {
+  t.axpy_f16 = axpy_f16;
   auto set_dot = [&t](QuantType type, VecDotFn fn) { t.vec_dot[static_cast<int>(type)] = fn; };
   auto set_quantize = [&t](QuantType type, QuantizeRowFn fn) { t.quantize[static_cast<int>(type)] = fn; };
 

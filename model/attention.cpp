@@ -1,9 +1,19 @@
 // RMSNorm, RoPE and the attention sub-block (see layers.h).
+//
+// Attention reads the KV cache in place: per (token, head) unit, the scores of every
+// cached position are dots of the cache's K rows with q rounded to the cache type (as
+// llama.cpp's non-flash path rounds q before its K matmul), a softmax in a per-thread row
+// of n_kv floats (the probabilities rounded to F16 for an F16 cache, as llama.cpp rounds
+// them before the V matmul), then V rows accumulated with those weights. Memory is
+// O(n_kv) per thread, never n_tokens^2; units are split over the pool, so both decode
+// (one token, all heads) and prefill (tokens x heads) keep every thread busy.
 #include <cmath>
 
 #include "core/check.h"
+#include "cpu/kernels.h"
 #include "model/layers.h"
 #include "model/linear.h"
+#include "quant/reference.h"
 
 namespace mt {
 
@@ -15,23 +25,41 @@ void rms_norm(const float* x, const std::vector<float>& w, float eps, int64_t n,
   for (int64_t i = 0; i < n; ++i) out[i] = x[i] * scale * (w.empty() ? 1.0f : w[static_cast<size_t>(i)]);
 }
 
-void rope(float* x, uint32_t n_heads, uint32_t head_dim, uint32_t n_rot, uint32_t pos, RopeStyle style,
-          float freq_base, float freq_scale) {
-  // theta_k = pos * scale * base^(-2k / n_rot), built by repeated multiplication in float.
+namespace {
+
+// cos and sin of theta_k = pos * scale * base^(-2k / n_rot), k < n_rot / 2, theta built by
+// repeated multiplication in float (as llama.cpp does).
+void rope_angles(uint32_t n_rot, uint32_t pos, float freq_base, float freq_scale, float* cos_out, float* sin_out) {
   const float theta_scale = std::pow(freq_base, -2.0f / static_cast<float>(n_rot));
+  float theta = static_cast<float>(pos) * freq_scale;
+  for (uint32_t k = 0; k < n_rot / 2; ++k) {
+    cos_out[k] = std::cos(theta);
+    sin_out[k] = std::sin(theta);
+    theta *= theta_scale;
+  }
+}
+
+void rope_apply(float* x, uint32_t n_heads, uint32_t head_dim, uint32_t n_rot, RopeStyle style, const float* c,
+                const float* s) {
   for (uint32_t h = 0; h < n_heads; ++h) {
     float* head = x + static_cast<size_t>(h) * head_dim;
-    float theta = static_cast<float>(pos) * freq_scale;
     for (uint32_t k = 0; k < n_rot / 2; ++k) {
-      const float c = std::cos(theta), s = std::sin(theta);
       const uint32_t i0 = style == RopeStyle::kNorm ? 2 * k : k;
       const uint32_t i1 = style == RopeStyle::kNorm ? 2 * k + 1 : k + n_rot / 2;
       const float x0 = head[i0], x1 = head[i1];
-      head[i0] = x0 * c - x1 * s;
-      head[i1] = x0 * s + x1 * c;
-      theta *= theta_scale;
+      head[i0] = x0 * c[k] - x1 * s[k];
+      head[i1] = x0 * s[k] + x1 * c[k];
     }
   }
+}
+
+}  // namespace
+
+void rope(float* x, uint32_t n_heads, uint32_t head_dim, uint32_t n_rot, uint32_t pos, RopeStyle style,
+          float freq_base, float freq_scale) {
+  std::vector<float> c(n_rot / 2), s(n_rot / 2);
+  rope_angles(n_rot, pos, freq_base, freq_scale, c.data(), s.data());
+  rope_apply(x, n_heads, head_dim, n_rot, style, c.data(), s.data());
 }
 
 namespace {
@@ -48,68 +76,82 @@ void trace_rows(Trace* trace, const char* name, const BlockArgs& a, const float*
   for (uint32_t t = 0; t < a.n_tokens; ++t) trace->tensor(name, a.layer, a.pos0 + t, {rows + t * n, n});
 }
 
-// Causal attention of one token (all heads) over cache positions [0, pos].
-void attend(const BlockArgs& a, const float* q, uint32_t pos, float* out) {
-  const HParams& hp = a.hp;
-  const uint32_t hd = hp.head_dim, group = hp.n_head / hp.n_head_kv;
-  const float kq_scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  const uint32_t n_kv = pos + 1;
-  std::vector<float> keys(static_cast<size_t>(n_kv) * hp.kv_dim()), values(keys.size());
-  for (uint32_t j = 0; j < n_kv; ++j) {
-    a.kv.load_k(a.layer, j, &keys[static_cast<size_t>(j) * hp.kv_dim()]);
-    a.kv.load_v(a.layer, j, &values[static_cast<size_t>(j) * hp.kv_dim()]);
+// out (head_dim) += p * V slice (head_dim elements of the cache type at `v`).
+void accumulate_v(QuantType cache, const cpu::KernelTable& k, uint32_t hd, float p, const uint8_t* v, float* out,
+                  float* tmp) {
+  if (cache == QuantType::F16) {
+    k.axpy_f16(hd, p, v, out);
+    return;
   }
-  // llama.cpp's non-flash path multiplies q by the cached K and the softmax by the cached
-  // V, rounding the f32 operand to the cache type first (F16 cache: F16).
-  const QuantType cache = a.kv.type();
-  a.pool.parallel_for(hp.n_head, [&](int64_t h0, int64_t h1) {
-    std::vector<float> qr(hd), pr(n_kv);
-    for (int64_t h = h0; h < h1; ++h) {
-      const uint32_t kvh = static_cast<uint32_t>(h) / group;
-      round_activation(cache, q + h * hd, qr.data(), hd);
-      float max_score = -INFINITY;
-      for (uint32_t j = 0; j < n_kv; ++j) {
-        const float* k = &keys[static_cast<size_t>(j) * hp.kv_dim() + kvh * hd];
-        double dot = 0.0;
-        for (uint32_t i = 0; i < hd; ++i) dot += static_cast<double>(k[i]) * qr[i];
-        pr[j] = static_cast<float>(dot) * kq_scale;
-        max_score = std::max(max_score, pr[j]);
-      }
-      double sum = 0.0;
-      for (uint32_t j = 0; j < n_kv; ++j) {
-        pr[j] = std::exp(pr[j] - max_score);
-        sum += pr[j];
-      }
-      const float inv = static_cast<float>(1.0 / sum);
-      for (uint32_t j = 0; j < n_kv; ++j) pr[j] *= inv;
-      if (cache == QuantType::F16) round_activation(QuantType::F16, pr.data(), pr.data(), n_kv);
-      float* o = out + h * hd;
-      for (uint32_t i = 0; i < hd; ++i) {
-        double acc = 0.0;
-        for (uint32_t j = 0; j < n_kv; ++j) acc += static_cast<double>(values[static_cast<size_t>(j) * hp.kv_dim() + kvh * hd + i]) * pr[j];
-        o[i] = static_cast<float>(acc);
-      }
-    }
-  });
+  dequantize_row(cache, v, tmp, hd);
+  for (uint32_t i = 0; i < hd; ++i) out[i] += p * tmp[i];
+}
+
+// Causal attention of token t of the batch (position pos0 + t), head h, over cache
+// positions [0, pos0 + t]; q (head_dim) -> out (head_dim).
+struct AttendArgs {
+  const BlockArgs& a;
+  const cpu::KernelTable& k;
+  QuantType cache;
+  size_t head_bytes;  // bytes of one head's slice of a cache row
+  float kq_scale;
+};
+
+void attend_one(const AttendArgs& args, uint32_t pos, uint32_t h, const float* q, float* out) {
+  const BlockArgs& a = args.a;
+  const HParams& hp = a.hp;
+  const uint32_t hd = hp.head_dim, kvh = h / (hp.n_head / hp.n_head_kv);
+  const uint32_t n_kv = pos + 1;
+  const QuantType act = cpu::activation_type(args.cache);
+  thread_local std::vector<uint8_t> q_packed;
+  thread_local std::vector<float> scores, tmp;
+  q_packed.resize(cpu::activation_row_bytes(args.cache, hd));
+  if (scores.size() < n_kv) scores.resize(n_kv);
+  if (tmp.size() < hd) tmp.resize(hd);
+  args.k.quantize[static_cast<uint32_t>(act)](q, q_packed.data(), hd);
+  const cpu::VecDotFn dot = args.k.vec_dot[static_cast<uint32_t>(args.cache)];
+  const size_t offset = kvh * args.head_bytes;
+
+  float max_score = -INFINITY;
+  for (uint32_t j = 0; j < n_kv; ++j) {
+    scores[j] = dot(hd, a.kv.k_row(a.layer, j) + offset, q_packed.data()) * args.kq_scale;
+    max_score = std::max(max_score, scores[j]);
+  }
+  double sum = 0.0;
+  for (uint32_t j = 0; j < n_kv; ++j) {
+    scores[j] = std::exp(scores[j] - max_score);
+    sum += scores[j];
+  }
+  const float inv = static_cast<float>(1.0 / sum);
+  for (uint32_t j = 0; j < n_kv; ++j) scores[j] *= inv;
+  if (args.cache == QuantType::F16) round_activation(QuantType::F16, scores.data(), scores.data(), n_kv);
+  std::fill(out, out + hd, 0.0f);
+  for (uint32_t j = 0; j < n_kv; ++j) {
+    accumulate_v(args.cache, args.k, hd, scores[j], a.kv.v_row(a.layer, j) + offset, out, tmp.data());
+  }
 }
 
 }  // namespace
 
 void attention_block(const BlockArgs& a, QkNorm qk_norm, RopeStyle rope_style) {
   const HParams& hp = a.hp;
+  const LayerWeights& w = a.w;
   const size_t E = hp.n_embd, Q = hp.q_dim(), KV = hp.kv_dim();
   const uint32_t T = a.n_tokens;
   std::vector<float> h(T * E), q(T * Q), k(T * KV), v(T * KV), att(T * Q), out(T * E);
   for (uint32_t t = 0; t < T; ++t) rms_norm(a.x + t * E, a.v.attn_norm, hp.rms_eps, E, &h[t * E]);
   trace_rows(a.trace, "attn_norm", a, h.data(), E);
 
-  matmul(a.w.wq, 0, h.data(), T, q.data(), a.pool);
-  matmul(a.w.wk, 0, h.data(), T, k.data(), a.pool);
-  matmul(a.w.wv, 0, h.data(), T, v.data(), a.pool);
+  PackSet h_packs(h.data(), T, static_cast<int64_t>(E));
+  const MatJob qkv[] = {{&w.wq, 0, h_packs.get(w.wq.type), q.data(), static_cast<int64_t>(Q)},
+                        {&w.wk, 0, h_packs.get(w.wk.type), k.data(), static_cast<int64_t>(KV)},
+                        {&w.wv, 0, h_packs.get(w.wv.type), v.data(), static_cast<int64_t>(KV)}};
+  matmul_jobs(qkv, a.pool);
   add_bias(q.data(), a.v.bq, T, Q);
   add_bias(k.data(), a.v.bk, T, KV);
   add_bias(v.data(), a.v.bv, T, KV);
 
+  std::vector<float> cos_k(hp.n_rot / 2), sin_k(hp.n_rot / 2);
   for (uint32_t t = 0; t < T; ++t) {
     float* qt = &q[t * Q];
     float* kt = &k[t * KV];
@@ -121,18 +163,32 @@ void attention_block(const BlockArgs& a, QkNorm qk_norm, RopeStyle rope_style) {
       rms_norm(kt, a.v.k_norm, hp.rms_eps, KV, kt);
     }
     const uint32_t pos = a.pos0 + t;
-    rope(qt, hp.n_head, hp.head_dim, hp.n_rot, pos, rope_style, hp.rope_freq_base, hp.rope_freq_scale);
-    rope(kt, hp.n_head_kv, hp.head_dim, hp.n_rot, pos, rope_style, hp.rope_freq_base, hp.rope_freq_scale);
+    rope_angles(hp.n_rot, pos, hp.rope_freq_base, hp.rope_freq_scale, cos_k.data(), sin_k.data());
+    rope_apply(qt, hp.n_head, hp.head_dim, hp.n_rot, rope_style, cos_k.data(), sin_k.data());
+    rope_apply(kt, hp.n_head_kv, hp.head_dim, hp.n_rot, rope_style, cos_k.data(), sin_k.data());
     a.kv.store(a.layer, pos, kt, &v[t * KV]);
   }
   trace_rows(a.trace, "Qcur", a, q.data(), Q);
   trace_rows(a.trace, "Kcur", a, k.data(), KV);
   trace_rows(a.trace, "Vcur", a, v.data(), KV);
 
-  for (uint32_t t = 0; t < T; ++t) attend(a, &q[t * Q], a.pos0 + t, &att[t * Q]);
+  const QuantType cache = a.kv.type();
+  const AttendArgs args{a, cpu::kernels(), cache, static_cast<size_t>(*row_bytes(cache, hp.head_dim)),
+                        1.0f / std::sqrt(static_cast<float>(hp.head_dim))};
+  const int64_t units = static_cast<int64_t>(T) * hp.n_head;  // (token, head), token-major
+  const int64_t grain = std::max<int64_t>(1, units / (static_cast<int64_t>(a.pool.size()) * 16));
+  a.pool.parallel_for(
+      units,
+      [&](int64_t u0, int64_t u1) {
+        for (int64_t u = u0; u < u1; ++u) {
+          const uint32_t t = static_cast<uint32_t>(u / hp.n_head), hh = static_cast<uint32_t>(u % hp.n_head);
+          attend_one(args, a.pos0 + t, hh, &q[t * Q + hh * hp.head_dim], &att[t * Q + hh * hp.head_dim]);
+        }
+      },
+      grain);
   trace_rows(a.trace, "kqv_out", a, att.data(), Q);
 
-  matmul(a.w.wo, 0, att.data(), T, out.data(), a.pool);
+  matmul(w.wo, 0, att.data(), T, out.data(), a.pool);
   trace_rows(a.trace, "attn_out", a, out.data(), E);
   for (size_t i = 0; i < T * E; ++i) a.x[i] += out[i];
 }

@@ -11,7 +11,7 @@ StatusOr<KvCache> KvCache::create(uint32_t n_layer, uint32_t n_ctx, uint32_t kv_
   if (type != QuantType::F16 && type != QuantType::Q8_0 && type != QuantType::F32) {
     return invalid_argument(std::string("KV cache type ") + type_name(type) + " is not supported (f16, q8_0, f32)");
   }
-  auto rb = row_bytes(type, kv_dim);
+  auto rb = mt::row_bytes(type, kv_dim);
   if (!rb) return invalid_argument(std::string("KV cache type ") + type_name(type) + " needs a KV width that is a multiple of " +
                                    std::to_string(type_traits(type).block_elems) + " (model has " + std::to_string(kv_dim) + ")");
   auto per_layer = checked_mul(*rb, n_ctx);

@@ -22,6 +22,10 @@ class KvCache {
   uint64_t bytes() const { return 2ull * k_.size() * (k_.empty() ? 0 : k_[0].size()); }
 
   void store(uint32_t layer, uint32_t pos, const float* k, const float* v);
+  // The raw K or V row (kv_dim elements in the cache type) of one position, and its size.
+  const uint8_t* k_row(uint32_t layer, uint32_t pos) const { return k_[layer].data() + pos * row_bytes_; }
+  const uint8_t* v_row(uint32_t layer, uint32_t pos) const { return v_[layer].data() + pos * row_bytes_; }
+  uint64_t row_bytes() const { return row_bytes_; }
   // Dequantized K or V row (kv_dim floats) of one position.
   void load_k(uint32_t layer, uint32_t pos, float* out) const;
   void load_v(uint32_t layer, uint32_t pos, float* out) const;

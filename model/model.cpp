@@ -78,6 +78,11 @@ Status Model::eval(std::span<const int32_t> tokens, uint32_t pos0, KvCache& kv, 
 StatusOr<Session> Session::create(const Model& model, uint32_t n_ctx, QuantType kv_type) {
   const HParams& hp = model.hparams();
   if (n_ctx == 0) return invalid_argument("context size must be positive");
+  const uint64_t block = type_traits(kv_type).block_elems;
+  if (block > 1 && hp.head_dim % block != 0) {
+    return invalid_argument(std::string("KV cache type ") + type_name(kv_type) + " needs a head size that is a multiple of " +
+                            std::to_string(block) + " (model has " + std::to_string(hp.head_dim) + ")");
+  }
   MT_ASSIGN_OR_RETURN(KvCache kv, KvCache::create(hp.n_layer, n_ctx, hp.kv_dim(), kv_type));
   return Session(model, std::move(kv));
 }
