@@ -16,10 +16,13 @@ void fill(KernelTable& t, Isa level) {
   if (level >= Isa::kAvx2) {
     register_simple_avx2(t);
     register_k_quants_avx2(t);
+    register_gemm_avx2(t);
   }
   if (level >= Isa::kAvx512) {
     register_simple_avx512(t);
     register_k_quants_avx512(t);
+    register_gemm_avx512(t);
+    register_repack_avx512(t);
   }
 }
 

@@ -35,6 +35,9 @@ struct KernelTable {
   VecDotFn vec_dot[64];          // indexed by QuantType id; null: not supported
   QuantizeRowFn quantize[64];    // indexed by the activation QuantType id (Q8_0, Q8_1, Q8_K, F16, BF16, F32)
   GemmFn gemm[64];               // indexed by QuantType id; null: a loop over vec_dot
+  // Tiles over weights in the interleaved layout of cpu/repack.h (w_stride = bytes of one
+  // 8-row group, n_rows a multiple of 8); null: no such layout on this level.
+  GemmFn gemm_x8[64];
   AxpyF16Fn axpy_f16;
 };
 

@@ -18,4 +18,11 @@ void register_k_quants_scalar(KernelTable& t);
 void register_k_quants_avx2(KernelTable& t);
 void register_k_quants_avx512(KernelTable& t);
 
+// The prefill tile dots (KernelTable::gemm) of Q4_K, Q5_K, Q6_K and Q8_0.
+void register_gemm_avx2(KernelTable& t);
+void register_gemm_avx512(KernelTable& t);  // uses VNNI when t.isa == kAvx512Vnni
+
+// Kernels over the interleaved weight layouts of cpu/repack.h.
+void register_repack_avx512(KernelTable& t);  // VNNI only
+
 }  // namespace mt::cpu

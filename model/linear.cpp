@@ -5,6 +5,7 @@
 
 #include "core/check.h"
 #include "cpu/kernels.h"
+#include "cpu/repack.h"
 #include "quant/reference.h"
 
 namespace mt {
@@ -53,10 +54,11 @@ const PackedRows* PackSet::get(QuantType weight_type) {
 
 namespace {
 
-// Rows per (job, row block) unit: about 64 KiB of weights, a multiple of 4 (tile kernels).
+// Rows per (job, row block) unit: about 64 KiB of weights, a multiple of 8 (interleaved
+// groups, tile kernels).
 int64_t block_rows(const Tensor& w) {
   const uint64_t bytes = std::max<uint64_t>(1, w.row_bytes);
-  return std::clamp<int64_t>(static_cast<int64_t>(65536 / bytes) / 4 * 4, 4, 256);
+  return std::clamp<int64_t>(static_cast<int64_t>(65536 / bytes) / 8 * 8, 8, 256);
 }
 
 int64_t job_tokens(const MatJob& j) { return j.n_tok >= 0 ? j.n_tok : j.x->n_tokens() - j.t0; }
@@ -84,7 +86,11 @@ void run_rows(const MatJob& j, int64_t r0, int64_t r1) {
   const uint32_t type = static_cast<uint32_t>(j.w->type);
   const uint8_t* w = j.w->row(static_cast<uint64_t>(r0), j.matrix);
   const auto stride = static_cast<size_t>(j.w->row_bytes);
-  if (k.gemm[type] != nullptr) {
+  if (j.w->interleaved) {  // r0 is a multiple of 8; w is group r0 / 8's first byte
+    MT_CHECK(r0 % cpu::kInterleave == 0 && (r1 - r0) % cpu::kInterleave == 0);
+    k.gemm_x8[type](j.x->n_in(), w, cpu::kInterleave * stride, r1 - r0, j.x->row(j.t0), j.x->row_bytes(), job_tokens(j),
+                    j.y + r0, j.y_stride);
+  } else if (k.gemm[type] != nullptr && job_tokens(j) > 1) {
     k.gemm[type](j.x->n_in(), w, stride, r1 - r0, j.x->row(j.t0), j.x->row_bytes(), job_tokens(j), j.y + r0, j.y_stride);
   } else {
     cpu::gemm_by_vec_dot(k.vec_dot[type], j.x->n_in(), w, stride, r1 - r0, j.x->row(j.t0), j.x->row_bytes(),

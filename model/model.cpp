@@ -1,6 +1,11 @@
 #include "model/model.h"
 
+#include <cstdlib>
 #include <thread>
+
+#include "cpu/kernels.h"
+#include "cpu/repack.h"
+#include "quant/blocks.h"
 
 #include "model/archs/blocks.h"
 #include "model/linear.h"
@@ -16,7 +21,22 @@ std::vector<float> to_floats(const Tensor& t) {
   return out;
 }
 
+// The matrices only matmul reads (so they may be stored interleaved).
+std::vector<Tensor*> matmul_tensors(ModelWeights& w) {
+  std::vector<Tensor*> out;
+  for (LayerWeights& l : w.layers) {
+    for (Tensor* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.gate_exps, &l.up_exps, &l.down_exps, &l.shexp_gate, &l.shexp_up,
+                      &l.shexp_down, &l.ffn_gate, &l.ffn_up, &l.ffn_down}) {
+      out.push_back(t);
+    }
+  }
+  if (w.output.data != w.token_embd.data) out.push_back(&w.output);  // tied: rows are read as embeddings
+  return out;
+}
+
 }  // namespace
+
+void Model::FreeDeleter::operator()(uint8_t* p) const { std::free(p); }
 
 StatusOr<std::unique_ptr<Model>> Model::load(const std::string& path, const LoadOptions& options) {
   std::unique_ptr<Model> m(new Model());
@@ -38,6 +58,31 @@ StatusOr<std::unique_ptr<Model>> Model::load(const std::string& path, const Load
   m->output_norm_ = to_floats(m->weights_.output_norm);
   int threads = options.n_threads > 0 ? options.n_threads : static_cast<int>(std::thread::hardware_concurrency());
   m->pool_ = std::make_unique<ThreadPool>(std::max(1, threads));
+  if (options.interleave) {
+    const cpu::KernelTable& k = cpu::kernels();
+    for (Tensor* t : matmul_tensors(m->weights_)) {
+      if (!t->present() || k.gemm_x8[static_cast<uint32_t>(t->type)] == nullptr || !cpu::has_interleaved_layout(t->type) ||
+          t->ne[1] % cpu::kInterleave != 0 || t->ne[0] % kQKK != 0) {
+        continue;
+      }
+      const uint64_t bytes = t->matrix_bytes * t->ne[2];
+      auto* dst = static_cast<uint8_t*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64));
+      if (dst == nullptr) return out_of_range("cannot allocate " + std::to_string(bytes) + " bytes to interleave " + t->name);
+      m->interleaved_.emplace_back(dst);
+      const int64_t groups_per_matrix = static_cast<int64_t>(t->ne[1]) / cpu::kInterleave;
+      const uint64_t group_bytes = cpu::kInterleave * t->row_bytes;
+      m->pool_->parallel_for(groups_per_matrix * static_cast<int64_t>(t->ne[2]), [&](int64_t g0, int64_t g1) {
+        for (int64_t g = g0; g < g1; ++g) {
+          const uint64_t matrix = static_cast<uint64_t>(g / groups_per_matrix);
+          const uint64_t offset = matrix * t->matrix_bytes + static_cast<uint64_t>(g % groups_per_matrix) * group_bytes;
+          cpu::interleave_rows(t->type, t->data + offset, t->row_bytes, static_cast<int64_t>(t->ne[0]), cpu::kInterleave,
+                               dst + offset);
+        }
+      });
+      t->data = dst;
+      t->interleaved = true;
+    }
+  }
   return m;
 }
 

@@ -23,6 +23,10 @@ namespace mt {
 
 struct LoadOptions {
   int n_threads = 0;  // 0: all hardware threads
+  // Copy the matrices of types with an interleaved layout (cpu/repack.h) into it at load,
+  // when this CPU has a kernel for it. The copy replaces the memory-mapped bytes for
+  // compute (same size); off keeps every weight zero-copy in the map.
+  bool interleave = true;
 };
 
 class Model {
@@ -47,6 +51,10 @@ class Model {
   std::vector<LayerVectors> vectors_;
   std::vector<float> output_norm_;
   std::unique_ptr<ThreadPool> pool_;
+  struct FreeDeleter {
+    void operator()(uint8_t* p) const;
+  };
+  std::vector<std::unique_ptr<uint8_t, FreeDeleter>> interleaved_;  // storage of interleaved matrices
 };
 
 // One sequence: its KV cache and the next position.

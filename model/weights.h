@@ -25,6 +25,9 @@ struct Tensor {
   const uint8_t* data = nullptr;
   uint64_t row_bytes = 0;
   uint64_t matrix_bytes = 0;
+  // Rows stored in cpu/repack.h's interleaved layout (groups of 8): only matmul may read
+  // the data then, row() is meaningless.
+  bool interleaved = false;
 
   bool present() const { return data != nullptr; }
   const uint8_t* row(uint64_t r, uint64_t matrix = 0) const { return data + matrix * matrix_bytes + r * row_bytes; }

@@ -1,0 +1,339 @@
+// Prefill tile dots ("GEMM"), AVX2 (+FMA, F16C): y[t * y_stride + r] = vec_dot(weight row
+// r, activation row t) for a tile of R rows x C tokens at once, so each weight block is
+// unpacked once for C tokens (cpu/kernels.h; the AVX-512 version is gemm_avx512.cpp).
+//
+// K-quants (Q4_K, Q5_K, Q6_K against Q8_K), R x C = 8 pairs (2 x 4 for the bulk; 4 x 2,
+// 8 x 1 for the last tokens), per super-block and 32 codes at a time, as vec_dot in
+// k_quants_avx2.cpp: unsigned codes x int8 activations by maddubs, int16 sub-block scales
+// by madd, summed into sum[p], p = r * C + t (8 int32 ymm; Q6_K's -32 offset starts the
+// sum). A hadd tree folds the 8 vectors into one whose lane p is pair p's total; Q4_K /
+// Q5_K's min terms fold the same way, and acc += S * (d_w * d_a) - M * (dmin_w * d_a).
+// Q8_0: R x C = 2 x 4 / 4 x 2 / 8 x 1 float accumulators, one 32-element block per step
+// with the sign trick (maddubs(|w|, sign(a, w))), |w| made once per row for C tokens.
+// The driver walks groups of rows small enough to stay in L2 and, for each token tile,
+// the group's row tiles; rows past the end repeat the last row and are not stored.
+//
+// Invariant: everything here has internal linkage (see cpu/k_quants_scales.h).
+#include "cpu/register.h"
+
+#if defined(__x86_64__)
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "core/check.h"
+#include "cpu/k_quants_scales.h"
+#include "cpu/scale_tables.h"
+#include "quant/blocks.h"
+
+namespace mt::cpu {
+namespace {
+
+__m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+__m128i load128(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
+float half_to_float(half_bits h) { return kFp16ToFp32.v[h]; }
+__m128i to_vector(Bytes16 b) { return _mm_set_epi64x(static_cast<int64_t>(b.hi), static_cast<int64_t>(b.lo)); }
+
+float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// Scale j of 8 int16 scales held in each 128-bit lane, in every int16.
+__m256i scale_of(__m256i scales, int j) {
+  return _mm256_shuffle_epi8(scales, _mm256_set1_epi16(static_cast<int16_t>(0x0100 + 0x0202 * j)));
+}
+// Of the 16 int8 scales in each lane: 2g (sign-extended) in the low lane, 2g + 1 in the high.
+__m256i scale_pair(__m256i scale_bytes, int g) {
+  const __m256i idx = _mm256_setr_m128i(_mm_set1_epi8(static_cast<char>(2 * g)),
+                                        _mm_set1_epi8(static_cast<char>(2 * g + 1)));
+  return _mm256_srai_epi16(_mm256_shuffle_epi8(scale_bytes, idx), 8);
+}
+// Bit `bit` of every byte of `mask`, moved to bit `to`.
+__m256i bit_to(__m256i mask, int bit, int to) {
+  return _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(mask, bit), _mm256_set1_epi8(1)), to);
+}
+
+// 8 vectors (pair p in vector p) -> lane p the pair's total.
+__m256i reduce8(const __m256i v[8]) {
+  const __m256i lo = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+  const __m256i hi = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
+  return _mm256_add_epi32(_mm256_permute2x128_si256(lo, hi, 0x20), _mm256_permute2x128_si256(lo, hi, 0x31));
+}
+
+// Lane p -> the row (kRow) or token of pair p in an R x C tile.
+struct LaneIndex {
+  alignas(32) int32_t v[8];
+};
+template <int C, bool kRow>
+constexpr LaneIndex make_lane_index() {
+  LaneIndex x{};
+  for (int p = 0; p < 8; ++p) x.v[p] = kRow ? p / C : p % C;
+  return x;
+}
+template <int C, bool kRow>
+constexpr LaneIndex kLaneIndex = make_lane_index<C, kRow>();
+template <int C, bool kRow>
+__m256 spread(const float* values) {
+  const __m256i idx = _mm256_load_si256(reinterpret_cast<const __m256i*>(kLaneIndex<C, kRow>.v));
+  return _mm256_permutevar8x32_ps(_mm256_load_ps(values), idx);
+}
+
+// ---- K-quant policies: a block's prepared scales, the 32 codes of step j (0..7, matching
+// activation bytes 32j..32j + 31) and that step's int16 scales.
+
+template <typename B, bool kFifthBit>
+struct Q45K {
+  using Block = B;
+  static constexpr bool kMins = true;
+  struct Prep {
+    __m256i scales;  // 8 int16 in each lane
+    __m128i mins;    // 8 int16
+  };
+  static Prep prep(const Block& b) {
+    const __m128i scale_min = to_vector(unpack_k4_scales(b.scales));
+    return {_mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(scale_min)), _mm_cvtepu8_epi16(_mm_srli_si128(scale_min, 8))};
+  }
+  static __m256i codes(const Block& b, int j) {
+    const __m256i q = load256(b.qs + 32 * (j / 2));
+    __m256i c = _mm256_and_si256(j % 2 == 0 ? q : _mm256_srli_epi16(q, 4), _mm256_set1_epi8(0xF));
+    if constexpr (kFifthBit) c = _mm256_or_si256(c, bit_to(load256(b.qh), j, 4));
+    return c;
+  }
+  static __m256i step_scales(const Prep& p, int j) { return scale_of(p.scales, j); }
+  static float dmin(const Block& b) { return half_to_float(b.dmin); }
+};
+
+struct Q6K {
+  using Block = BlockQ6_K;
+  static constexpr bool kMins = false;
+  struct Prep {
+    __m256i scale_bytes;  // the 16 int8 scales in each lane
+    __m256i offset16;     // -32 * scale_j
+  };
+  static Prep prep(const Block& b) {
+    const __m128i scales = load128(b.scales);
+    const __m256i scales16 = _mm256_cvtepi8_epi16(scales);
+    return {_mm256_broadcastsi128_si256(scales),
+            _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(scales16, 5))};
+  }
+  static __m256i start(const Prep& p, const BlockQ8_K& a) { return _mm256_madd_epi16(p.offset16, load256(a.bsums)); }
+  static __m256i codes(const Block& b, int j) {
+    const int half = j / 4, k = j % 4;
+    const __m256i ql = load256(b.ql + 64 * half + 32 * (k % 2));
+    const __m256i qh = load256(b.qh + 32 * half);
+    const __m256i low = _mm256_and_si256(k < 2 ? ql : _mm256_srli_epi16(ql, 4), _mm256_set1_epi8(0xF));
+    __m256i high;
+    switch (k) {
+      case 0: high = _mm256_slli_epi16(qh, 4); break;
+      case 1: high = _mm256_slli_epi16(qh, 2); break;
+      case 2: high = qh; break;
+      default: high = _mm256_srli_epi16(qh, 2); break;
+    }
+    return _mm256_or_si256(low, _mm256_and_si256(high, _mm256_set1_epi8(0x30)));
+  }
+  static __m256i step_scales(const Prep& p, int j) { return scale_pair(p.scale_bytes, j); }
+};
+
+// One super-block column of an R x C tile (R * C == 8): acc += its 8 pair dots.
+template <typename P, int R, int C>
+__m256 tile_block(const typename P::Block* const* w, const BlockQ8_K* const* a, __m256 acc) {
+  static_assert(R * C == 8, "a tile is 8 pairs");
+  __m256i sum[8];
+  [[maybe_unused]] __m128i mins[R];
+  alignas(32) float dw[8] = {}, da[8] = {};
+  [[maybe_unused]] alignas(32) float dmin[8] = {};
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    const typename P::Block& b = *w[r];
+    const typename P::Prep prep = P::prep(b);
+    dw[r] = half_to_float(b.d);
+    if constexpr (P::kMins) {
+      mins[r] = prep.mins;
+      dmin[r] = P::dmin(b);
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < C; ++t) {
+      if constexpr (P::kMins) {
+        sum[r * C + t] = _mm256_setzero_si256();
+      } else {
+        sum[r * C + t] = P::start(prep, *a[t]);
+      }
+    }
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; ++j) {
+      const __m256i codes = P::codes(b, j);
+      const __m256i scales = P::step_scales(prep, j);
+#pragma GCC unroll 8
+      for (int t = 0; t < C; ++t) {
+        const __m256i p = _mm256_maddubs_epi16(codes, load256(a[t]->qs + 32 * j));
+        sum[r * C + t] = _mm256_add_epi32(sum[r * C + t], _mm256_madd_epi16(p, scales));
+      }
+    }
+  }
+#pragma GCC unroll 8
+  for (int t = 0; t < C; ++t) da[t] = a[t]->d;
+  const __m256 d_a = spread<C, false>(da);
+  acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(reduce8(sum)), _mm256_mul_ps(spread<C, true>(dw), d_a), acc);
+  if constexpr (P::kMins) {
+    __m128i pairs[C];  // bsum_2j + bsum_2j+1 of each token
+#pragma GCC unroll 8
+    for (int t = 0; t < C; ++t) pairs[t] = _mm_hadd_epi16(load128(a[t]->bsums), load128(a[t]->bsums + 8));
+    __m256i m[4];  // m[k]: pair k in the low lane, pair k + 4 in the high (4 partials each)
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k) {
+      m[k] = _mm256_madd_epi16(_mm256_setr_m128i(mins[k / C], mins[(k + 4) / C]),
+                               _mm256_setr_m128i(pairs[k % C], pairs[(k + 4) % C]));
+    }
+    const __m256i mm = _mm256_hadd_epi32(_mm256_hadd_epi32(m[0], m[1]), _mm256_hadd_epi32(m[2], m[3]));
+    acc = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(mm), _mm256_mul_ps(spread<C, true>(dmin), d_a), acc);
+  }
+  return acc;
+}
+
+struct Problem {
+  int64_t nb;  // blocks per row
+  const uint8_t* w;
+  size_t w_stride;
+  int64_t n_rows;
+  const uint8_t* act;
+  size_t act_stride;
+  float* y;
+  int64_t y_stride;
+};
+
+template <typename Block>
+const Block* row_at(const Problem& pr, int64_t r) {
+  return reinterpret_cast<const Block*>(pr.w + std::min(r, pr.n_rows - 1) * pr.w_stride);
+}
+template <typename Block>
+const Block* token_at(const Problem& pr, int64_t t) {
+  return reinterpret_cast<const Block*>(pr.act + t * pr.act_stride);
+}
+
+template <typename P, int R, int C>
+void k_tiles(const Problem& pr, int64_t r0, int64_t r1, int64_t t0) {
+  using Block = typename P::Block;
+  const BlockQ8_K* a[C];
+  for (int t = 0; t < C; ++t) a[t] = token_at<BlockQ8_K>(pr, t0 + t);
+  for (int64_t r = r0; r < r1; r += R) {
+    const Block* w[R];
+    for (int k = 0; k < R; ++k) w[k] = row_at<Block>(pr, r + k);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < pr.nb; ++i) {
+      const Block* wi[R];
+      const BlockQ8_K* ai[C];
+      for (int k = 0; k < R; ++k) wi[k] = w[k] + i;
+      for (int t = 0; t < C; ++t) ai[t] = a[t] + i;
+      acc = tile_block<P, R, C>(wi, ai, acc);
+    }
+    alignas(32) float out[8];
+    _mm256_store_ps(out, acc);
+    const int rows = static_cast<int>(std::min<int64_t>(R, pr.n_rows - r));
+    for (int k = 0; k < rows; ++k) {
+      for (int t = 0; t < C; ++t) pr.y[(t0 + t) * pr.y_stride + r + k] = out[k * C + t];
+    }
+  }
+}
+
+// Q8_0: one block per step, float accumulators per pair.
+template <int R, int C>
+void q8_0_tiles(const Problem& pr, int64_t r0, int64_t r1, int64_t t0) {
+  const BlockQ8_0* a[C];
+  for (int t = 0; t < C; ++t) a[t] = token_at<BlockQ8_0>(pr, t0 + t);
+  for (int64_t r = r0; r < r1; r += R) {
+    const BlockQ8_0* w[R];
+    for (int k = 0; k < R; ++k) w[k] = row_at<BlockQ8_0>(pr, r + k);
+    __m256 acc[R * C];
+    for (auto& v : acc) v = _mm256_setzero_ps();
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int64_t i = 0; i < pr.nb; ++i) {
+      __m256 da[C];
+#pragma GCC unroll 8
+      for (int t = 0; t < C; ++t) da[t] = _mm256_broadcast_ss(&kFp16ToFp32.v[a[t][i].d]);
+#pragma GCC unroll 8
+      for (int k = 0; k < R; ++k) {
+        const __m256i q = load256(w[k][i].qs);
+        const __m256i abs_q = _mm256_abs_epi8(q);
+        const __m256 dw = _mm256_set1_ps(half_to_float(w[k][i].d));
+#pragma GCC unroll 8
+        for (int t = 0; t < C; ++t) {
+          const __m256i p = _mm256_maddubs_epi16(abs_q, _mm256_sign_epi8(load256(a[t][i].qs), q));
+          const __m256 ints = _mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones));
+          acc[k * C + t] = _mm256_fmadd_ps(ints, _mm256_mul_ps(dw, da[t]), acc[k * C + t]);
+        }
+      }
+    }
+    const int rows = static_cast<int>(std::min<int64_t>(R, pr.n_rows - r));
+    for (int k = 0; k < rows; ++k) {
+      for (int t = 0; t < C; ++t) pr.y[(t0 + t) * pr.y_stride + r + k] = hsum(acc[k * C + t]);
+    }
+  }
+}
+
+// Rows per group: the group's weights (about 256 KiB) stay in L2 while the token tiles
+// pass; a multiple of 8, so only the last group has a partial row tile.
+int64_t row_group(size_t w_stride) {
+  const int64_t rows = static_cast<int64_t>((size_t{256} << 10) / std::max<size_t>(w_stride, 1));
+  return std::max<int64_t>(8, rows / 8 * 8);
+}
+
+// The token tiles of each row group: 4 tokens at a time (2 rows), then 2 (4 rows), 1 (8).
+template <typename Tiles>
+void over_tokens(const Problem& pr, int64_t n_tok) {
+  const int64_t group = row_group(pr.w_stride);
+  for (int64_t r0 = 0; r0 < pr.n_rows; r0 += group) {
+    const int64_t r1 = std::min(pr.n_rows, r0 + group);
+    int64_t t0 = 0;
+    for (; t0 + 4 <= n_tok; t0 += 4) Tiles::template run<2, 4>(pr, r0, r1, t0);
+    if (t0 + 2 <= n_tok) Tiles::template run<4, 2>(pr, r0, r1, t0), t0 += 2;
+    if (t0 < n_tok) Tiles::template run<8, 1>(pr, r0, r1, t0);
+  }
+}
+
+template <typename P>
+struct KTiles {
+  template <int R, int C>
+  static void run(const Problem& pr, int64_t r0, int64_t r1, int64_t t0) {
+    k_tiles<P, R, C>(pr, r0, r1, t0);
+  }
+};
+struct Q8_0Tiles {
+  template <int R, int C>
+  static void run(const Problem& pr, int64_t r0, int64_t r1, int64_t t0) {
+    q8_0_tiles<R, C>(pr, r0, r1, t0);
+  }
+};
+
+template <typename Tiles, int kBlock>
+void gemm(int64_t n, const void* w, size_t w_stride, int64_t n_rows, const void* act, size_t act_stride,
+          int64_t n_tok, float* y, int64_t y_stride) {
+  MT_CHECK(n % kBlock == 0);
+  if (n_rows <= 0 || n_tok <= 0) return;
+  const Problem pr{n / kBlock, static_cast<const uint8_t*>(w), w_stride, n_rows, static_cast<const uint8_t*>(act),
+                   act_stride, y, y_stride};
+  over_tokens<Tiles>(pr, n_tok);
+}
+
+}  // namespace
+
+void register_gemm_avx2(KernelTable& t) {
+  t.gemm[static_cast<int>(QuantType::Q4_K)] = gemm<KTiles<Q45K<BlockQ4_K, false>>, kQKK>;
+  t.gemm[static_cast<int>(QuantType::Q5_K)] = gemm<KTiles<Q45K<BlockQ5_K, true>>, kQKK>;
+  t.gemm[static_cast<int>(QuantType::Q6_K)] = gemm<KTiles<Q6K>, kQKK>;
+  t.gemm[static_cast<int>(QuantType::Q8_0)] = gemm<Q8_0Tiles, kQK32>;
+}
+
+}  // namespace mt::cpu
+
+#else  // not x86-64: no AVX2 kernels
+
+namespace mt::cpu {
+void register_gemm_avx2(KernelTable&) {}
+}  // namespace mt::cpu
+
+#endif
