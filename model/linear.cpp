@@ -56,9 +56,10 @@ namespace {
 
 // Rows per (job, row block) unit: about 64 KiB of weights, a multiple of 8 (interleaved
 // groups, tile kernels).
+constexpr uint64_t kUnitBytes = 65536;
 int64_t block_rows(const Tensor& w) {
   const uint64_t bytes = std::max<uint64_t>(1, w.row_bytes);
-  return std::clamp<int64_t>(static_cast<int64_t>(65536 / bytes) / 8 * 8, 8, 256);
+  return std::clamp<int64_t>(static_cast<int64_t>(kUnitBytes / bytes) / 8 * 8, 8, 2048);
 }
 
 int64_t job_tokens(const MatJob& j) { return j.n_tok >= 0 ? j.n_tok : j.x->n_tokens() - j.t0; }
