@@ -2,14 +2,16 @@
 // r, activation row t) for a tile of R rows x C tokens at once, so each weight block is
 // unpacked once for C tokens (cpu/kernels.h; the AVX-512 version is gemm_avx512.cpp).
 //
-// K-quants (Q4_K, Q5_K, Q6_K against Q8_K), R x C = 8 pairs (2 x 4 for the bulk; 4 x 2,
-// 8 x 1 for the last tokens), per super-block and 32 codes at a time, as vec_dot in
-// k_quants_avx2.cpp: unsigned codes x int8 activations by maddubs, int16 sub-block scales
-// by madd, summed into sum[p], p = r * C + t (8 int32 ymm; Q6_K's -32 offset starts the
-// sum). A hadd tree folds the 8 vectors into one whose lane p is pair p's total; Q4_K /
-// Q5_K's min terms fold the same way, and acc += S * (d_w * d_a) - M * (dmin_w * d_a).
-// Q8_0: R x C = 2 x 4 / 4 x 2 / 8 x 1 float accumulators, one 32-element block per step
-// with the sign trick (maddubs(|w|, sign(a, w))), |w| made once per row for C tokens.
+// K-quants (Q4_K, Q5_K, Q6_K, IQ4_XS against Q8_K), R x C = 8 pairs (2 x 4 for the bulk;
+// 4 x 2, 8 x 1 for the last tokens), per super-block and 32 codes at a time, as vec_dot in
+// k_quants_avx2.cpp: unsigned codes x int8 activations by maddubs (IQ4_XS: |a| x the
+// signed codebook value with a's sign), int16 sub-block scales by madd, summed into
+// sum[p], p = r * C + t (8 int32 ymm; Q6_K's -32 offset starts the sum). A hadd tree folds
+// the 8 vectors into one whose lane p is pair p's total; Q4_K / Q5_K's min terms fold the
+// same way, and acc += S * (d_w * d_a) - M * (dmin_w * d_a).
+// 32-element blocks against Q8_0 (Q8_0, Q4_0, Q5_0, IQ4_NL): R x C = 2 x 4 / 4 x 2 / 8 x 1
+// float accumulators, one block per step: the block's signed codes (value / d) made once
+// per row for C tokens, then the sign trick (maddubs(|w|, sign(a, w))).
 // The driver walks groups of rows small enough to stay in L2 and, for each token tile,
 // the group's row tiles; rows past the end repeat the last row and are not stored.
 //
@@ -139,6 +141,34 @@ struct Q6K {
   static __m256i step_scales(const Prep& p, int j) { return scale_pair(p.scale_bytes, j); }
 };
 
+// IQ4_XS: signed codebook values (-127..113), 8 sub-blocks of 32 with scales ls - 32;
+// the activation's sign moves onto the value (kSignedCodes), maddubs takes |a|.
+struct IQ4XS {
+  using Block = BlockIQ4_XS;
+  static constexpr bool kMins = false;
+  static constexpr bool kSignedCodes = true;
+  struct Prep {
+    __m256i scales;  // 8 int16 in each lane
+  };
+  static Prep prep(const Block& b) {
+    const uint64_t biased = unpack_iq4xs_scales(b.scales_l, b.scales_h);
+    const __m128i scales16 =
+        _mm_sub_epi16(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<int64_t>(biased))), _mm_set1_epi16(32));
+    return {_mm256_broadcastsi128_si256(scales16)};
+  }
+  static __m256i start(const Prep&, const BlockQ8_K&) { return _mm256_setzero_si256(); }
+  // sub-block j: the low nibbles of 16 bytes, then their high nibbles
+  static __m256i codes(const Block& b, int j) {
+    const __m128i q = load128(b.qs + 16 * j);
+    const __m256i idx = _mm256_and_si256(_mm256_setr_m128i(q, _mm_srli_epi16(q, 4)), _mm256_set1_epi8(0xF));
+    return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(load128(kIq4Values)), idx);
+  }
+  static __m256i step_scales(const Prep& p, int j) { return scale_of(p.scales, j); }
+};
+
+template <typename P>
+constexpr bool kSignedCodes = requires { requires P::kSignedCodes; };
+
 // One super-block column of an R x C tile (R * C == 8): acc += its 8 pair dots.
 template <typename P, int R, int C>
 __m256 tile_block(const typename P::Block* const* w, const BlockQ8_K* const* a, __m256 acc) {
@@ -170,7 +200,10 @@ __m256 tile_block(const typename P::Block* const* w, const BlockQ8_K* const* a, 
       const __m256i scales = P::step_scales(prep, j);
 #pragma GCC unroll 8
       for (int t = 0; t < C; ++t) {
-        const __m256i p = _mm256_maddubs_epi16(codes, load256(a[t]->qs + 32 * j));
+        const __m256i y = load256(a[t]->qs + 32 * j);
+        // signed codes: maddubs(|a|, code * sign(a)) (|a| <= 127, |code| <= 127)
+        const __m256i p = kSignedCodes<P> ? _mm256_maddubs_epi16(_mm256_abs_epi8(y), _mm256_sign_epi8(codes, y))
+                                          : _mm256_maddubs_epi16(codes, y);
         sum[r * C + t] = _mm256_add_epi32(sum[r * C + t], _mm256_madd_epi16(p, scales));
       }
     }
@@ -240,14 +273,52 @@ void k_tiles(const Problem& pr, int64_t r0, int64_t r1, int64_t t0) {
   }
 }
 
-// Q8_0: one block per step, float accumulators per pair.
-template <int R, int C>
-void q8_0_tiles(const Problem& pr, int64_t r0, int64_t r1, int64_t t0) {
+// ---- 32-element blocks against Q8_0: a block's signed codes (value / d), |code| <= 127
+// except IQ4_NL's -127..113 (the sign trick needs |w| <= 128).
+
+// 16 bytes of nibbles -> 32 bytes: low nibbles (elements 0..15), then high (16..31).
+__m256i unpack_nibbles(const uint8_t* qs) {
+  const __m128i q = load128(qs);
+  return _mm256_and_si256(_mm256_setr_m128i(q, _mm_srli_epi16(q, 4)), _mm256_set1_epi8(0x0F));
+}
+
+struct Q8_0W {
+  using Block = BlockQ8_0;
+  static __m256i codes(const Block& b) { return load256(b.qs); }
+};
+struct Q4_0W {
+  using Block = BlockQ4_0;
+  static __m256i codes(const Block& b) { return _mm256_sub_epi8(unpack_nibbles(b.qs), _mm256_set1_epi8(8)); }
+};
+struct Q5_0W {
+  using Block = BlockQ5_0;
+  // code - 16 = nibble | (fifth bit << 4) - 16 = nibble - 16 where the fifth bit is clear
+  static __m256i codes(const Block& b) {
+    const uint32_t bits = load_qh(b.qh);
+    const __m256i byte_of = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0);
+    const __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(bits)), byte_of);
+    const __m256i bit = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ull));  // bit j % 8
+    const __m256i clear = _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), _mm256_setzero_si256());  // 0xFF: no bit
+    return _mm256_sub_epi8(unpack_nibbles(b.qs), _mm256_and_si256(clear, _mm256_set1_epi8(16)));
+  }
+};
+struct IQ4_NLW {
+  using Block = BlockIQ4_NL;
+  static __m256i codes(const Block& b) {
+    return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(load128(kIq4Values)), unpack_nibbles(b.qs));
+  }
+};
+
+// One block per step, float accumulators per pair; the sign trick (maddubs(|w|, sign(a,
+// w))) with |w| and the weight scale made once per row for C tokens.
+template <typename P, int R, int C>
+void q32_tiles(const Problem& pr, int64_t r0, int64_t r1, int64_t t0) {
+  using Block = typename P::Block;
   const BlockQ8_0* a[C];
   for (int t = 0; t < C; ++t) a[t] = token_at<BlockQ8_0>(pr, t0 + t);
   for (int64_t r = r0; r < r1; r += R) {
-    const BlockQ8_0* w[R];
-    for (int k = 0; k < R; ++k) w[k] = row_at<BlockQ8_0>(pr, r + k);
+    const Block* w[R];
+    for (int k = 0; k < R; ++k) w[k] = row_at<Block>(pr, r + k);
     __m256 acc[R * C];
     for (auto& v : acc) v = _mm256_setzero_ps();
     const __m256i ones = _mm256_set1_epi16(1);
@@ -257,7 +328,7 @@ void q8_0_tiles(const Problem& pr, int64_t r0, int64_t r1, int64_t t0) {
       for (int t = 0; t < C; ++t) da[t] = _mm256_broadcast_ss(&kFp16ToFp32.v[a[t][i].d]);
 #pragma GCC unroll 8
       for (int k = 0; k < R; ++k) {
-        const __m256i q = load256(w[k][i].qs);
+        const __m256i q = P::codes(w[k][i]);
         const __m256i abs_q = _mm256_abs_epi8(q);
         const __m256 dw = _mm256_set1_ps(half_to_float(w[k][i].d));
 #pragma GCC unroll 8
@@ -302,10 +373,11 @@ struct KTiles {
     k_tiles<P, R, C>(pr, r0, r1, t0);
   }
 };
-struct Q8_0Tiles {
+template <typename P>
+struct Q32Tiles {
   template <int R, int C>
   static void run(const Problem& pr, int64_t r0, int64_t r1, int64_t t0) {
-    q8_0_tiles<R, C>(pr, r0, r1, t0);
+    q32_tiles<P, R, C>(pr, r0, r1, t0);
   }
 };
 
@@ -325,7 +397,11 @@ void register_gemm_avx2(KernelTable& t) {
   t.gemm[static_cast<int>(QuantType::Q4_K)] = gemm<KTiles<Q45K<BlockQ4_K, false>>, kQKK>;
   t.gemm[static_cast<int>(QuantType::Q5_K)] = gemm<KTiles<Q45K<BlockQ5_K, true>>, kQKK>;
   t.gemm[static_cast<int>(QuantType::Q6_K)] = gemm<KTiles<Q6K>, kQKK>;
-  t.gemm[static_cast<int>(QuantType::Q8_0)] = gemm<Q8_0Tiles, kQK32>;
+  t.gemm[static_cast<int>(QuantType::IQ4_XS)] = gemm<KTiles<IQ4XS>, kQKK>;
+  t.gemm[static_cast<int>(QuantType::Q8_0)] = gemm<Q32Tiles<Q8_0W>, kQK32>;
+  t.gemm[static_cast<int>(QuantType::Q4_0)] = gemm<Q32Tiles<Q4_0W>, kQK32>;
+  t.gemm[static_cast<int>(QuantType::Q5_0)] = gemm<Q32Tiles<Q5_0W>, kQK32>;
+  t.gemm[static_cast<int>(QuantType::IQ4_NL)] = gemm<Q32Tiles<IQ4_NLW>, kQK32>;
 }
 
 }  // namespace mt::cpu

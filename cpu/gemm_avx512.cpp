@@ -3,19 +3,23 @@
 // of R rows x C tokens at once, so each weight block is unpacked once for C tokens and
 // each activation block is loaded once per row from L1.
 //
-// K-quants (Q4_K, Q5_K, Q6_K against Q8_K), R x C = 16 pairs (2 x 8 for the bulk; 4 x 4,
-// 8 x 2, 16 x 1 for the last tokens), per super-block:
+// K-quants (Q4_K, Q5_K, Q6_K, IQ4_XS against Q8_K), R x C = 16 pairs (2 x 8 for the bulk;
+// 4 x 4, 8 x 2, 16 x 1 for the last tokens), per super-block:
 //   sum[p], p = r * C + t: 16 int32 zmm, the vec_dot's sumi of that pair (maddubs of the
 //     unsigned codes by the int8 activations, then the int16 sub-block scales by vpdpwssd,
-//     or madd + add without VNNI; Q6_K's -32 offset starts the sum, as in vec_dot);
+//     or madd + add without VNNI; Q6_K's -32 offset starts the sum, as in vec_dot; IQ4_XS's
+//     signed codebook values take the activation's sign and maddubs takes |a|);
 //   the 16 vectors are reduced by a transposing tree (256-, 128-, 32-bit folds) into one
 //     vector S whose lane L holds pair p = 4 (L % 4) + L / 4; Q4_K / Q5_K's min terms
 //     (min_j * bsum pairs, 4 int32 partials per pair) enter the tree's last stage as M;
 //   acc += S * (d_w * d_a) - M * (dmin_w * d_a), lane by lane: one float FMA per pair.
-// Q8_0 (VNNI only; AVX-512 without VNNI keeps the AVX2 entry): R x C = 4 x 4 (4 x 2, 4 x 1
-// for the last tokens) float accumulators, four 32-element blocks per step in the (lo, hi)
-// lane layout of simple_avx512.cpp: the activation goes in unsigned (q ^ 0x80, regrouped
-// once per token into a stack buffer), the weight signed, and 128 * sum(w) comes off.
+// 32-element blocks against Q8_0 (Q8_0, Q4_0, Q5_0, IQ4_NL; without VNNI only Q4_0 and
+// Q5_0, whose codes stay within +-16, the others keep the AVX2 entries): the same R x C
+// shapes of float accumulators, four blocks per step in the (lo, hi) lane layout of
+// simple_avx512.cpp. The activation goes in unsigned (a ^ 0x80), regrouped once per token
+// tile and row group into a buffer of steps (read from L1 by every row tile); each row's
+// four blocks become signed codes once for C tokens, and -128 * sum(w) starts the sum
+// (vpdpbusd; without VNNI maddubs + madd, exact in int16 for |w| <= 16).
 // The driver walks groups of rows small enough to stay in L2 and, for each token tile,
 // the group's row tiles (the token tile's activations stay in L1); rows past the end
 // repeat the last row and are not stored. Integer sums are exact, so the results differ
@@ -36,6 +40,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <vector>
 
 #include "core/check.h"
 #include "cpu/k_quants_scales.h"
@@ -189,6 +194,50 @@ struct Q6K {
   static __m512i step_scales(const Prep& p, int s) { return scales_16(p.scales, s); }
 };
 
+// IQ4_XS: signed codebook values (-127..113), 8 sub-blocks of 32 with scales ls - 32;
+// the activation's sign moves onto the value (kSignedCodes), maddubs takes |a|.
+struct IQ4XS {
+  using Block = BlockIQ4_XS;
+  static constexpr bool kMins = false;
+  static constexpr bool kSignedCodes = true;
+  struct Prep {
+    __m512i scales;  // 8 int16 in every lane
+  };
+  static Prep prep(const Block& b) {
+    const uint64_t biased = unpack_iq4xs_scales(b.scales_l, b.scales_h);
+    const __m128i scales16 =
+        _mm_sub_epi16(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<int64_t>(biased))), _mm_set1_epi16(32));
+    return {_mm512_broadcast_i32x4(scales16)};
+  }
+  static __m512i start(const Prep&, const BlockQ8_K&) { return _mm512_setzero_si512(); }
+  // step s: sub-blocks 2s (low half) and 2s + 1 (high half); per 128-bit lane the low
+  // nibbles of 16 bytes, then their high nibbles
+  static __m512i codes(const Block& b, int s) {
+    const __m512i q = _mm512_castsi256_si512(load256(b.qs + 32 * s));
+    const __m512i lanes = _mm512_shuffle_i64x2(q, q, _MM_SHUFFLE(1, 1, 0, 0));
+    const __m512i nibble_shift = _mm512_set_epi64(4 * kOnes, 4 * kOnes, 0, 0, 4 * kOnes, 4 * kOnes, 0, 0);
+    const __m512i idx = _mm512_and_si512(_mm512_srlv_epi16(lanes, nibble_shift), _mm512_set1_epi8(0xF));
+    return _mm512_shuffle_epi8(_mm512_broadcast_i32x4(load128(kIq4Values)), idx);
+  }
+  static __m512i step_scales(const Prep& p, int s) { return scales_32(p.scales, s); }
+};
+
+template <typename P>
+constexpr bool kSignedCodes = requires { requires P::kSignedCodes; };
+
+// dot_add for signed codes (|a| <= 127, |code| <= 127): maddubs(|a|, code * sign(a)).
+template <bool kVnni>
+__m512i signed_dot_add(__m512i sum, __m512i codes, const int8_t* q8, __m512i scales) {
+  const __m512i y = load512(q8);
+  const __m512i signed_codes = _mm512_mask_sub_epi8(codes, _mm512_movepi8_mask(y), _mm512_setzero_si512(), codes);
+  const __m512i p = _mm512_maddubs_epi16(_mm512_abs_epi8(y), signed_codes);
+  if constexpr (kVnni) {
+    return _mm512_dpwssd_epi32(sum, p, scales);
+  } else {
+    return _mm512_add_epi32(sum, _mm512_madd_epi16(p, scales));
+  }
+}
+
 // One super-block column of an R x C tile (R * C == 16): acc += its 16 pair dots.
 template <typename P, bool kVnni, int R, int C>
 __m512 tile_block(const typename P::Block* const* w, const BlockQ8_K* const* a, __m512 acc) {
@@ -219,7 +268,13 @@ __m512 tile_block(const typename P::Block* const* w, const BlockQ8_K* const* a, 
       const __m512i codes = P::codes(b, s);
       const __m512i scales = P::step_scales(prep, s);
 #pragma GCC unroll 16
-      for (int t = 0; t < C; ++t) sum[r * C + t] = dot_add<kVnni>(sum[r * C + t], codes, a[t]->qs + 64 * s, scales);
+      for (int t = 0; t < C; ++t) {
+        if constexpr (kSignedCodes<P>) {
+          sum[r * C + t] = signed_dot_add<kVnni>(sum[r * C + t], codes, a[t]->qs + 64 * s, scales);
+        } else {
+          sum[r * C + t] = dot_add<kVnni>(sum[r * C + t], codes, a[t]->qs + 64 * s, scales);
+        }
+      }
     }
   }
 #pragma GCC unroll 16
@@ -335,7 +390,8 @@ void gemm_k(int64_t n, const void* w, size_t w_stride, int64_t n_rows, const voi
                                              n_tok);
 }
 
-// ---- Q8_0 (VNNI): four blocks per step, float accumulators per pair
+// ---- 32-element blocks against Q8_0 (Q8_0, Q4_0, Q5_0, IQ4_NL): four blocks per step,
+// float accumulators per pair
 
 struct Quad {
   __m512i lo;  // lane k: elements 0..15 of block k
@@ -347,6 +403,14 @@ Quad bytes4(const int8_t* q0, const int8_t* q1, const int8_t* q2, const int8_t* 
   return {_mm512_shuffle_i64x2(p01, p23, _MM_SHUFFLE(2, 0, 2, 0)),
           _mm512_shuffle_i64x2(p01, p23, _MM_SHUFFLE(3, 1, 3, 1))};
 }
+// Four blocks' 16 code bytes of nibbles -> (low nibbles, high nibbles), lane k block k.
+Quad nibbles4(const uint8_t* q0, const uint8_t* q1, const uint8_t* q2, const uint8_t* q3) {
+  const __m256i q01 = _mm256_inserti128_si256(_mm256_castsi128_si256(load128(q0)), load128(q1), 1);
+  const __m256i q23 = _mm256_inserti128_si256(_mm256_castsi128_si256(load128(q2)), load128(q3), 1);
+  const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(q01), q23, 1);
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  return {_mm512_and_si512(z, m4), _mm512_and_si512(_mm512_srli_epi16(z, 4), m4)};
+}
 // [s0 x4, s1 x4, s2 x4, s3 x4], blocks past `count` zero.
 __m512 spread4(float s0, float s1, float s2, float s3, int count) {
   const __m128 s = _mm_maskz_mov_ps(static_cast<__mmask8>((1u << count) - 1), _mm_setr_ps(s0, s1, s2, s3));
@@ -354,50 +418,126 @@ __m512 spread4(float s0, float s1, float s2, float s3, int count) {
   return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(s));
 }
 
-template <int R, int C>
-void q8_0_tiles(const Problem& pr, int64_t r0, int64_t r1, int64_t t0) {
-  const BlockQ8_0* a[C];
-  for (int t = 0; t < C; ++t) a[t] = reinterpret_cast<const BlockQ8_0*>(pr.act + (t0 + t) * pr.act_stride);
+// Weight policies: the signed codes (the value / d) of four blocks in the (lo, hi) layout.
+// kSmall: |code| <= 16, so the maddubs path (no VNNI) keeps exact int16 sums.
+struct Q8_0W {
+  using Block = BlockQ8_0;
+  static constexpr bool kSmall = false;
+  static Quad codes(const Block* const b[4]) { return bytes4(b[0]->qs, b[1]->qs, b[2]->qs, b[3]->qs); }
+};
+struct Q4_0W {
+  using Block = BlockQ4_0;
+  static constexpr bool kSmall = true;
+  static Quad codes(const Block* const b[4]) {
+    const Quad q = nibbles4(b[0]->qs, b[1]->qs, b[2]->qs, b[3]->qs);
+    const __m512i eight = _mm512_set1_epi8(8);
+    return {_mm512_sub_epi8(q.lo, eight), _mm512_sub_epi8(q.hi, eight)};
+  }
+};
+struct Q5_0W {
+  using Block = BlockQ5_0;
+  static constexpr bool kSmall = true;
+  static Quad codes(const Block* const b[4]) {
+    // bit 16 k + j of `lo`: bit j of block k's qh; of `hi`: its bit 16 + j
+    uint64_t lo = 0, hi = 0;
+    for (int k = 0; k < 4; ++k) {
+      const uint32_t h = load_qh(b[k]->qh);
+      lo |= static_cast<uint64_t>(h & 0xFFFFu) << (16 * k);
+      hi |= static_cast<uint64_t>(h >> 16) << (16 * k);
+    }
+    const Quad q = nibbles4(b[0]->qs, b[1]->qs, b[2]->qs, b[3]->qs);
+    // code - 16: the nibble where the fifth bit is set, nibble - 16 where it is not
+    const __m512i sixteen = _mm512_set1_epi8(16);
+    return {_mm512_mask_sub_epi8(q.lo, static_cast<__mmask64>(~lo), q.lo, sixteen),
+            _mm512_mask_sub_epi8(q.hi, static_cast<__mmask64>(~hi), q.hi, sixteen)};
+  }
+};
+struct IQ4_NLW {
+  using Block = BlockIQ4_NL;
+  static constexpr bool kSmall = false;
+  static Quad codes(const Block* const b[4]) {
+    const __m512i table = _mm512_broadcast_i32x4(load128(kIq4Values));
+    const Quad q = nibbles4(b[0]->qs, b[1]->qs, b[2]->qs, b[3]->qs);
+    return {_mm512_shuffle_epi8(table, q.lo), _mm512_shuffle_epi8(table, q.hi)};
+  }
+};
+
+// One token's four activation blocks: codes + 128 (unsigned) and the blocks' scales.
+struct alignas(64) TokenStep {
+  __m512i lo, hi;
+  __m512 d;
+};
+
+// -128 * (the sum of each lane's 4 weight codes): what the + 128 of the activation adds.
+template <bool kVnni>
+__m512i minus_128_sum(const Quad& w) {
+  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+  if constexpr (kVnni) {
+    const __m512i zero = _mm512_setzero_si512();
+    return _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(zero, flip, w.lo), flip, w.hi));
+  } else {  // |w| <= 16: int16 sums within 4 * 128 * 16
+    const __m512i p = _mm512_add_epi16(_mm512_maddubs_epi16(flip, w.lo), _mm512_maddubs_epi16(flip, w.hi));
+    return _mm512_madd_epi16(p, _mm512_set1_epi16(-1));
+  }
+}
+// start + sum over each lane's 4 elements of (a + 128) * w.
+template <bool kVnni>
+__m512i pair_dot(__m512i start, const Quad& w, const TokenStep& a) {
+  if constexpr (kVnni) {
+    return _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(start, a.lo, w.lo), a.hi, w.hi);
+  } else {  // |w| <= 16: int16 sums within 4 * 255 * 16
+    const __m512i p = _mm512_add_epi16(_mm512_maddubs_epi16(a.lo, w.lo), _mm512_maddubs_epi16(a.hi, w.hi));
+    return _mm512_add_epi32(start, _mm512_madd_epi16(p, _mm512_set1_epi16(1)));
+  }
+}
+
+// The token tile's activations, regrouped once for all the row tiles of the group.
+template <int C>
+void token_steps(const Problem& pr, int64_t t0, TokenStep* ts) {
   const int64_t nb = pr.nb;
-  struct alignas(64) TokenStep {
-    __m512i lo, hi;  // activation + 128, (lo, hi) layout
-    __m512 d;        // the 4 blocks' scales spread over their lane groups
-  };
-  TokenStep ts[C];
+  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+  for (int t = 0; t < C; ++t) {
+    const auto* b = reinterpret_cast<const BlockQ8_0*>(pr.act + (t0 + t) * pr.act_stride);
+    for (int64_t i = 0, s = 0; i < nb; i += 4, ++s) {
+      const int count = static_cast<int>(std::min<int64_t>(4, nb - i));
+      const int64_t b1 = i + (count > 1 ? 1 : 0), b2 = i + (count > 2 ? 2 : 0), b3 = i + (count > 3 ? 3 : 0);
+      const Quad q = bytes4(b[i].qs, b[b1].qs, b[b2].qs, b[b3].qs);
+      TokenStep& x = ts[s * C + t];
+      x.lo = _mm512_xor_si512(q.lo, flip);
+      x.hi = _mm512_xor_si512(q.hi, flip);
+      x.d = spread4(half_to_float(b[i].d), half_to_float(b[b1].d), half_to_float(b[b2].d), half_to_float(b[b3].d),
+                    count);
+    }
+  }
+}
+
+template <typename P, bool kVnni, int R, int C>
+void q32_tiles(const Problem& pr, int64_t r0, int64_t r1, int64_t t0, const TokenStep* ts) {
+  static_assert(kVnni || P::kSmall, "maddubs path: codes too large for int16 sums");
+  using Block = typename P::Block;
+  const int64_t nb = pr.nb;
   for (int64_t r = r0; r < r1; r += R) {
-    const BlockQ8_0* w[R];
+    const Block* w[R];
     for (int k = 0; k < R; ++k) {
-      w[k] = reinterpret_cast<const BlockQ8_0*>(pr.w + std::min(r + k, pr.n_rows - 1) * pr.w_stride);
+      w[k] = reinterpret_cast<const Block*>(pr.w + std::min(r + k, pr.n_rows - 1) * pr.w_stride);
     }
     __m512 acc[R * C];
     for (auto& v : acc) v = _mm512_setzero_ps();
-    for (int64_t i = 0; i < nb; i += 4) {
+    for (int64_t i = 0, s = 0; i < nb; i += 4, ++s) {
       const int count = static_cast<int>(std::min<int64_t>(4, nb - i));
       const int64_t b1 = i + (count > 1 ? 1 : 0), b2 = i + (count > 2 ? 2 : 0), b3 = i + (count > 3 ? 3 : 0);
-      const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
-#pragma GCC unroll 8
-      for (int t = 0; t < C; ++t) {
-        const BlockQ8_0* b = a[t];
-        const Quad q = bytes4(b[i].qs, b[b1].qs, b[b2].qs, b[b3].qs);
-        ts[t].lo = _mm512_xor_si512(q.lo, flip);
-        ts[t].hi = _mm512_xor_si512(q.hi, flip);
-        ts[t].d = spread4(half_to_float(b[i].d), half_to_float(b[b1].d), half_to_float(b[b2].d),
-                          half_to_float(b[b3].d), count);
-      }
+      const TokenStep* x = ts + s * C;
 #pragma GCC unroll 4
       for (int k = 0; k < R; ++k) {
-        const BlockQ8_0* b = w[k];
-        const Quad q = bytes4(b[i].qs, b[b1].qs, b[b2].qs, b[b3].qs);
-        // (a + 128) . w - 128 * sum(w): start from -128 * sum(w)
-        const __m512i zero = _mm512_setzero_si512();
-        const __m512i sw = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(zero, flip, q.lo), flip, q.hi);
-        const __m512i start = _mm512_sub_epi32(zero, sw);
-        const __m512 d = spread4(half_to_float(b[i].d), half_to_float(b[b1].d), half_to_float(b[b2].d),
-                                 half_to_float(b[b3].d), count);
+        const Block* const b[4] = {w[k] + i, w[k] + b1, w[k] + b2, w[k] + b3};
+        const Quad q = P::codes(b);
+        const __m512i start = minus_128_sum<kVnni>(q);
+        const __m512 d =
+            spread4(half_to_float(b[0]->d), half_to_float(b[1]->d), half_to_float(b[2]->d), half_to_float(b[3]->d), 4);
 #pragma GCC unroll 8
         for (int t = 0; t < C; ++t) {
-          const __m512i ints = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(start, ts[t].lo, q.lo), ts[t].hi, q.hi);
-          acc[k * C + t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ints), _mm512_mul_ps(d, ts[t].d), acc[k * C + t]);
+          const __m512i ints = pair_dot<kVnni>(start, q, x[t]);
+          acc[k * C + t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ints), _mm512_mul_ps(d, x[t].d), acc[k * C + t]);
         }
       }
     }
@@ -408,23 +548,27 @@ void q8_0_tiles(const Problem& pr, int64_t r0, int64_t r1, int64_t t0) {
   }
 }
 
-template <int R, int C>
-struct Q8_0Tiles {
-  // 4 rows x at most 4 tokens (16 accumulators, the 4 rows' codes in registers).
-  static void run(const Problem& pr, int64_t r0, int64_t r1, int64_t t0) {
-    if constexpr (C > 4) {
-      for (int64_t t = t0; t < t0 + C; t += 4) q8_0_tiles<4, 4>(pr, r0, r1, t);
-    } else {
-      q8_0_tiles<4, C>(pr, r0, r1, t0);
+// The driver's R x C shapes (2 x 8 for the bulk: measured faster than 4 x 4 and 1 x 8 on
+// Zen 4); one row's codes in registers at a time, the tokens' steps read from L1.
+template <typename P, bool kVnni>
+struct Q32Tiles {
+  template <int R, int C>
+  struct At {
+    static void run(const Problem& pr, int64_t r0, int64_t r1, int64_t t0) {
+      std::vector<TokenStep> ts(static_cast<size_t>((pr.nb + 3) / 4 * C));
+      token_steps<C>(pr, t0, ts.data());
+      q32_tiles<P, kVnni, R, C>(pr, r0, r1, t0, ts.data());
     }
-  }
+  };
 };
 
-void gemm_q8_0(int64_t n, const void* w, size_t w_stride, int64_t n_rows, const void* act, size_t act_stride,
-               int64_t n_tok, float* y, int64_t y_stride) {
+template <typename P, bool kVnni>
+void gemm_q32(int64_t n, const void* w, size_t w_stride, int64_t n_rows, const void* act, size_t act_stride,
+              int64_t n_tok, float* y, int64_t y_stride) {
   MT_CHECK(n % kQK32 == 0);
   if (n_rows <= 0 || n_tok <= 0) return;
-  over_tokens<Q8_0Tiles>(problem(n / kQK32, w, w_stride, n_rows, act, act_stride, y, y_stride), n_tok);
+  over_tokens<Q32Tiles<P, kVnni>::template At>(problem(n / kQK32, w, w_stride, n_rows, act, act_stride, y, y_stride),
+                                                n_tok);
 }
 
 template <bool kVnni>
@@ -432,7 +576,14 @@ void fill(KernelTable& t) {
   t.gemm[static_cast<int>(QuantType::Q4_K)] = gemm_k<Q45K<BlockQ4_K, false>, kVnni>;
   t.gemm[static_cast<int>(QuantType::Q5_K)] = gemm_k<Q45K<BlockQ5_K, true>, kVnni>;
   t.gemm[static_cast<int>(QuantType::Q6_K)] = gemm_k<Q6K, kVnni>;
-  if constexpr (kVnni) t.gemm[static_cast<int>(QuantType::Q8_0)] = gemm_q8_0;
+  t.gemm[static_cast<int>(QuantType::IQ4_XS)] = gemm_k<IQ4XS, kVnni>;
+  // no VNNI: only codes of at most 16 in magnitude (Q8_0, IQ4_NL keep the AVX2 entries)
+  t.gemm[static_cast<int>(QuantType::Q4_0)] = gemm_q32<Q4_0W, kVnni>;
+  t.gemm[static_cast<int>(QuantType::Q5_0)] = gemm_q32<Q5_0W, kVnni>;
+  if constexpr (kVnni) {
+    t.gemm[static_cast<int>(QuantType::Q8_0)] = gemm_q32<Q8_0W, kVnni>;
+    t.gemm[static_cast<int>(QuantType::IQ4_NL)] = gemm_q32<IQ4_NLW, kVnni>;
+  }
 }
 
 }  // namespace

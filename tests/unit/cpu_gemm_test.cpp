@@ -5,6 +5,7 @@
 // level against the scalar table's.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -23,21 +24,23 @@ namespace mt::cpu {
 namespace {
 
 constexpr int64_t kShapes[] = {256, 2048, 8192};
+// 32-element types also: block counts that are not a multiple of 4 (1, 3, 45)
+constexpr int64_t kShapes32[] = {32, 96, 1440};
 constexpr int64_t kRowCounts[] = {1, 3, 4, 7, 16, 33};
 constexpr int64_t kTokenCounts[] = {1, 2, 3, 4, 5, 8, 17};
 constexpr float kSentinel = -12345.f;
 
 size_t bytes_of(QuantType type, int64_t n) { return static_cast<size_t>(*row_bytes(type, static_cast<uint64_t>(n))); }
 
-// Gaussian floats with a magnitude per 256-block (some blocks zero, some large).
+// Gaussian floats with a magnitude per 256 elements (some runs zero, some large).
 std::vector<float> random_floats(int64_t n, std::mt19937& rng) {
   std::normal_distribution<float> gauss(0.f, 1.f);
   std::uniform_int_distribution<int> pick(0, 4);
   static const float kMagnitudes[] = {0.f, 1e-3f, 0.02f, 1.f, 40.f};
   std::vector<float> x(static_cast<size_t>(n));
-  for (int64_t b = 0; b < n / kQKK; ++b) {
+  for (int64_t b = 0; b < n; b += kQKK) {
     const float mag = kMagnitudes[pick(rng)];
-    for (int64_t j = b * kQKK; j < (b + 1) * kQKK; ++j) x[static_cast<size_t>(j)] = mag * gauss(rng);
+    for (int64_t j = b; j < std::min<int64_t>(n, b + kQKK); ++j) x[static_cast<size_t>(j)] = mag * gauss(rng);
   }
   return x;
 }
@@ -132,7 +135,8 @@ void check_type(const KernelTable& k, QuantType type, int64_t n, uint32_t seed) 
 TEST(CpuGemm, SimdLevelsHaveTheMainTypes) {
   for (int level = 1; level <= static_cast<int>(detect_hardware_isa()); ++level) {
     const KernelTable& t = kernels_for(static_cast<Isa>(level));
-    for (QuantType type : {QuantType::Q4_K, QuantType::Q6_K, QuantType::Q8_0}) {
+    for (QuantType type : {QuantType::Q4_K, QuantType::Q5_K, QuantType::Q6_K, QuantType::Q8_0, QuantType::Q4_0,
+                           QuantType::Q5_0, QuantType::IQ4_NL, QuantType::IQ4_XS}) {
       EXPECT_NE(t.gemm[static_cast<int>(type)], nullptr) << isa_name(t.isa) << " " << type_name(type);
     }
   }
@@ -144,6 +148,9 @@ TEST(CpuGemm, EveryLevelMatchesItsVecDot) {
     const KernelTable& k = kernels_for(static_cast<Isa>(level));
     for (QuantType type : gemm_types(k)) {
       for (int64_t n : kShapes) check_type(k, type, n, seed++);
+      if (type_traits(type).block_elems == kQK32) {
+        for (int64_t n : kShapes32) check_type(k, type, n, seed++);
+      }
     }
   }
 }

@@ -1,4 +1,4 @@
-// cpu/repack.h: the interleaved Q4_K layout round-trips through the reference, and each
+// cpu/repack.h: the interleaved Q4_K and Q6_K layouts round-trip through the reference, and each
 // ISA's gemm_x8 kernel agrees with the scalar vec_dot on the original rows over shapes x
 // token counts (|diff| <= 1e-5 * sum|w_i a_i| + 1e-6), with batch and single-token
 // results bit-identical and the y padding untouched.
@@ -17,6 +17,7 @@ namespace mt::cpu {
 namespace {
 
 struct Case {
+  QuantType type;
   int64_t n, rows, tokens;
 };
 
@@ -29,17 +30,18 @@ std::vector<float> random_floats(size_t n, std::mt19937& rng, float scale) {
   return v;
 }
 
-TEST_P(RepackTest, Q4KMatchesScalarDot) {
+TEST_P(RepackTest, MatchesScalarDot) {
   const Case c = GetParam();
   std::mt19937 rng(static_cast<uint32_t>(c.n * 131 + c.rows * 7 + c.tokens));
-  const size_t wrow = *row_bytes(QuantType::Q4_K, static_cast<uint64_t>(c.n));
+  const QuantType type = c.type;
+  const size_t wrow = *row_bytes(type, static_cast<uint64_t>(c.n));
   const size_t arow = *row_bytes(QuantType::Q8_K, static_cast<uint64_t>(c.n));
   std::vector<uint8_t> w(wrow * static_cast<size_t>(c.rows)), packed(w.size()), act(arow * static_cast<size_t>(c.tokens));
   std::vector<float> wf = random_floats(static_cast<size_t>(c.n * c.rows), rng, 0.05f);
   std::vector<float> af = random_floats(static_cast<size_t>(c.n * c.tokens), rng, 1.0f);
-  for (int64_t r = 0; r < c.rows; ++r) quantize_row(QuantType::Q4_K, &wf[r * c.n], &w[r * wrow], c.n);
+  for (int64_t r = 0; r < c.rows; ++r) quantize_row(type, &wf[r * c.n], &w[r * wrow], c.n);
   for (int64_t t = 0; t < c.tokens; ++t) quantize_row(QuantType::Q8_K, &af[t * c.n], &act[t * arow], c.n);
-  interleave_rows(QuantType::Q4_K, w.data(), wrow, c.n, c.rows, packed.data());
+  interleave_rows(type, w.data(), wrow, c.n, c.rows, packed.data());
 
   // Expected: scalar vec_dot on the original rows; bound from the dequantized rows.
   const KernelTable& scalar = kernels_for(Isa::kScalar);
@@ -47,24 +49,24 @@ TEST_P(RepackTest, Q4KMatchesScalarDot) {
   std::vector<float> expect(static_cast<size_t>(c.tokens * ys)), bound(expect.size());
   std::vector<float> wd(static_cast<size_t>(c.n)), ad(static_cast<size_t>(c.n));
   for (int64_t r = 0; r < c.rows; ++r) {
-    dequantize_row(QuantType::Q4_K, &w[r * wrow], wd.data(), c.n);
+    dequantize_row(type, &w[r * wrow], wd.data(), c.n);
     for (int64_t t = 0; t < c.tokens; ++t) {
       dequantize_row(QuantType::Q8_K, &act[t * arow], ad.data(), c.n);
       double mag = 0;
       for (int64_t i = 0; i < c.n; ++i) mag += std::fabs(static_cast<double>(wd[i]) * ad[i]);
-      expect[t * ys + r] = scalar.vec_dot[static_cast<int>(QuantType::Q4_K)](c.n, &w[r * wrow], &act[t * arow]);
+      expect[t * ys + r] = scalar.vec_dot[static_cast<int>(type)](c.n, &w[r * wrow], &act[t * arow]);
       bound[t * ys + r] = static_cast<float>(1e-5 * mag + 1e-6);
     }
   }
   std::vector<float> ref(expect.size(), -7.f);
-  gemm_x8_reference(QuantType::Q4_K, c.n, packed.data(), kInterleave * wrow, c.rows, act.data(), arow, c.tokens, ref.data(), ys);
+  gemm_x8_reference(type, c.n, packed.data(), kInterleave * wrow, c.rows, act.data(), arow, c.tokens, ref.data(), ys);
   for (int64_t t = 0; t < c.tokens; ++t) {
     for (int64_t r = 0; r < c.rows; ++r) EXPECT_EQ(ref[t * ys + r], expect[t * ys + r]) << "reference t=" << t << " r=" << r;
   }
 
   for (int level = 0; level <= static_cast<int>(detect_hardware_isa()); ++level) {
     const KernelTable& k = kernels_for(static_cast<Isa>(level));
-    const GemmFn fn = k.gemm_x8[static_cast<int>(QuantType::Q4_K)];
+    const GemmFn fn = k.gemm_x8[static_cast<int>(type)];
     if (fn == nullptr) continue;
     std::vector<float> y(expect.size(), -7.f);
     fn(c.n, packed.data(), kInterleave * wrow, c.rows, act.data(), arow, c.tokens, y.data(), ys);
@@ -86,12 +88,17 @@ TEST_P(RepackTest, Q4KMatchesScalarDot) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, RepackTest,
-                         ::testing::Values(Case{256, 8, 1}, Case{256, 8, 5}, Case{2048, 16, 1}, Case{2048, 16, 4},
-                                           Case{2048, 24, 7}, Case{4096, 8, 3}, Case{1024, 32, 9}));
+                         ::testing::Values(Case{QuantType::Q4_K, 256, 8, 1}, Case{QuantType::Q4_K, 256, 8, 5},
+                                           Case{QuantType::Q4_K, 2048, 16, 1}, Case{QuantType::Q4_K, 2048, 16, 4},
+                                           Case{QuantType::Q4_K, 2048, 24, 7}, Case{QuantType::Q4_K, 4096, 8, 3},
+                                           Case{QuantType::Q4_K, 1024, 32, 9}, Case{QuantType::Q6_K, 256, 8, 1},
+                                           Case{QuantType::Q6_K, 256, 8, 5}, Case{QuantType::Q6_K, 2048, 16, 1},
+                                           Case{QuantType::Q6_K, 2048, 24, 7}, Case{QuantType::Q6_K, 1024, 32, 9}));
 
-TEST(Repack, OnlyQ4KHasALayout) {
+TEST(Repack, LayoutsExistForQ4KAndQ6K) {
   EXPECT_TRUE(has_interleaved_layout(QuantType::Q4_K));
-  EXPECT_FALSE(has_interleaved_layout(QuantType::Q6_K));
+  EXPECT_TRUE(has_interleaved_layout(QuantType::Q6_K));
+  EXPECT_FALSE(has_interleaved_layout(QuantType::Q5_K));
   EXPECT_FALSE(has_interleaved_layout(QuantType::Q8_0));
 }
 
