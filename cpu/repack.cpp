@@ -48,8 +48,8 @@ void interleave_q6_k(const uint8_t* src, size_t row_bytes, int64_t nb, uint8_t* 
       for (int j = 0; j < 16; ++j) o.scales[j / 2][m][j % 2] = b.scales[j];
       for (int n = 0; n < 2; ++n) {
         for (int s = 0; s < 4; ++s) {
-          for (int h = 0; h < 2; ++h) std::memcpy(o.ql[n][h][s][m], b.ql + 64 * n + 32 * h + 8 * s, 8);
-          std::memcpy(o.qh[n][s][m], b.qh + 32 * n + 8 * s, 8);
+          for (int h = 0; h < 2; ++h) std::memcpy(o.q[n][s][h][m], b.ql + 64 * n + 32 * h + 8 * s, 8);
+          std::memcpy(o.q[n][s][2][m], b.qh + 32 * n + 8 * s, 8);
         }
       }
     }
@@ -62,8 +62,8 @@ BlockQ6_K row_of_q6_k(const BlockQ6_Kx8& g, int m) {
   for (int j = 0; j < 16; ++j) b.scales[j] = g.scales[j / 2][m][j % 2];
   for (int n = 0; n < 2; ++n) {
     for (int s = 0; s < 4; ++s) {
-      for (int h = 0; h < 2; ++h) std::memcpy(b.ql + 64 * n + 32 * h + 8 * s, g.ql[n][h][s][m], 8);
-      std::memcpy(b.qh + 32 * n + 8 * s, g.qh[n][s][m], 8);
+      for (int h = 0; h < 2; ++h) std::memcpy(b.ql + 64 * n + 32 * h + 8 * s, g.q[n][s][h][m], 8);
+      std::memcpy(b.qh + 32 * n + 8 * s, g.q[n][s][2][m], 8);
     }
   }
   return b;

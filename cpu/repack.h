@@ -16,11 +16,13 @@
 // Q6_K x8 (BlockQ6_Kx8, 1680 bytes = 8 BlockQ6_K): for super-block i of rows 8g .. 8g + 7:
 //   d[m]                   the rows' f16 scales
 //   scales[p][m][k]        row m's scale of sub-block 2p + k (16 elements each)
-//   ql[n][h][s][m][b]      row m's ql[64n + 32h + 8s + b]   (n = 128-element half)
-//   qh[n][s][m][b]         row m's qh[32n + 8s + b]
+//   q[n][s][0][m][b]       row m's ql[64n + 8s + b]         (n = 128-element half)
+//   q[n][s][1][m][b]       row m's ql[64n + 32 + 8s + b]
+//   q[n][s][2][m][b]       row m's qh[32n + 8s + b]
+// (the three 64-byte pieces a step reads lie side by side, so a block is read in order).
 // A step (n, s) gives four code registers, elements 128n + 32q + 8s .. +7 for q = 0..3:
-// the low nibbles of ql[n][0][s] and ql[n][1][s], then their high nibbles, each with two
-// bits of qh[n][s] (bits 0-1, 2-3, 4-5, 6-7) on top. Lanes as in Q4_K x8.
+// the low nibbles of q[n][s][0] and q[n][s][1], then their high nibbles, each with two
+// bits of q[n][s][2] (bits 0-1, 2-3, 4-5, 6-7) on top. Lanes as in Q4_K x8.
 //
 // A repacked matrix has the original's size; groups follow each other, and within a
 // group the super-blocks.
@@ -48,8 +50,7 @@ static_assert(sizeof(BlockQ4_Kx8) == kInterleave * sizeof(BlockQ4_K));
 struct BlockQ6_Kx8 {
   half_bits d[kInterleave];
   int8_t scales[8][kInterleave][2];
-  uint8_t ql[2][2][4][kInterleave][8];
-  uint8_t qh[2][4][kInterleave][8];
+  uint8_t q[2][4][3][kInterleave][8];
 };
 static_assert(sizeof(BlockQ6_Kx8) == kInterleave * sizeof(BlockQ6_K));
 

@@ -166,7 +166,7 @@ void tile_q6(int64_t nb, const BlockQ6_Kx8* w, const uint8_t* act, size_t act_st
     }
     for (int n = 0; n < 2; ++n) {
       for (int s = 0; s < 4; ++s) {
-        const __m512i qa = load512(b.ql[n][0][s]), qb = load512(b.ql[n][1][s]), qh = load512(b.qh[n][s]);
+        const __m512i qa = load512(b.q[n][s][0]), qb = load512(b.q[n][s][1]), qh = load512(b.q[n][s][2]);
         __m512i codes[4];
         codes[0] = _mm512_ternarylogic_epi32(qa, _mm512_and_si512(_mm512_slli_epi16(qh, 4), bits45), low4, 0xEC);
         codes[1] = _mm512_ternarylogic_epi32(qb, _mm512_and_si512(_mm512_slli_epi16(qh, 2), bits45), low4, 0xEC);
