@@ -132,7 +132,7 @@ void matmul_jobs(std::span<const MatJob> jobs, ThreadPool& pool) {
           run_rows(j, r0, r1);
         }
       },
-      1);
+      0);  // about four contiguous runs of units per thread: each thread streams long runs of memory
 }
 
 void matmul(const Tensor& w, uint64_t matrix, const float* x, int64_t n_tokens, float* y, ThreadPool& pool) {

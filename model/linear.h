@@ -10,9 +10,12 @@
 //
 // Several matrices that read activations already packed can run as one pool job
 // (matmul_jobs): Q, K and V together; the gate and up matrices of every selected expert
-// together; then all their down matrices. The job's rows are cut into row blocks and the
-// threads claim (matrix, row block) units, so a decode step with top-k = 2 still keeps
-// every thread busy and pays one hand-off per phase rather than one per matrix.
+// together; then all their down matrices. The jobs' rows are cut into row blocks (units)
+// and the threads claim runs of consecutive units (about four runs per thread), so a
+// decode step with top-k = 2 still keeps every thread busy, pays one hand-off per phase
+// rather than one per matrix, and each thread reads long stretches of memory in address
+// order (runs of single 64 KiB units measured ~5% slower decode: the hardware streams
+// better over long runs).
 #pragma once
 
 #include <cstdint>
