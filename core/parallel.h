@@ -46,4 +46,15 @@ class ThreadPool {
   std::atomic<bool> stop_{false};
 };
 
+// fn(begin, end) over [0, n): on the calling thread when n < min_parallel (a decode
+// step's one row costs less than a hand-off), else over the pool.
+inline void maybe_parallel_for(ThreadPool& pool, int64_t n, int64_t min_parallel,
+                               const std::function<void(int64_t, int64_t)>& fn) {
+  if (n < min_parallel) {
+    if (n > 0) fn(0, n);
+    return;
+  }
+  pool.parallel_for(n, fn);
+}
+
 }  // namespace mt

@@ -64,6 +64,9 @@ void rope(float* x, uint32_t n_heads, uint32_t head_dim, uint32_t n_rot, uint32_
 
 namespace {
 
+// Below this many tokens, per-token work stays on the calling thread (decode).
+constexpr int64_t kMinParallelRows = 8;
+
 void add_bias(float* y, const std::vector<float>& b, uint32_t n_tokens, size_t n) {
   if (b.empty()) return;
   for (uint32_t t = 0; t < n_tokens; ++t) {
@@ -139,10 +142,12 @@ void attention_block(const BlockArgs& a, QkNorm qk_norm, RopeStyle rope_style) {
   const size_t E = hp.n_embd, Q = hp.q_dim(), KV = hp.kv_dim();
   const uint32_t T = a.n_tokens;
   std::vector<float> h(T * E), q(T * Q), k(T * KV), v(T * KV), att(T * Q), out(T * E);
-  for (uint32_t t = 0; t < T; ++t) rms_norm(a.x + t * E, a.v.attn_norm, hp.rms_eps, E, &h[t * E]);
+  maybe_parallel_for(a.pool, T, kMinParallelRows, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) rms_norm(a.x + t * E, a.v.attn_norm, hp.rms_eps, E, &h[t * E]);
+  });
   trace_rows(a.trace, "attn_norm", a, h.data(), E);
 
-  PackSet h_packs(h.data(), T, static_cast<int64_t>(E));
+  PackSet h_packs(h.data(), T, static_cast<int64_t>(E), &a.pool);
   const MatJob qkv[] = {{&w.wq, 0, h_packs.get(w.wq.type), q.data(), static_cast<int64_t>(Q)},
                         {&w.wk, 0, h_packs.get(w.wk.type), k.data(), static_cast<int64_t>(KV)},
                         {&w.wv, 0, h_packs.get(w.wv.type), v.data(), static_cast<int64_t>(KV)}};
@@ -151,23 +156,26 @@ void attention_block(const BlockArgs& a, QkNorm qk_norm, RopeStyle rope_style) {
   add_bias(k.data(), a.v.bk, T, KV);
   add_bias(v.data(), a.v.bv, T, KV);
 
-  std::vector<float> cos_k(hp.n_rot / 2), sin_k(hp.n_rot / 2);
-  for (uint32_t t = 0; t < T; ++t) {
-    float* qt = &q[t * Q];
-    float* kt = &k[t * KV];
-    if (qk_norm == QkNorm::kPerHead) {
-      for (uint32_t hh = 0; hh < hp.n_head; ++hh) rms_norm(qt + hh * hp.head_dim, a.v.q_norm, hp.rms_eps, hp.head_dim, qt + hh * hp.head_dim);
-      for (uint32_t hh = 0; hh < hp.n_head_kv; ++hh) rms_norm(kt + hh * hp.head_dim, a.v.k_norm, hp.rms_eps, hp.head_dim, kt + hh * hp.head_dim);
-    } else if (qk_norm == QkNorm::kFullWidth) {
-      rms_norm(qt, a.v.q_norm, hp.rms_eps, Q, qt);
-      rms_norm(kt, a.v.k_norm, hp.rms_eps, KV, kt);
+  // Per token: q/k norm, RoPE, K and V into the cache (distinct rows: tokens in parallel).
+  maybe_parallel_for(a.pool, T, kMinParallelRows, [&](int64_t t0, int64_t t1) {
+    std::vector<float> cos_k(hp.n_rot / 2), sin_k(hp.n_rot / 2);
+    for (int64_t t = t0; t < t1; ++t) {
+      float* qt = &q[t * Q];
+      float* kt = &k[t * KV];
+      if (qk_norm == QkNorm::kPerHead) {
+        for (uint32_t hh = 0; hh < hp.n_head; ++hh) rms_norm(qt + hh * hp.head_dim, a.v.q_norm, hp.rms_eps, hp.head_dim, qt + hh * hp.head_dim);
+        for (uint32_t hh = 0; hh < hp.n_head_kv; ++hh) rms_norm(kt + hh * hp.head_dim, a.v.k_norm, hp.rms_eps, hp.head_dim, kt + hh * hp.head_dim);
+      } else if (qk_norm == QkNorm::kFullWidth) {
+        rms_norm(qt, a.v.q_norm, hp.rms_eps, Q, qt);
+        rms_norm(kt, a.v.k_norm, hp.rms_eps, KV, kt);
+      }
+      const uint32_t pos = a.pos0 + static_cast<uint32_t>(t);
+      rope_angles(hp.n_rot, pos, hp.rope_freq_base, hp.rope_freq_scale, cos_k.data(), sin_k.data());
+      rope_apply(qt, hp.n_head, hp.head_dim, hp.n_rot, rope_style, cos_k.data(), sin_k.data());
+      rope_apply(kt, hp.n_head_kv, hp.head_dim, hp.n_rot, rope_style, cos_k.data(), sin_k.data());
+      a.kv.store(a.layer, pos, kt, &v[t * KV]);
     }
-    const uint32_t pos = a.pos0 + t;
-    rope_angles(hp.n_rot, pos, hp.rope_freq_base, hp.rope_freq_scale, cos_k.data(), sin_k.data());
-    rope_apply(qt, hp.n_head, hp.head_dim, hp.n_rot, rope_style, cos_k.data(), sin_k.data());
-    rope_apply(kt, hp.n_head_kv, hp.head_dim, hp.n_rot, rope_style, cos_k.data(), sin_k.data());
-    a.kv.store(a.layer, pos, kt, &v[t * KV]);
-  }
+  });
   trace_rows(a.trace, "Qcur", a, q.data(), Q);
   trace_rows(a.trace, "Kcur", a, k.data(), KV);
   trace_rows(a.trace, "Vcur", a, v.data(), KV);

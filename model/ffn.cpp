@@ -39,6 +39,9 @@ void swiglu(const float* g, float* u, size_t n) {
   }
 }
 
+// Below this many rows, per-row work stays on the calling thread (decode).
+constexpr int64_t kMinParallelRows = 8;
+
 // A per-thread buffer of at least n floats, reused across calls (no zeroing).
 float* scratch(std::vector<float>& buf, size_t n) {
   if (buf.size() < n) buf.resize(n);
@@ -55,12 +58,14 @@ void moe_block(const BlockArgs& a, const MoeMath& math) {
   const size_t n_ff = w.up_exps.ne[1];
   thread_local std::vector<float> h_buf, probs_buf, in_buf, g_buf, u_buf, d_buf, out_buf;
   float* h = scratch(h_buf, T * E);                 // (T, n_embd) normed input
-  for (uint32_t t = 0; t < T; ++t) rms_norm(a.x + t * E, a.v.ffn_norm, hp.rms_eps, E, &h[t * E]);
+  maybe_parallel_for(a.pool, T, kMinParallelRows, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) rms_norm(a.x + t * E, a.v.ffn_norm, hp.rms_eps, E, &h[t * E]);
+  });
   if (a.trace) for (uint32_t t = 0; t < T; ++t) a.trace->tensor("ffn_norm", a.layer, a.pos0 + t, {&h[t * E], E});
 
   // Router: softmax over all experts, top-k by probability, weights from the same probs.
   float* probs = scratch(probs_buf, T * X);         // (T, n_expert)
-  PackSet h_packs(h, T, static_cast<int64_t>(E));
+  PackSet h_packs(h, T, static_cast<int64_t>(E), &a.pool);
   {
     const MatJob router{&w.router, 0, h_packs.get(w.router.type), probs, static_cast<int64_t>(X)};
     matmul_jobs({&router, 1}, a.pool);
@@ -103,7 +108,9 @@ void moe_block(const BlockArgs& a, const MoeMath& math) {
   }
   const size_t S = static_cast<size_t>(T) * K;
   float* in = scratch(in_buf, S * E);               // (T*K, n_embd) gathered, expert-major
-  for (size_t r = 0; r < S; ++r) std::copy_n(&h[sorted[r] / K * E], E, &in[r * E]);
+  maybe_parallel_for(a.pool, static_cast<int64_t>(S), kMinParallelRows, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) std::copy_n(&h[sorted[r] / K * E], E, &in[r * E]);
+  });
 
   const bool shared = w.shexp_up.present();
   const size_t n_ff_sh = shared ? w.shexp_up.ne[1] : 0;
@@ -113,7 +120,7 @@ void moe_block(const BlockArgs& a, const MoeMath& math) {
   float* g_sh = g + S * n_ff;
   float* u_sh = u + S * n_ff;
 
-  PackSet in_packs(in, static_cast<int64_t>(S), static_cast<int64_t>(E));
+  PackSet in_packs(in, static_cast<int64_t>(S), static_cast<int64_t>(E), &a.pool);
   std::vector<MatJob> jobs;
   for (uint32_t e = 0; e < X; ++e) {
     const int64_t n = first[e + 1] - first[e];
@@ -127,13 +134,19 @@ void moe_block(const BlockArgs& a, const MoeMath& math) {
     jobs.push_back({&w.shexp_gate, 0, h_packs.get(w.shexp_gate.type), g_sh, static_cast<int64_t>(n_ff_sh)});
   }
   matmul_jobs(jobs, a.pool);
-  swiglu(gated ? g : nullptr, u, S * n_ff);
-  if (shared) swiglu(g_sh, u_sh, T * n_ff_sh);
+  maybe_parallel_for(a.pool, static_cast<int64_t>(S), kMinParallelRows, [&](int64_t r0, int64_t r1) {
+    swiglu(gated ? g + r0 * n_ff : nullptr, u + r0 * n_ff, (r1 - r0) * n_ff);
+  });
+  if (shared) {
+    maybe_parallel_for(a.pool, T, kMinParallelRows, [&](int64_t t0, int64_t t1) {
+      swiglu(g_sh + t0 * n_ff_sh, u_sh + t0 * n_ff_sh, (t1 - t0) * n_ff_sh);
+    });
+  }
 
   float* d = scratch(d_buf, S * E + T * E);         // down outputs: routed rows, then shared
   float* d_sh = d + S * E;
-  PackSet act_packs(u, static_cast<int64_t>(S), static_cast<int64_t>(n_ff));
-  PackSet sh_packs(u_sh, T, static_cast<int64_t>(n_ff_sh));
+  PackSet act_packs(u, static_cast<int64_t>(S), static_cast<int64_t>(n_ff), &a.pool);
+  PackSet sh_packs(u_sh, T, static_cast<int64_t>(n_ff_sh), &a.pool);
   jobs.clear();
   for (uint32_t e = 0; e < X; ++e) {
     const int64_t n = first[e + 1] - first[e];
@@ -146,21 +159,23 @@ void moe_block(const BlockArgs& a, const MoeMath& math) {
 
   // Weighted sum in rank order, then the gated shared expert.
   float* out = scratch(out_buf, T * E);
-  for (uint32_t t = 0; t < T; ++t) {
-    float* o = &out[t * E];
-    std::fill(o, o + E, 0.0f);
-    for (uint32_t i = 0; i < K; ++i) {
-      const float wt = weights[t * K + i];
-      const float* dr = &d[row_of[t * K + i] * E];
-      for (size_t j = 0; j < E; ++j) o[j] += dr[j] * wt;
+  maybe_parallel_for(a.pool, T, kMinParallelRows, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      float* o = &out[t * E];
+      std::fill(o, o + E, 0.0f);
+      for (uint32_t i = 0; i < K; ++i) {
+        const float wt = weights[t * K + i];
+        const float* dr = &d[row_of[t * K + i] * E];
+        for (size_t j = 0; j < E; ++j) o[j] += dr[j] * wt;
+      }
+      if (shared) {
+        double z = 0.0;
+        for (size_t j = 0; j < E; ++j) z += static_cast<double>(a.v.shexp_gate_inp[j]) * h[t * E + j];
+        const float gate = 1.0f / (1.0f + std::exp(-static_cast<float>(z)));
+        for (size_t j = 0; j < E; ++j) o[j] += d_sh[t * E + j] * gate;
+      }
     }
-    if (shared) {
-      double z = 0.0;
-      for (size_t j = 0; j < E; ++j) z += static_cast<double>(a.v.shexp_gate_inp[j]) * h[t * E + j];
-      const float gate = 1.0f / (1.0f + std::exp(-static_cast<float>(z)));
-      for (size_t j = 0; j < E; ++j) o[j] += d_sh[t * E + j] * gate;
-    }
-  }
+  });
   if (a.trace) for (uint32_t t = 0; t < T; ++t) a.trace->tensor("ffn_out", a.layer, a.pos0 + t, {&out[t * E], E});
   for (size_t i = 0; i < T * E; ++i) a.x[i] += out[i];
 }
@@ -173,7 +188,7 @@ void dense_ffn_block(const BlockArgs& a) {
   const size_t n_ff = w.ffn_up.ne[1];
   std::vector<float> h(T * E), g(T * n_ff), u(T * n_ff), out(T * E);
   for (uint32_t t = 0; t < T; ++t) rms_norm(a.x + t * E, a.v.ffn_norm, hp.rms_eps, E, &h[t * E]);
-  PackSet h_packs(h.data(), T, static_cast<int64_t>(E));
+  PackSet h_packs(h.data(), T, static_cast<int64_t>(E), &a.pool);
   std::vector<MatJob> jobs{{&w.ffn_up, 0, h_packs.get(w.ffn_up.type), u.data(), static_cast<int64_t>(n_ff)}};
   if (w.ffn_gate.present()) jobs.push_back({&w.ffn_gate, 0, h_packs.get(w.ffn_gate.type), g.data(), static_cast<int64_t>(n_ff)});
   matmul_jobs(jobs, a.pool);

@@ -23,7 +23,7 @@ void round_activation(QuantType weight, const float* x, float* out, int64_t n) {
   dequantize_row(act, packed.data(), out, n);
 }
 
-void PackedRows::pack(QuantType weight_type, const float* x, int64_t n_tokens, int64_t n_in) {
+void PackedRows::pack(QuantType weight_type, const float* x, int64_t n_tokens, int64_t n_in, ThreadPool* pool) {
   const cpu::KernelTable& k = cpu::kernels();
   const cpu::QuantizeRowFn quantize = k.quantize[static_cast<uint32_t>(cpu::activation_type(weight_type))];
   weight_type_ = weight_type;
@@ -32,13 +32,20 @@ void PackedRows::pack(QuantType weight_type, const float* x, int64_t n_tokens, i
   reference_ = k.vec_dot[static_cast<uint32_t>(weight_type)] == nullptr || quantize == nullptr;
   row_bytes_ = reference_ ? static_cast<size_t>(n_in) * sizeof(float) : cpu::activation_row_bytes(weight_type, n_in);
   data_.resize(row_bytes_ * static_cast<size_t>(n_tokens));
-  for (int64_t t = 0; t < n_tokens; ++t) {
-    uint8_t* dst = data_.data() + static_cast<size_t>(t) * row_bytes_;
-    if (reference_) {
-      round_activation(weight_type, x + t * n_in, reinterpret_cast<float*>(dst), n_in);
-    } else {
-      quantize(x + t * n_in, dst, n_in);
+  auto rows = [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      uint8_t* dst = data_.data() + static_cast<size_t>(t) * row_bytes_;
+      if (reference_) {
+        round_activation(weight_type, x + t * n_in, reinterpret_cast<float*>(dst), n_in);
+      } else {
+        quantize(x + t * n_in, dst, n_in);
+      }
     }
+  };
+  if (pool != nullptr) {
+    maybe_parallel_for(*pool, n_tokens, 8, rows);
+  } else {
+    rows(0, n_tokens);
   }
 }
 
@@ -47,7 +54,7 @@ const PackedRows* PackSet::get(QuantType weight_type) {
     if (type == weight_type) return rows.get();
   }
   auto rows = std::make_unique<PackedRows>();
-  rows->pack(weight_type, x_, n_tokens_, n_in_);
+  rows->pack(weight_type, x_, n_tokens_, n_in_, pool_);
   packs_.emplace_back(weight_type, std::move(rows));
   return packs_.back().second.get();
 }
@@ -104,12 +111,13 @@ void run_rows(const MatJob& j, int64_t r0, int64_t r1) {
 void matmul_jobs(std::span<const MatJob> jobs, ThreadPool& pool) {
   // unit_end[i]: units of jobs 0..i; a unit is (job, block of block_rows rows).
   std::vector<int64_t> unit_end(jobs.size()), rows_per(jobs.size());
-  int64_t units = 0;
+  int64_t units = 0, max_tokens = 0;
   for (size_t i = 0; i < jobs.size(); ++i) {
     const MatJob& j = jobs[i];
     MT_CHECK(j.w->present() && j.matrix < j.w->ne[2] && j.x->weight_type() == j.w->type);
     MT_CHECK(static_cast<uint64_t>(j.x->n_in()) == j.w->ne[0]);
     MT_CHECK(j.t0 >= 0 && j.t0 + job_tokens(j) <= j.x->n_tokens());
+    max_tokens = std::max(max_tokens, job_tokens(j));
     if (job_tokens(j) == 0) {
       rows_per[i] = 1;
       unit_end[i] = units;
@@ -132,7 +140,9 @@ void matmul_jobs(std::span<const MatJob> jobs, ThreadPool& pool) {
           run_rows(j, r0, r1);
         }
       },
-      0);  // about four contiguous runs of units per thread: each thread streams long runs of memory
+      // Decode: about four runs of consecutive units per thread (long streams of memory).
+      // Prefill: single units (each is heavy; fine claiming balances uneven experts).
+      max_tokens > 4 ? 1 : 0);
 }
 
 void matmul(const Tensor& w, uint64_t matrix, const float* x, int64_t n_tokens, float* y, ThreadPool& pool) {

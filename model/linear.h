@@ -11,11 +11,11 @@
 // Several matrices that read activations already packed can run as one pool job
 // (matmul_jobs): Q, K and V together; the gate and up matrices of every selected expert
 // together; then all their down matrices. The jobs' rows are cut into row blocks (units)
-// and the threads claim runs of consecutive units (about four runs per thread), so a
-// decode step with top-k = 2 still keeps every thread busy, pays one hand-off per phase
-// rather than one per matrix, and each thread reads long stretches of memory in address
-// order (runs of single 64 KiB units measured ~5% slower decode: the hardware streams
-// better over long runs).
+// and the threads claim them, so a decode step with top-k = 2 still keeps every thread
+// busy and pays one hand-off per phase rather than one per matrix. For decode a thread
+// claims runs of consecutive units (about four runs per thread): it reads long stretches
+// of memory in address order (single 64 KiB units measured ~5% slower decode). For
+// prefill, units are heavy and claimed one at a time, which balances uneven experts.
 #pragma once
 
 #include <cstdint>
@@ -41,7 +41,8 @@ void round_activation(QuantType weight, const float* x, float* out, int64_t n);
 // reused across pack() calls.
 class PackedRows {
  public:
-  void pack(QuantType weight_type, const float* x, int64_t n_tokens, int64_t n_in);
+  // Rows are quantized over `pool` when there are several (null: on this thread).
+  void pack(QuantType weight_type, const float* x, int64_t n_tokens, int64_t n_in, ThreadPool* pool = nullptr);
   QuantType weight_type() const { return weight_type_; }
   int64_t n_tokens() const { return n_tokens_; }
   int64_t n_in() const { return n_in_; }
@@ -75,12 +76,14 @@ struct MatJob {
 // gate and up, may differ in type).
 class PackSet {
  public:
-  PackSet(const float* x, int64_t n_tokens, int64_t n_in) : x_(x), n_tokens_(n_tokens), n_in_(n_in) {}
+  PackSet(const float* x, int64_t n_tokens, int64_t n_in, ThreadPool* pool = nullptr)
+      : x_(x), n_tokens_(n_tokens), n_in_(n_in), pool_(pool) {}
   const PackedRows* get(QuantType weight_type);
 
  private:
   const float* x_;
   int64_t n_tokens_, n_in_;
+  ThreadPool* pool_;
   std::vector<std::pair<QuantType, std::unique_ptr<PackedRows>>> packs_;
 };
 // Every job's rows, split over the pool as (job, row block) units, in one hand-off.

@@ -4,8 +4,10 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <fstream>
 #include <thread>
 
+#include "core/log.h"
 #include "cpu/kernels.h"
 #include "cpu/repack.h"
 #include "quant/blocks.h"
@@ -59,6 +61,18 @@ void release_mapped(const uint8_t* p, uint64_t bytes) {
   if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);  // advice only
 }
 
+// MemAvailable of /proc/meminfo in bytes (a large value where it cannot be read).
+uint64_t available_memory_bytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  uint64_t kib = 0;
+  std::string unit;
+  while (in >> key >> kib >> unit) {
+    if (key == "MemAvailable:") return kib * 1024;
+  }
+  return ~0ull;
+}
+
 }  // namespace
 
 void Model::FreeDeleter::operator()(uint8_t* p) const { std::free(p); }
@@ -85,11 +99,24 @@ StatusOr<std::unique_ptr<Model>> Model::load(const std::string& path, const Load
   m->pool_ = std::make_unique<ThreadPool>(std::max(1, threads));
   if (options.interleave) {
     const cpu::KernelTable& k = cpu::kernels();
+    std::vector<Tensor*> todo;
+    uint64_t total = 0;
     for (Tensor* t : matmul_tensors(m->weights_)) {
-      if (!t->present() || k.gemm_x8[static_cast<uint32_t>(t->type)] == nullptr || !cpu::has_interleaved_layout(t->type) ||
-          t->ne[1] % cpu::kInterleave != 0 || t->ne[0] % kQKK != 0) {
-        continue;
+      if (t->present() && k.gemm_x8[static_cast<uint32_t>(t->type)] != nullptr && cpu::has_interleaved_layout(t->type) &&
+          t->ne[1] % cpu::kInterleave == 0 && t->ne[0] % kQKK == 0) {
+        todo.push_back(t);
+        total += t->matrix_bytes * t->ne[2];
       }
+    }
+    // The copies are anonymous memory: a model that only fits through the page cache (or
+    // not at all) keeps its weights in the map.
+    const uint64_t available = available_memory_bytes();
+    if (total > 0 && total > available / 10 * 8) {
+      log_info("not interleaving " + std::to_string(total >> 20) + " MiB of weights: only " + std::to_string(available >> 20) +
+               " MiB of memory available (the weights stay memory-mapped)");
+      todo.clear();
+    }
+    for (Tensor* t : todo) {
       const uint64_t bytes = t->matrix_bytes * t->ne[2];
       uint8_t* dst = allocate_huge(bytes);
       if (dst == nullptr) return out_of_range("cannot allocate " + std::to_string(bytes) + " bytes to interleave " + t->name);
