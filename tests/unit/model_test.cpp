@@ -59,6 +59,56 @@ TEST(ModelForward, BatchEqualsOneTokenStepsThroughTheKvCache) {
   }
 }
 
+// The Q8_0 and F32 caches: batch == steps too, and their logits stay close to the F16
+// cache's (the attention kernels read each cache type in place).
+TEST(ModelForward, KvCacheTypesAgree) {
+  synth::SynthConfig c = synth::tiny_for(Arch::kQwen3Moe);
+  c.quant = *synth::parse_quant_mix("q4_k_m");
+  const std::string path = test::temp_path("qwen3moe-kvtypes.gguf");
+  ASSERT_TRUE(synth::write_model(c, {path, false}).ok());
+  auto model = load_or_die(path);
+  ASSERT_NE(model, nullptr);
+  const uint32_t V = model->hparams().n_vocab;
+  std::vector<int32_t> ids(48);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>((i * 31 + 7) % V);
+  auto logits_of = [&](QuantType kv, bool batch) {
+    auto s = Session::create(*model, 64, kv);
+    EXPECT_TRUE(s.ok());
+    std::vector<float> all;
+    if (batch) {
+      EXPECT_TRUE(s->feed(ids, true, &all).ok());
+      return all;
+    }
+    for (size_t t = 0; t < ids.size(); ++t) {
+      std::vector<float> one;
+      EXPECT_TRUE(s->feed({&ids[t], 1}, false, &one).ok());
+      all.insert(all.end(), one.begin(), one.end());
+    }
+    return all;
+  };
+  auto rel = [&](const std::vector<float>& a, const std::vector<float>& b) {
+    double worst = 0;
+    for (size_t t = 0; t < ids.size(); ++t) {
+      float scale = 0.f, diff = 0.f;
+      for (uint32_t i = 0; i < V; ++i) {
+        scale = std::max(scale, std::fabs(b[t * V + i]));
+        diff = std::max(diff, std::fabs(a[t * V + i] - b[t * V + i]));
+      }
+      worst = std::max(worst, static_cast<double>(diff / scale));
+    }
+    return worst;
+  };
+  const std::vector<float> f16 = logits_of(QuantType::F16, true);
+  for (QuantType kv : {QuantType::Q8_0, QuantType::F32}) {
+    const std::vector<float> batch = logits_of(kv, true), steps = logits_of(kv, false);
+    ASSERT_EQ(batch.size(), f16.size());
+    ASSERT_EQ(steps.size(), f16.size());
+    EXPECT_LE(rel(steps, batch), 1e-4) << type_name(kv);
+    EXPECT_LE(rel(batch, f16), 5e-2) << type_name(kv) << " vs f16 cache";
+    EXPECT_GT(rel(batch, f16), 0.0) << type_name(kv) << " cache gave the f16 cache's exact logits";
+  }
+}
+
 // Greedy decoding with the KV cache (one token per step) reproduces the transformers
 // reference continuations of the real model, 48 tokens each.
 TEST(ModelForward, KjvGreedyContinuationsWithKvCache) {
