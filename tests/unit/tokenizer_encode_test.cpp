@@ -20,11 +20,13 @@ namespace {
 
 using Ids = std::vector<int32_t>;
 
-const Tokenizer& vocab(const std::string& name) {
+// Takes a C string: a std::string temporary argument makes GCC 13+ warn (-Wdangling-reference)
+// although the result refers to the static cache.
+const Tokenizer& vocab(const char* name) {
   static std::map<std::string, Tokenizer> cache;
   auto it = cache.find(name);
   if (it == cache.end()) {
-    auto file = gguf::GgufFile::open(test::testdata("vocab/ggml-vocab-" + name + ".gguf"));
+    auto file = gguf::GgufFile::open(test::testdata(std::string("vocab/ggml-vocab-") + name + ".gguf"));
     MT_CHECK_MSG(file.ok(), file.status().to_string().c_str());
     auto tok = Tokenizer::from_gguf(*file);
     MT_CHECK_MSG(tok.ok(), tok.status().to_string().c_str());
