@@ -34,6 +34,7 @@ namespace {
 struct BenchFlags {
   std::string model, output = "md";
   int n_prompt = 512, n_gen = 128, threads = 0, reps = 5;
+  bool no_interleave = false;
   double membw_gbps = 0;  // 0: no roofline column
 };
 
@@ -218,7 +219,7 @@ int run(const BenchFlags& f) {
   if (f.threads < 0) return fail(invalid_argument("-t must be >= 0"));
   if (f.membw_gbps < 0) return fail(invalid_argument("--membw must be > 0"));
 
-  auto model = Model::load(f.model, {f.threads});
+  auto model = Model::load(f.model, {f.threads, !f.no_interleave});
   if (!model.ok()) return fail(model.status());
   const HParams& hp = (*model)->hparams();
   if (static_cast<uint64_t>(f.n_prompt) + static_cast<uint64_t>(f.n_gen) > hp.n_ctx_train && hp.n_ctx_train > 0) {
@@ -258,6 +259,8 @@ Runner add_bench(CLI::App& app) {
   app.add_option("-p,--n-prompt", f->n_prompt, "prompt tokens of the pp test (default 512; 0 = skip)");
   app.add_option("-n,--n-gen", f->n_gen, "generated tokens of the tg test (default 128; 0 = skip)");
   app.add_option("-t,--threads", f->threads, "threads (default: all)");
+  app.add_flag("--no-interleave", f->no_interleave,
+               "keep every weight in the memory map (no interleaved Q4_K/Q6_K copies): less memory, slower");
   app.add_option("-r,--repetitions", f->reps, "timed repetitions per test, after one warm-up (default 5)");
   app.add_option("-o,--output", f->output, "output format: md (default) or json")->check(CLI::IsMember({"md", "json"}));
   app.add_option("--membw", f->membw_gbps, "host memory read bandwidth in GB/s (moetier_membw): adds tg's roofline fraction");

@@ -17,6 +17,7 @@ namespace {
 struct LogitsFlags {
   std::string model, ids, prompt, output, routing, dump, kv_type = "f16";
   int threads = 0;
+  bool no_interleave = false;
 };
 
 // Routing as JSON lines: {"layer": L, "pos": P, "experts": [...], "weights": [...]}, and
@@ -74,7 +75,7 @@ int run(const LogitsFlags& f) {
   if (f.ids.empty() == f.prompt.empty()) return fail(invalid_argument("give exactly one of --ids and --prompt"));
   auto kv_type = type_from_name(f.kv_type);
   if (!kv_type) return fail(invalid_argument("--kv-type: unknown type '" + f.kv_type + "'"));
-  auto model = Model::load(f.model, {f.threads});
+  auto model = Model::load(f.model, {f.threads, !f.no_interleave});
   if (!model.ok()) return fail(model.status());
   StatusOr<std::vector<int32_t>> ids = std::vector<int32_t>{};
   if (!f.prompt.empty()) {
@@ -117,6 +118,8 @@ Runner add_logits(CLI::App& app) {
   app.add_option("--routing", f->routing, "selected experts per (layer, position) as JSON lines");
   app.add_option("--dump", f->dump, "folder for named intermediates (<name>-<layer>.f32), to diff with llama.cpp");
   app.add_option("-t,--threads", f->threads, "threads (default: all)");
+  app.add_flag("--no-interleave", f->no_interleave,
+               "keep every weight in the memory map (no interleaved Q4_K/Q6_K copies): less memory, slower");
   app.add_option("--kv-type", f->kv_type, "KV cache type: f16 (default), q8_0, f32");
   return [f] { return run(*f); };
 }

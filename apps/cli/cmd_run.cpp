@@ -23,6 +23,7 @@ struct RunFlags {
   std::string model, prompt = "In the beginning", system, kv_type = "f16";
   std::vector<std::string> stops;
   int n_predict = 64, threads = 0;
+  bool no_interleave = false;
   uint32_t n_ctx = 0;
   bool chat = false;
   SamplingParams sampling;
@@ -96,7 +97,7 @@ int run(RunFlags f) {
   if (!kv_type) return fail(invalid_argument("--kv-type: unknown type '" + f.kv_type + "'"));
 
   const auto t_load = std::chrono::steady_clock::now();
-  auto model = Model::load(f.model, {f.threads});
+  auto model = Model::load(f.model, {f.threads, !f.no_interleave});
   if (!model.ok()) return fail(model.status());
   auto tokenizer = Tokenizer::from_gguf((*model)->file());
   if (!tokenizer.ok()) return fail(tokenizer.status());
@@ -189,6 +190,8 @@ Runner add_run(CLI::App& app) {
   app.add_option("-p,--prompt", f->prompt, "prompt text");
   app.add_option("-n,--n-predict", f->n_predict, "tokens to generate (default 64)");
   app.add_option("-t,--threads", f->threads, "threads (default: all)");
+  app.add_flag("--no-interleave", f->no_interleave,
+               "keep every weight in the memory map (no interleaved Q4_K/Q6_K copies): less memory, slower");
   app.add_option("-c,--ctx-size", f->n_ctx, "context size (default: min(training context, 4096))");
   app.add_flag("--chat", f->chat, "wrap the prompt in the model's chat format");
   app.add_option("--system", f->system, "system message (with --chat)");

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# bench: moetier bench's JSON keys and arithmetic on a tiny olmoe model, its errors, and
-# moetier_membw's JSON. Speed itself is measured by bench/compare_llamacpp.sh, not here.
+# bench: moetier bench's JSON keys and arithmetic on a tiny olmoe model, its errors,
+# --no-interleave, and moetier_membw's JSON. Speed itself is measured by bench/compare_llamacpp.sh, not here.
 #   * active_bytes_per_token = non-expert tensors + one embedding row + top-k experts per
 #     MoE layer, recomputed here from `inspect --json`
 #   * gb_per_s = active_bytes_per_token * avg_ts / 1e9; roofline_fraction with --membw
@@ -64,6 +64,21 @@ expect_error 1 "cannot open" -- "$MOETIER" bench -m "$WORK/missing.gguf"
 expect_error 1 "-r must be" -- "$MOETIER" bench -m "$M" -r 0
 expect_error 1 "both 0" -- "$MOETIER" bench -m "$M" -p 0 -n 0
 expect_error 2 "" -- "$MOETIER" bench -m "$M" -o xml
+
+# --no-interleave keeps the weights in the map: same logits up to summation order (and the
+# rare activation rounding flip that follows from it), and bench still runs.
+"$MOETIER" logits -m "$M" --ids 1,5,9,13,17,21,25,29 -t 2 -o "$WORK/x8.f32" || fail "logits"
+"$MOETIER" logits -m "$M" --ids 1,5,9,13,17,21,25,29 -t 2 --no-interleave -o "$WORK/map.f32" || fail "logits --no-interleave"
+"$PY" - "$WORK/x8.f32" "$WORK/map.f32" <<'PY' || fail "--no-interleave logits"
+import struct, sys
+a, b = (open(p, "rb").read() for p in sys.argv[1:3])
+assert len(a) == len(b) and len(a) > 0, (len(a), len(b))
+x, y = struct.unpack(f"<{len(a) // 4}f", a), struct.unpack(f"<{len(b) // 4}f", b)
+rel = max(abs(p - q) for p, q in zip(x, y)) / max(abs(q) for q in y)
+assert rel <= 2e-2, rel
+print(f"bench: interleaved vs mapped weights, logits max rel diff {rel:.2e}")
+PY
+"$MOETIER" bench -m "$M" -p 4 -n 2 -r 1 --no-interleave | grep -q '| tg2 |' || fail "bench --no-interleave"
 
 "$MEMBW" -t 1 --size-mib 64 -r 2 -o json >"$WORK/membw.json" 2>/dev/null || fail "moetier_membw"
 "$PY" -c 'import json, sys; j = json.load(open(sys.argv[1])); assert j["best_gb_per_s"] > 0 and j["threads"] == 1, j' \
