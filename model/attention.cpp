@@ -1,12 +1,15 @@
 // RMSNorm, RoPE and the attention sub-block (see layers.h).
 //
-// Attention reads the KV cache in place: per (token, head) unit, the scores of every
-// cached position are dots of the cache's K rows with q rounded to the cache type (as
-// llama.cpp's non-flash path rounds q before its K matmul), a softmax in a per-thread row
-// of n_kv floats (the probabilities rounded to F16 for an F16 cache, as llama.cpp rounds
-// them before the V matmul), then V rows accumulated with those weights. Memory is
-// O(n_kv) per thread, never n_tokens^2; units are split over the pool, so both decode
-// (one token, all heads) and prefill (tokens x heads) keep every thread busy.
+// Attention reads the KV cache in place, in tiles of up to 4 consecutive queries of one
+// head: the scores of every cached position are dots of the cache's K rows with q rounded
+// to the cache type (as llama.cpp's non-flash path rounds q before its K matmul), each K
+// row read once per tile; a softmax per query over its causal range in a per-thread
+// buffer of n_kv floats per query (the probabilities rounded to F16 for an F16 cache, as
+// llama.cpp rounds them before the V matmul); then each V row, read once per tile, is
+// accumulated into every query of the tile that sees it. Memory is O(tile x n_kv) per
+// thread, never n_tokens^2; (query tile, head) units are split over the pool, so decode
+// (one token, all heads) and prefill keep every thread busy.
+#include <algorithm>
 #include <cmath>
 
 #include "core/check.h"
@@ -79,19 +82,9 @@ void trace_rows(Trace* trace, const char* name, const BlockArgs& a, const float*
   for (uint32_t t = 0; t < a.n_tokens; ++t) trace->tensor(name, a.layer, a.pos0 + t, {rows + t * n, n});
 }
 
-// out (head_dim) += p * V slice (head_dim elements of the cache type at `v`).
-void accumulate_v(QuantType cache, const cpu::KernelTable& k, uint32_t hd, float p, const uint8_t* v, float* out,
-                  float* tmp) {
-  if (cache == QuantType::F16) {
-    k.axpy_f16(hd, p, v, out);
-    return;
-  }
-  dequantize_row(cache, v, tmp, hd);
-  for (uint32_t i = 0; i < hd; ++i) out[i] += p * tmp[i];
-}
+// Query tile: consecutive tokens of one head that share every K and V row read.
+constexpr uint32_t kQueryTile = 4;
 
-// Causal attention of token t of the batch (position pos0 + t), head h, over cache
-// positions [0, pos0 + t]; q (head_dim) -> out (head_dim).
 struct AttendArgs {
   const BlockArgs& a;
   const cpu::KernelTable& k;
@@ -100,37 +93,61 @@ struct AttendArgs {
   float kq_scale;
 };
 
-void attend_one(const AttendArgs& args, uint32_t pos, uint32_t h, const float* q, float* out) {
+// Causal attention of n_q (<= kQueryTile) consecutive tokens at positions first ..
+// first + n_q - 1, head h: query i attends to cache positions [0, first + i]. Each K and
+// V row is read once for the whole tile; per query the arithmetic is that of the query
+// alone (the same dots, sums in the same order), so any tiling gives the same bits.
+// q_i = q + i * stride, out_i = out + i * stride (head_dim floats each).
+void attend_tile(const AttendArgs& args, uint32_t first, uint32_t n_q, uint32_t h, const float* q, float* out,
+                 size_t stride) {
   const BlockArgs& a = args.a;
   const HParams& hp = a.hp;
   const uint32_t hd = hp.head_dim, kvh = h / (hp.n_head / hp.n_head_kv);
-  const uint32_t n_kv = pos + 1;
+  const uint32_t n_kv = first + n_q;  // the last query's
   const QuantType act = cpu::activation_type(args.cache);
+  const size_t act_bytes = cpu::activation_row_bytes(args.cache, hd);
   thread_local std::vector<uint8_t> q_packed;
-  thread_local std::vector<float> scores, tmp;
-  q_packed.resize(cpu::activation_row_bytes(args.cache, hd));
-  if (scores.size() < n_kv) scores.resize(n_kv);
-  if (tmp.size() < hd) tmp.resize(hd);
-  args.k.quantize[static_cast<uint32_t>(act)](q, q_packed.data(), hd);
+  thread_local std::vector<float> scores, v_tmp;  // scores: n_q rows of n_kv
+  q_packed.resize(act_bytes * n_q);
+  if (scores.size() < static_cast<size_t>(n_kv) * n_q) scores.resize(static_cast<size_t>(n_kv) * n_q);
+  if (v_tmp.size() < hd) v_tmp.resize(hd);
+  for (uint32_t i = 0; i < n_q; ++i) args.k.quantize[static_cast<uint32_t>(act)](q + i * stride, &q_packed[i * act_bytes], hd);
   const cpu::VecDotFn dot = args.k.vec_dot[static_cast<uint32_t>(args.cache)];
   const size_t offset = kvh * args.head_bytes;
 
-  float max_score = -INFINITY;
   for (uint32_t j = 0; j < n_kv; ++j) {
-    scores[j] = dot(hd, a.kv.k_row(a.layer, j) + offset, q_packed.data()) * args.kq_scale;
-    max_score = std::max(max_score, scores[j]);
+    const uint8_t* k_row = a.kv.k_row(a.layer, j) + offset;
+    for (uint32_t i = (j > first ? j - first : 0); i < n_q; ++i) {
+      scores[static_cast<size_t>(i) * n_kv + j] = dot(hd, k_row, &q_packed[i * act_bytes]) * args.kq_scale;
+    }
   }
-  double sum = 0.0;
-  for (uint32_t j = 0; j < n_kv; ++j) {
-    scores[j] = std::exp(scores[j] - max_score);
-    sum += scores[j];
+  for (uint32_t i = 0; i < n_q; ++i) {
+    float* s = &scores[static_cast<size_t>(i) * n_kv];
+    const uint32_t len = first + i + 1;
+    const float max_score = *std::max_element(s, s + len);
+    double sum = 0.0;
+    for (uint32_t j = 0; j < len; ++j) {
+      s[j] = std::exp(s[j] - max_score);
+      sum += s[j];
+    }
+    const float inv = static_cast<float>(1.0 / sum);
+    for (uint32_t j = 0; j < len; ++j) s[j] *= inv;
+    if (args.cache == QuantType::F16) round_activation(QuantType::F16, s, s, len);
+    std::fill(out + i * stride, out + i * stride + hd, 0.0f);
   }
-  const float inv = static_cast<float>(1.0 / sum);
-  for (uint32_t j = 0; j < n_kv; ++j) scores[j] *= inv;
-  if (args.cache == QuantType::F16) round_activation(QuantType::F16, scores.data(), scores.data(), n_kv);
-  std::fill(out, out + hd, 0.0f);
   for (uint32_t j = 0; j < n_kv; ++j) {
-    accumulate_v(args.cache, args.k, hd, scores[j], a.kv.v_row(a.layer, j) + offset, out, tmp.data());
+    const uint8_t* v_row = a.kv.v_row(a.layer, j) + offset;
+    const uint32_t i0 = j > first ? j - first : 0;
+    if (args.cache == QuantType::F16) {
+      for (uint32_t i = i0; i < n_q; ++i) args.k.axpy_f16(hd, scores[static_cast<size_t>(i) * n_kv + j], v_row, out + i * stride);
+      continue;
+    }
+    dequantize_row(args.cache, v_row, v_tmp.data(), hd);
+    for (uint32_t i = i0; i < n_q; ++i) {
+      const float p = scores[static_cast<size_t>(i) * n_kv + j];
+      float* o = out + i * stride;
+      for (uint32_t e = 0; e < hd; ++e) o[e] += p * v_tmp[e];
+    }
   }
 }
 
@@ -183,14 +200,17 @@ void attention_block(const BlockArgs& a, QkNorm qk_norm, RopeStyle rope_style) {
   const QuantType cache = a.kv.type();
   const AttendArgs args{a, cpu::kernels(), cache, static_cast<size_t>(*row_bytes(cache, hp.head_dim)),
                         1.0f / std::sqrt(static_cast<float>(hp.head_dim))};
-  const int64_t units = static_cast<int64_t>(T) * hp.n_head;  // (token, head), token-major
+  const int64_t tiles = (T + kQueryTile - 1) / kQueryTile;
+  const int64_t units = tiles * hp.n_head;  // (query tile, head), tile-major
   const int64_t grain = std::max<int64_t>(1, units / (static_cast<int64_t>(a.pool.size()) * 16));
   a.pool.parallel_for(
       units,
       [&](int64_t u0, int64_t u1) {
         for (int64_t u = u0; u < u1; ++u) {
-          const uint32_t t = static_cast<uint32_t>(u / hp.n_head), hh = static_cast<uint32_t>(u % hp.n_head);
-          attend_one(args, a.pos0 + t, hh, &q[t * Q + hh * hp.head_dim], &att[t * Q + hh * hp.head_dim]);
+          const uint32_t t0 = static_cast<uint32_t>(u / hp.n_head) * kQueryTile, hh = static_cast<uint32_t>(u % hp.n_head);
+          const uint32_t n_q = std::min(kQueryTile, T - t0);
+          const size_t at = static_cast<size_t>(t0) * Q + hh * hp.head_dim;
+          attend_tile(args, a.pos0 + t0, n_q, hh, &q[at], &att[at], Q);
         }
       },
       grain);
