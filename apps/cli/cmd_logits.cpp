@@ -115,7 +115,7 @@ Runner add_logits(CLI::App& app) {
   app.add_option("--ids", f->ids, "comma-separated token ids");
   app.add_option("--prompt", f->prompt, "text to tokenize instead of --ids (BOS added as the vocabulary says)");
   app.add_option("-o,--output", f->output, "raw float32 logits, n_tokens x n_vocab")->required();
-  app.add_option("--routing", f->routing, "selected experts per (layer, position) as JSON lines");
+  app.add_option("--routing,--record-routing", f->routing, "selected experts per (layer, position) as JSON lines");
   app.add_option("--dump", f->dump, "folder for named intermediates (<name>-<layer>.f32), to diff with llama.cpp");
   app.add_option("-t,--threads", f->threads, "threads (default: all)");
   app.add_flag("--no-interleave", f->no_interleave,

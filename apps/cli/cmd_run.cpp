@@ -24,15 +24,25 @@ struct RunFlags {
   std::vector<std::string> stops;
   int n_predict = 64, threads = 0;
   bool no_interleave = false;
+  std::string record_routing;
   uint32_t n_ctx = 0;
   bool chat = false;
   SamplingParams sampling;
 };
 
-// Counts how often each expert of each MoE layer is selected.
+// Counts how often each expert of each MoE layer is selected and, with a record file,
+// writes every decision as a JSON line (the format of `logits --routing`).
 class UsageTrace : public Trace {
  public:
-  void routing(uint32_t layer, uint32_t, std::span<const int32_t> experts, std::span<const float>) override {
+  explicit UsageTrace(FILE* record) : record_(record) {}
+  void routing(uint32_t layer, uint32_t pos, std::span<const int32_t> experts, std::span<const float> weights) override {
+    if (record_ != nullptr) {
+      std::fprintf(record_, "{\"layer\": %u, \"pos\": %u, \"experts\": [", layer, pos);
+      for (size_t i = 0; i < experts.size(); ++i) std::fprintf(record_, "%s%d", i ? ", " : "", experts[i]);
+      std::fprintf(record_, "], \"weights\": [");
+      for (size_t i = 0; i < weights.size(); ++i) std::fprintf(record_, "%s%.9g", i ? ", " : "", weights[i]);
+      std::fprintf(record_, "]}\n");
+    }
     if (counts_.size() <= layer) counts_.resize(layer + 1);
     for (int32_t e : experts) {
       if (counts_[layer].size() <= static_cast<size_t>(e)) counts_[layer].resize(static_cast<size_t>(e) + 1, 0);
@@ -66,6 +76,7 @@ class UsageTrace : public Trace {
   }
 
  private:
+  FILE* record_;
   std::vector<std::vector<uint64_t>> counts_;
   uint64_t selections_ = 0, experts_selected_ = 0;
 };
@@ -128,7 +139,12 @@ int run(RunFlags f) {
   for (int32_t id : prompt) sampler.accept(id);
   StreamDecoder decoder(*tokenizer);
   StopMatcher stops(f.stops);
-  UsageTrace usage;
+  std::unique_ptr<FILE, int (*)(FILE*)> record(nullptr, fclose);
+  if (!f.record_routing.empty()) {
+    record.reset(std::fopen(f.record_routing.c_str(), "w"));
+    if (!record) return fail(io_error("cannot create '" + f.record_routing + "'"));
+  }
+  UsageTrace usage(record.get());
 
   std::fputs(f.chat ? "" : f.prompt.c_str(), stdout);
   std::fflush(stdout);
@@ -190,6 +206,8 @@ Runner add_run(CLI::App& app) {
   app.add_option("-p,--prompt", f->prompt, "prompt text");
   app.add_option("-n,--n-predict", f->n_predict, "tokens to generate (default 64)");
   app.add_option("-t,--threads", f->threads, "threads (default: all)");
+  app.add_option("--record-routing", f->record_routing,
+                 "write every routing decision (layer, position, experts, weights) as JSON lines");
   app.add_flag("--no-interleave", f->no_interleave,
                "keep every weight in the memory map (no interleaved Q4_K/Q6_K copies): less memory, slower");
   app.add_option("-c,--ctx-size", f->n_ctx, "context size (default: min(training context, 4096))");

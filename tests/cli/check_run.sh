@@ -46,6 +46,29 @@ grep -q "has no chat template" <<<"$nochat" || fail "run --chat without a templa
 
 # Bad models: one line on stderr, exit code 1.
 "$MOETIER" synth --preset tiny -o "$WORK/tiny.gguf" >/dev/null || fail "synth tiny"
+
+# --record-routing: one JSON line per (MoE layer, fed position), positions 0.. contiguous,
+# top-k distinct experts with their weights each; its selections are what run reports.
+"$MOETIER" run -m "$WORK/tiny.gguf" -p "hello world" -n 6 --temp 0 -t 2 --record-routing "$WORK/rec.jsonl" \
+  >/dev/null 2>"$WORK/rec.err" || fail "run --record-routing exited $?: $(tail -1 "$WORK/rec.err")"
+"$MOETIER" inspect --json "$WORK/tiny.gguf" >"$WORK/tiny.json" || fail "inspect tiny"
+"$PY" - "$WORK/rec.jsonl" "$WORK/tiny.json" <<'PY' || fail "--record-routing record"
+import json, sys
+info = json.load(open(sys.argv[2]))
+arch = info["architecture"]
+k = info["metadata"][f"{arch}.expert_used_count"]
+n_exp = info["metadata"][f"{arch}.expert_count"]
+rows = [json.loads(line) for line in open(sys.argv[1])]
+assert rows, "empty record"
+layers = sorted({r["layer"] for r in rows})
+positions = sorted({r["pos"] for r in rows})
+assert positions == list(range(len(positions))), positions
+assert len(rows) == len(layers) * len(positions), (len(rows), layers, positions)
+for r in rows:
+    assert len(r["experts"]) == k == len(r["weights"]) and len(set(r["experts"])) == k, r
+    assert all(0 <= e < n_exp for e in r["experts"]) and all(w > 0 for w in r["weights"]), r
+print(f"run --record-routing: {len(rows)} lines, {len(layers)} MoE layers x {len(positions)} positions, top-{k}")
+PY
 head -c 5000 "$WORK/tiny.gguf" >"$WORK/truncated.gguf"
 "$PY" - "$WORK/tiny.gguf" "$WORK" <<'PY'
 import struct, sys
