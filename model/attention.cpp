@@ -16,6 +16,7 @@
 #include "cpu/kernels.h"
 #include "model/layers.h"
 #include "model/linear.h"
+#include "quant/fp16.h"
 #include "quant/reference.h"
 
 namespace mt {
@@ -26,6 +27,17 @@ void rms_norm(const float* x, const std::vector<float>& w, float eps, int64_t n,
   const float mean = static_cast<float>(sum / static_cast<double>(n));
   const float scale = 1.0f / std::sqrt(mean + eps);
   for (int64_t i = 0; i < n; ++i) out[i] = x[i] * scale * (w.empty() ? 1.0f : w[static_cast<size_t>(i)]);
+}
+
+void softmax(float* x, size_t n) {
+  const float mx = *std::max_element(x, x + n);
+  double sum = 0.0;
+  for (size_t i = 0; i < n; ++i) {
+    x[i] = std::exp(x[i] - mx);
+    sum += x[i];
+  }
+  const float inv = static_cast<float>(1.0 / sum);
+  for (size_t i = 0; i < n; ++i) x[i] *= inv;
 }
 
 namespace {
@@ -58,17 +70,7 @@ void rope_apply(float* x, uint32_t n_heads, uint32_t head_dim, uint32_t n_rot, R
 
 }  // namespace
 
-void rope(float* x, uint32_t n_heads, uint32_t head_dim, uint32_t n_rot, uint32_t pos, RopeStyle style,
-          float freq_base, float freq_scale) {
-  std::vector<float> c(n_rot / 2), s(n_rot / 2);
-  rope_angles(n_rot, pos, freq_base, freq_scale, c.data(), s.data());
-  rope_apply(x, n_heads, head_dim, n_rot, style, c.data(), s.data());
-}
-
 namespace {
-
-// Below this many tokens, per-token work stays on the calling thread (decode).
-constexpr int64_t kMinParallelRows = 8;
 
 void add_bias(float* y, const std::vector<float>& b, uint32_t n_tokens, size_t n) {
   if (b.empty()) return;
@@ -124,15 +126,10 @@ void attend_tile(const AttendArgs& args, uint32_t first, uint32_t n_q, uint32_t 
   for (uint32_t i = 0; i < n_q; ++i) {
     float* s = &scores[static_cast<size_t>(i) * n_kv];
     const uint32_t len = first + i + 1;
-    const float max_score = *std::max_element(s, s + len);
-    double sum = 0.0;
-    for (uint32_t j = 0; j < len; ++j) {
-      s[j] = std::exp(s[j] - max_score);
-      sum += s[j];
+    softmax(s, len);
+    if (args.cache == QuantType::F16) {
+      for (uint32_t j = 0; j < len; ++j) s[j] = fp16_to_fp32(fp32_to_fp16(s[j]));
     }
-    const float inv = static_cast<float>(1.0 / sum);
-    for (uint32_t j = 0; j < len; ++j) s[j] *= inv;
-    if (args.cache == QuantType::F16) round_activation(QuantType::F16, s, s, len);
     std::fill(out + i * stride, out + i * stride + hd, 0.0f);
   }
   for (uint32_t j = 0; j < n_kv; ++j) {

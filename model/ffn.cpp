@@ -18,18 +18,6 @@ namespace {
 
 float silu(float x) { return x / (1.0f + std::exp(-x)); }
 
-// softmax in place (max-subtracted, sum accumulated in double).
-void softmax(float* x, size_t n) {
-  const float mx = *std::max_element(x, x + n);
-  double sum = 0.0;
-  for (size_t i = 0; i < n; ++i) {
-    x[i] = std::exp(x[i] - mx);
-    sum += x[i];
-  }
-  const float inv = static_cast<float>(1.0 / sum);
-  for (size_t i = 0; i < n; ++i) x[i] *= inv;
-}
-
 // u = silu(g) * u (gated) or silu(u) (ungated: g empty).
 void swiglu(const float* g, float* u, size_t n) {
   if (g == nullptr) {
@@ -38,9 +26,6 @@ void swiglu(const float* g, float* u, size_t n) {
     for (size_t i = 0; i < n; ++i) u[i] = silu(g[i]) * u[i];
   }
 }
-
-// Below this many rows, per-row work stays on the calling thread (decode).
-constexpr int64_t kMinParallelRows = 8;
 
 // A per-thread buffer of at least n floats, reused across calls (no zeroing).
 float* scratch(std::vector<float>& buf, size_t n) {

@@ -49,9 +49,12 @@ struct BlockArgs {
 
 // RMSNorm: out = x / sqrt(mean(x^2) + eps) * w (w may be empty: no weight).
 void rms_norm(const float* x, const std::vector<float>& w, float eps, int64_t n, float* out);
-// Rotary embedding of n_heads heads of head_dim, the first n_rot dims of each.
-void rope(float* x, uint32_t n_heads, uint32_t head_dim, uint32_t n_rot, uint32_t pos, RopeStyle style,
-          float freq_base, float freq_scale);
+// Softmax in place: max-subtracted, the sum accumulated in double, scaled by its inverse.
+void softmax(float* x, size_t n);
+
+// Below this many rows (tokens, slots), a block's per-row work stays on the calling thread:
+// a decode step's one row costs less than a pool hand-off.
+inline constexpr int64_t kMinParallelRows = 8;
 
 // Attention sub-block: norm, Q/K/V (+biases), q/k norm, RoPE, KV cache, causal softmax
 // attention with GQA, output projection, residual add.

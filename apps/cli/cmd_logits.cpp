@@ -12,6 +12,15 @@
 #include "tokenizer/tokenizer.h"
 
 namespace mt::cli {
+
+void write_routing_line(FILE* f, uint32_t layer, uint32_t pos, std::span<const int32_t> experts,
+                        std::span<const float> weights) {
+  std::fprintf(f, "{\"layer\": %u, \"pos\": %u, \"experts\": [", layer, pos);
+  for (size_t i = 0; i < experts.size(); ++i) std::fprintf(f, "%s%d", i ? ", " : "", experts[i]);
+  std::fprintf(f, "], \"weights\": [");
+  for (size_t i = 0; i < weights.size(); ++i) std::fprintf(f, "%s%.9g", i ? ", " : "", weights[i]);
+  std::fprintf(f, "]}\n");
+}
 namespace {
 
 struct LogitsFlags {
@@ -35,12 +44,7 @@ class RoutingWriter : public Trace {
     }
   }
   void routing(uint32_t layer, uint32_t pos, std::span<const int32_t> experts, std::span<const float> weights) override {
-    if (f_ == nullptr) return;
-    std::fprintf(f_, "{\"layer\": %u, \"pos\": %u, \"experts\": [", layer, pos);
-    for (size_t i = 0; i < experts.size(); ++i) std::fprintf(f_, "%s%d", i ? ", " : "", experts[i]);
-    std::fprintf(f_, "], \"weights\": [");
-    for (size_t i = 0; i < weights.size(); ++i) std::fprintf(f_, "%s%.9g", i ? ", " : "", weights[i]);
-    std::fprintf(f_, "]}\n");
+    if (f_ != nullptr) write_routing_line(f_, layer, pos, experts, weights);
   }
 
  private:

@@ -36,13 +36,7 @@ class UsageTrace : public Trace {
  public:
   explicit UsageTrace(FILE* record) : record_(record) {}
   void routing(uint32_t layer, uint32_t pos, std::span<const int32_t> experts, std::span<const float> weights) override {
-    if (record_ != nullptr) {
-      std::fprintf(record_, "{\"layer\": %u, \"pos\": %u, \"experts\": [", layer, pos);
-      for (size_t i = 0; i < experts.size(); ++i) std::fprintf(record_, "%s%d", i ? ", " : "", experts[i]);
-      std::fprintf(record_, "], \"weights\": [");
-      for (size_t i = 0; i < weights.size(); ++i) std::fprintf(record_, "%s%.9g", i ? ", " : "", weights[i]);
-      std::fprintf(record_, "]}\n");
-    }
+    if (record_ != nullptr) write_routing_line(record_, layer, pos, experts, weights);
     if (counts_.size() <= layer) counts_.resize(layer + 1);
     for (int32_t e : experts) {
       if (counts_[layer].size() <= static_cast<size_t>(e)) counts_[layer].resize(static_cast<size_t>(e) + 1, 0);

@@ -2,7 +2,10 @@
 // function that runs it (exit code 0 on success, 1 on a reported error, 2 on bad usage).
 #pragma once
 
+#include <cstdint>
+#include <cstdio>
 #include <functional>
+#include <span>
 
 namespace CLI {
 class App;
@@ -18,5 +21,10 @@ Runner add_info(CLI::App& app);
 Runner add_logits(CLI::App& app);
 Runner add_run(CLI::App& app);
 Runner add_bench(CLI::App& app);
+
+// One routing decision as a JSON line, the format of `logits --routing` and
+// `run --record-routing`: {"layer": L, "pos": P, "experts": [...], "weights": [...]}.
+void write_routing_line(FILE* f, uint32_t layer, uint32_t pos, std::span<const int32_t> experts,
+                        std::span<const float> weights);
 
 }  // namespace mt::cli
