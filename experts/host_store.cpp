@@ -1,0 +1,252 @@
+#include "experts/host_store.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <numeric>
+#include <utility>
+
+#include "core/check.h"
+#include "core/log.h"
+
+namespace mt {
+
+void* SimulatedPinnedAllocator::allocate_pinned(uint64_t bytes, std::string* why) {
+  if (bytes > limit_ - std::min(limit_, allocated_)) {
+    *why = "simulated pin limit: " + human_bytes(allocated_) + " pinned, " + human_bytes(bytes) +
+           " more would exceed the limit of " + human_bytes(limit_);
+    return nullptr;
+  }
+  const uint64_t rounded = (std::max<uint64_t>(bytes, 1) + kAlignment - 1) / kAlignment * kAlignment;
+  void* p = std::aligned_alloc(kAlignment, rounded);
+  if (p == nullptr) {
+    *why = "out of host memory allocating " + human_bytes(bytes);
+    return nullptr;
+  }
+  allocated_ += bytes;
+  return p;
+}
+
+void SimulatedPinnedAllocator::free_pinned(void* p, uint64_t bytes) {
+  if (p == nullptr) return;
+  MT_CHECK(bytes <= allocated_);
+  allocated_ -= bytes;
+  std::free(p);
+}
+
+HostExpertStore::HostExpertStore(const ExpertGeometry& geometry, const ProjResolver& resolve) : geometry_(geometry) {
+  layers_.resize(geometry_.layers.size());
+  for (size_t i = 0; i < geometry_.layers.size(); ++i) {
+    const LayerExpertGeometry& g = geometry_.layers[i];
+    Layer& l = layers_[i];
+    l.geo = &g;
+    for (int p = 0; p < kExpertProjCount; ++p) {
+      if (!g.proj[p].present) continue;
+      l.source[p] = resolve(g.layer, static_cast<ExpertProj>(p));
+      MT_CHECK_MSG(l.source[p].base != nullptr, "resolver returned no bytes for a present projection");
+      MT_CHECK_MSG(l.source[p].stride >= g.proj[p].bytes_per_expert, "stride below the expert's bytes");
+    }
+    if (index_.size() <= g.layer) index_.resize(g.layer + 1, -1);
+    MT_CHECK_MSG(index_[g.layer] < 0, "layer listed twice in the geometry");
+    index_[g.layer] = static_cast<int32_t>(i);
+  }
+}
+
+HostExpertStore HostExpertStore::from_mapping(const ExpertGeometry& geometry, const uint8_t* file_bytes) {
+  // Keyed by block index: the resolver runs while the store copies the geometry.
+  std::vector<const LayerExpertGeometry*> by_block;
+  for (const LayerExpertGeometry& g : geometry.layers) {
+    if (by_block.size() <= g.layer) by_block.resize(g.layer + 1, nullptr);
+    by_block[g.layer] = &g;
+  }
+  return HostExpertStore(geometry, [&](uint32_t layer, ExpertProj p) {
+    const LayerExpertGeometry& g = *by_block[layer];
+    const ProjGeometry& pg = g.proj[static_cast<int>(p)];
+    if (!g.merged_gate_up || p == ExpertProj::kDown) {
+      return ProjSource{file_bytes + pg.offset_in_file, pg.bytes_per_expert};
+    }
+    // One (n_in, 2 * n_ff) matrix per expert: gate rows, then up rows.
+    const uint64_t stride = g.gate().bytes_per_expert + g.up().bytes_per_expert;
+    const uint64_t skip = p == ExpertProj::kUp ? g.gate().bytes_per_expert : 0;
+    return ProjSource{file_bytes + pg.offset_in_file + skip, stride};
+  });
+}
+
+HostExpertStore::HostExpertStore(HostExpertStore&& other) noexcept { *this = std::move(other); }
+
+HostExpertStore& HostExpertStore::operator=(HostExpertStore&& other) noexcept {
+  if (this == &other) return *this;
+  release();
+  // Moving the vector keeps its elements in place, so Layer::geo stays valid.
+  geometry_ = std::move(other.geometry_);
+  layers_ = std::move(other.layers_);
+  for (size_t i = 0; i < layers_.size(); ++i) layers_[i].geo = &geometry_.layers[i];
+  index_ = std::move(other.index_);
+  allocator_ = std::exchange(other.allocator_, nullptr);
+  pinned_bytes_ = std::exchange(other.pinned_bytes_, 0);
+  failures_ = std::move(other.failures_);
+  other.layers_.clear();
+  return *this;
+}
+
+HostExpertStore::~HostExpertStore() { release(); }
+
+void HostExpertStore::release() {
+  for (Layer& l : layers_) {
+    if (l.pinned == nullptr) continue;
+    allocator_->free_pinned(l.pinned, l.geo->bank_bytes());
+    l.pinned = nullptr;
+  }
+  pinned_bytes_ = 0;
+}
+
+const HostExpertStore::Layer& HostExpertStore::layer(uint32_t block) const {
+  MT_CHECK_MSG(is_moe_layer(block), "not a MoE layer of this store");
+  return layers_[static_cast<size_t>(index_[block])];
+}
+
+bool HostExpertStore::is_moe_layer(uint32_t layer) const { return layer < index_.size() && index_[layer] >= 0; }
+
+bool HostExpertStore::pinned(uint32_t block) const { return layer(block).pinned != nullptr; }
+
+uint64_t HostExpertStore::proj_bytes(uint32_t block, ExpertProj p) const {
+  return layer(block).geo->proj[static_cast<int>(p)].bytes_per_expert;
+}
+
+const uint8_t* HostExpertStore::pinned_expert(uint32_t block, uint32_t expert) const {
+  const Layer& l = layer(block);
+  MT_CHECK(l.pinned != nullptr && expert < l.geo->n_expert);
+  return l.pinned + static_cast<uint64_t>(expert) * l.geo->bytes_per_expert();
+}
+
+const uint8_t* HostExpertStore::expert_proj(uint32_t block, uint32_t expert, ExpertProj p) const {
+  const Layer& l = layer(block);
+  MT_CHECK(expert < l.geo->n_expert);
+  const int pi = static_cast<int>(p);
+  if (!l.geo->proj[pi].present) return nullptr;
+  if (l.pinned != nullptr) {
+    uint64_t offset = 0;
+    for (int q = 0; q < pi; ++q) offset += l.geo->proj[q].bytes_per_expert;
+    return pinned_expert(block, expert) + offset;
+  }
+  return l.source[pi].base + static_cast<uint64_t>(expert) * l.source[pi].stride;
+}
+
+uint32_t HostExpertStore::pin(std::span<const uint32_t> blocks, HostAllocator& allocator, bool show_progress) {
+  MT_CHECK_MSG(allocator_ == nullptr || allocator_ == &allocator, "pinned copies must come from one allocator");
+  uint64_t total = 0;
+  for (uint32_t b : blocks) total += layer(b).geo->bank_bytes();
+  Progress progress("pinning experts", total, show_progress);
+  uint64_t done = 0;
+  uint32_t pinned_now = 0;
+  for (uint32_t b : blocks) {
+    Layer& l = layers_[static_cast<size_t>(index_[b])];
+    const LayerExpertGeometry& g = *l.geo;
+    const uint64_t bytes = g.bank_bytes();
+    done += bytes;
+    if (l.pinned != nullptr) continue;
+    std::string why;
+    auto* dst = static_cast<uint8_t*>(allocator.allocate_pinned(bytes, &why));
+    if (dst == nullptr) {
+      if (why.empty()) why = "allocator gave no reason";
+      log_warn(std::string("pinning layer ") + std::to_string(b) + " (" + human_bytes(bytes) + ") with the " +
+               allocator.name() + " allocator failed: " + why + "; the layer stays pageable");
+      failures_.push_back({b, bytes, why});
+      continue;
+    }
+    allocator_ = &allocator;
+    const uint64_t per_expert = g.bytes_per_expert();
+    for (uint32_t e = 0; e < g.n_expert; ++e) {
+      uint8_t* out = dst + static_cast<uint64_t>(e) * per_expert;
+      for (int p = 0; p < kExpertProjCount; ++p) {
+        const uint64_t n = g.proj[p].bytes_per_expert;
+        if (!g.proj[p].present || n == 0) continue;
+        std::memcpy(out, l.source[p].base + static_cast<uint64_t>(e) * l.source[p].stride, n);
+        out += n;
+      }
+    }
+    l.pinned = dst;
+    pinned_bytes_ += bytes;
+    ++pinned_now;
+    progress.update(done);
+  }
+  progress.finish();
+  return pinned_now;
+}
+
+StatusOr<StagingRing> StagingRing::create(HostAllocator& allocator, uint32_t n_buffers, uint64_t buffer_bytes) {
+  if (n_buffers == 0 || buffer_bytes == 0) return invalid_argument("staging ring needs at least one non-empty buffer");
+  StagingRing ring;
+  ring.allocator_ = &allocator;
+  ring.buffer_bytes_ = buffer_bytes;
+  for (uint32_t i = 0; i < n_buffers; ++i) {
+    std::string why;
+    auto* p = static_cast<uint8_t*>(allocator.allocate_pinned(buffer_bytes, &why));
+    if (p == nullptr) {
+      return out_of_range("pinned staging buffer " + std::to_string(i) + " of " + std::to_string(n_buffers) + " (" +
+                          human_bytes(buffer_bytes) + ") refused by the " + allocator.name() + " allocator: " + why);
+    }
+    ring.buffers_.push_back(p);
+  }
+  return ring;
+}
+
+StagingRing::StagingRing(StagingRing&& other) noexcept { *this = std::move(other); }
+
+StagingRing& StagingRing::operator=(StagingRing&& other) noexcept {
+  if (this == &other) return *this;
+  release();
+  allocator_ = std::exchange(other.allocator_, nullptr);
+  buffers_ = std::move(other.buffers_);
+  other.buffers_.clear();
+  buffer_bytes_ = other.buffer_bytes_;
+  next_ = other.next_;
+  return *this;
+}
+
+StagingRing::~StagingRing() { release(); }
+
+void StagingRing::release() {
+  for (uint8_t* p : buffers_) allocator_->free_pinned(p, buffer_bytes_);
+  buffers_.clear();
+}
+
+StagingRing::Buffer StagingRing::acquire() {
+  MT_CHECK(!buffers_.empty());
+  const uint32_t slot = next_;
+  next_ = (next_ + 1) % size();
+  return {buffers_[slot], buffer_bytes_, slot};
+}
+
+PinChoice choose_pinned_layers(const ExpertGeometry& geometry, uint64_t pin_budget) {
+  PinChoice c;
+  c.budget = pin_budget;
+  std::vector<size_t> order(geometry.layers.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    const LayerExpertGeometry& x = geometry.layers[a];
+    const LayerExpertGeometry& y = geometry.layers[b];
+    return x.bank_bytes() != y.bank_bytes() ? x.bank_bytes() < y.bank_bytes() : x.layer < y.layer;
+  });
+  size_t i = 0;
+  for (; i < order.size(); ++i) {
+    const LayerExpertGeometry& g = geometry.layers[order[i]];
+    if (g.bank_bytes() > pin_budget - c.pinned_bytes) break;  // every later layer is as large
+    c.pinned_bytes += g.bank_bytes();
+    c.pinned.push_back(g.layer);
+  }
+  for (; i < order.size(); ++i) c.pageable.push_back(geometry.layers[order[i]].layer);
+  std::sort(c.pinned.begin(), c.pinned.end());
+  std::sort(c.pageable.begin(), c.pageable.end());
+
+  c.padded_layer_bytes = (geometry.max_bytes[0] + geometry.max_bytes[1] + geometry.max_bytes[2]) * geometry.n_expert;
+  if (c.padded_layer_bytes > 0) {
+    c.padded_pinned_layers =
+        static_cast<uint32_t>(std::min<uint64_t>(pin_budget / c.padded_layer_bytes, geometry.layers.size()));
+  }
+  c.padded_pinned_bytes = c.padded_pinned_layers * c.padded_layer_bytes;
+  return c;
+}
+
+}  // namespace mt
