@@ -54,6 +54,7 @@ int32_t ExpertCache::victim(const Layer& l) const {
   }
   if (options_.policy == CachePolicy::kStaticHot) return -1;  // residents are never evicted
   for (size_t s = 0; s < l.slot_expert.size(); ++s) {
+    if (l.last_use[s] == step_) continue;  // in use this step: its slot is being read
     if (options_.policy == CachePolicy::kFrequency && step_ - l.resident_since[s] < options_.min_dwell) continue;
     if (best < 0) {
       best = static_cast<int32_t>(s);

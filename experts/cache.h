@@ -12,7 +12,9 @@
 //               those resident for at least `min_dwell` steps; none old enough: no admit.
 //   static-hot: admit only the layer's hot experts (a popularity profile), never evict.
 // invalidate_layer() empties a layer (a prefill overlay overwrote its slots). Counters per
-// layer: hits, misses, admissions, evictions, bytes copied in.
+// layer: hits, misses, admissions, evictions, bytes copied in. An expert looked up or
+// admitted in the current step (next_step() advances it) is never the victim: a step's
+// hits are read from their slots while its misses are admitted.
 #pragma once
 
 #include <cstdint>
@@ -58,6 +60,7 @@ class ExpertCache {
   void invalidate_layer(uint32_t layer);
   void next_step() { ++step_; }
 
+  size_t n_layers() const { return layers_.size(); }
   const LayerSlots& slots(uint32_t layer) const { return layers_[layer].where; }
   const CacheCounters& counters(uint32_t layer) const { return layers_[layer].counters; }
   int32_t slot_of(uint32_t layer, uint32_t expert) const { return layers_[layer].expert_to_slot[expert]; }

@@ -4,14 +4,19 @@
 // counting-sorted by expert, so each active expert's tokens are one contiguous run of
 // the gathered input. Then three pool hand-offs for the whole layer: gate and up of every
 // active expert (and of the shared expert) as one matmul_jobs call, SwiGLU, all the down
-// matrices as a second call; the weighted sum in rank order follows.
+// matrices as a second call; the weighted sum in rank order follows. Offloaded (a
+// MoeOffload in BlockArgs), the scheduler splits the active experts between the device
+// and the CPU; the two sides run the same steps on their own rows at the same time, and
+// every expert's rows come out bit-identical to the plain path.
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <span>
 
 #include "core/check.h"
 #include "model/layers.h"
 #include "model/linear.h"
+#include "model/offload.h"
 
 namespace mt {
 namespace {
@@ -31,6 +36,67 @@ void swiglu(const float* g, float* u, size_t n) {
 float* scratch(std::vector<float>& buf, size_t n) {
   if (buf.size() < n) buf.resize(n);
   return buf.data();
+}
+
+
+// Expert runs: one active expert's rows [row0, row0 + n) of the gathered input, and the
+// tensors its gate, up and down come from (the layer's, or one-matrix views of a slot).
+struct ExpertRun {
+  const Tensor* gate;
+  const Tensor* up;
+  const Tensor* down;
+  uint64_t matrix;
+  uint32_t row0, n;
+};
+
+// The buffers of one MoE layer-step (rows as in moe_block).
+struct ExpertRows {
+  const float* in;
+  float *g, *u, *d;
+  const float* h;
+  float *g_sh, *u_sh, *d_sh;
+  size_t E, n_ff, n_ff_sh;
+  uint32_t T;
+};
+
+// Gate and up of the runs (rows [r0, r1), contiguous) and of the shared expert as one
+// pool hand-off, the SwiGLU, then all their downs as a second.
+void expert_rows(const LayerWeights& w, std::span<const ExpertRun> runs, size_t r0, size_t r1, bool shared,
+                 const ExpertRows& b, ThreadPool& pool) {
+  if (r1 == r0 && !shared) return;
+  const size_t E = b.E, n_ff = b.n_ff, n = r1 - r0;
+  const bool gated = w.gate_exps.present();
+  PackSet in_packs(b.in + r0 * E, static_cast<int64_t>(n), static_cast<int64_t>(E), &pool);
+  PackSet h_packs(b.h, b.T, static_cast<int64_t>(E), &pool);
+  std::vector<MatJob> jobs;
+  for (const ExpertRun& r : runs) {
+    const int64_t t0 = static_cast<int64_t>(r.row0 - r0);
+    jobs.push_back({r.up, r.matrix, in_packs.get(r.up->type), b.u + r.row0 * n_ff, static_cast<int64_t>(n_ff), t0, r.n});
+    if (gated) jobs.push_back({r.gate, r.matrix, in_packs.get(r.gate->type), b.g + r.row0 * n_ff, static_cast<int64_t>(n_ff), t0, r.n});
+  }
+  if (shared) {
+    jobs.push_back({&w.shexp_up, 0, h_packs.get(w.shexp_up.type), b.u_sh, static_cast<int64_t>(b.n_ff_sh)});
+    jobs.push_back({&w.shexp_gate, 0, h_packs.get(w.shexp_gate.type), b.g_sh, static_cast<int64_t>(b.n_ff_sh)});
+  }
+  matmul_jobs(jobs, pool);
+  maybe_parallel_for(pool, static_cast<int64_t>(n), kMinParallelRows, [&](int64_t i0, int64_t i1) {
+    const size_t at = (r0 + static_cast<size_t>(i0)) * n_ff;
+    swiglu(gated ? b.g + at : nullptr, b.u + at, static_cast<size_t>(i1 - i0) * n_ff);
+  });
+  if (shared) {
+    maybe_parallel_for(pool, b.T, kMinParallelRows, [&](int64_t t0, int64_t t1) {
+      swiglu(b.g_sh + t0 * b.n_ff_sh, b.u_sh + t0 * b.n_ff_sh, (t1 - t0) * b.n_ff_sh);
+    });
+  }
+  PackSet act_packs(b.u + r0 * n_ff, static_cast<int64_t>(n), static_cast<int64_t>(n_ff), &pool);
+  PackSet sh_packs(b.u_sh, b.T, static_cast<int64_t>(b.n_ff_sh), &pool);
+  jobs.clear();
+  for (const ExpertRun& r : runs) {
+    jobs.push_back({r.down, r.matrix, act_packs.get(r.down->type), b.d + r.row0 * E, static_cast<int64_t>(E),
+                    static_cast<int64_t>(r.row0 - r0), r.n});
+  }
+  if (shared) jobs.push_back({&w.shexp_down, 0, sh_packs.get(w.shexp_down.type), b.d_sh, static_cast<int64_t>(E)});
+  matmul_jobs(jobs, pool);
 }
 
 }  // namespace
@@ -78,13 +144,40 @@ void moe_block(const BlockArgs& a, const MoeMath& math) {
     if (a.trace) a.trace->routing(a.layer, a.pos0 + t, {&selected[t * K], K}, {&weights[t * K], K});
   }
 
-  // Counting sort of the slots (token * K + rank) by expert: expert e's slots are
-  // sorted[first[e] .. first[e + 1]); row_of[slot] is the slot's row in that order.
-  std::vector<uint32_t> first(X + 1, 0), sorted(T * K), row_of(T * K);
-  for (uint32_t s = 0; s < T * K; ++s) ++first[static_cast<uint32_t>(selected[s]) + 1];
-  for (uint32_t e = 0; e < X; ++e) first[e + 1] += first[e];
+  // Row active: the active experts one after another (ascending id; offloaded: the
+  // device's experts first, then the CPU's), each expert's slots (token * K + rank) one
+  // contiguous run. row_of[slot] is the slot's row; sorted[row] the slot back.
+  std::vector<uint32_t> count(X, 0);
+  for (uint32_t s = 0; s < T * K; ++s) ++count[static_cast<uint32_t>(selected[s])];
+  std::vector<uint32_t> active;                      // active experts in row active
+  std::vector<Placement> placed;                    // parallel to active (offloaded)
+  size_t n_device = 0;                              // the first n_device of active are the device's
+  if (a.offload != nullptr) {
+    std::vector<ExpertTask> tasks;
+    for (uint32_t e = 0; e < X; ++e) if (count[e] > 0) tasks.push_back({e, count[e]});
+    std::vector<Placement> p;
+    a.offload->scheduler->place(a.layer, tasks, p);
+    for (int side = 0; side < 2; ++side) {
+      for (const Placement& q : p) {
+        if (q.on_device != (side == 0)) continue;
+        active.push_back(q.expert);
+        placed.push_back(q);
+      }
+      if (side == 0) n_device = active.size();
+    }
+  } else {
+    for (uint32_t e = 0; e < X; ++e) if (count[e] > 0) active.push_back(e);
+  }
+  std::vector<uint32_t> first(X, 0), sorted(T * K), row_of(T * K);
+  std::vector<ExpertRun> runs(active.size());
   {
-    std::vector<uint32_t> fill(first.begin(), first.end() - 1);
+    uint32_t row = 0;
+    for (size_t i = 0; i < active.size(); ++i) {
+      first[active[i]] = row;
+      runs[i] = {&w.gate_exps, &w.up_exps, &w.down_exps, active[i], row, count[active[i]]};
+      row += count[active[i]];
+    }
+    std::vector<uint32_t> fill(first);
     for (uint32_t s = 0; s < T * K; ++s) {
       const uint32_t r = fill[static_cast<uint32_t>(selected[s])]++;
       sorted[r] = s;
@@ -92,55 +185,49 @@ void moe_block(const BlockArgs& a, const MoeMath& math) {
     }
   }
   const size_t S = static_cast<size_t>(T) * K;
-  float* in = scratch(in_buf, S * E);               // (T*K, n_embd) gathered, expert-major
+  float* in = scratch(in_buf, S * E);               // (T*K, n_embd) gathered, in row order
   maybe_parallel_for(a.pool, static_cast<int64_t>(S), kMinParallelRows, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) std::copy_n(&h[sorted[r] / K * E], E, &in[r * E]);
   });
 
   const bool shared = w.shexp_up.present();
   const size_t n_ff_sh = shared ? w.shexp_up.ne[1] : 0;
-  const bool gated = w.gate_exps.present();
   float* g = scratch(g_buf, S * n_ff + T * n_ff_sh);  // gate outputs: routed rows, then shared
   float* u = scratch(u_buf, S * n_ff + T * n_ff_sh);  // up outputs (then the SwiGLU), same rows
-  float* g_sh = g + S * n_ff;
-  float* u_sh = u + S * n_ff;
-
-  PackSet in_packs(in, static_cast<int64_t>(S), static_cast<int64_t>(E), &a.pool);
-  std::vector<MatJob> jobs;
-  for (uint32_t e = 0; e < X; ++e) {
-    const int64_t n = first[e + 1] - first[e];
-    if (n == 0) continue;
-    const int64_t t0 = first[e];
-    jobs.push_back({&w.up_exps, e, in_packs.get(w.up_exps.type), u + t0 * n_ff, static_cast<int64_t>(n_ff), t0, n});
-    if (gated) jobs.push_back({&w.gate_exps, e, in_packs.get(w.gate_exps.type), g + t0 * n_ff, static_cast<int64_t>(n_ff), t0, n});
-  }
-  if (shared) {
-    jobs.push_back({&w.shexp_up, 0, h_packs.get(w.shexp_up.type), u_sh, static_cast<int64_t>(n_ff_sh)});
-    jobs.push_back({&w.shexp_gate, 0, h_packs.get(w.shexp_gate.type), g_sh, static_cast<int64_t>(n_ff_sh)});
-  }
-  matmul_jobs(jobs, a.pool);
-  maybe_parallel_for(a.pool, static_cast<int64_t>(S), kMinParallelRows, [&](int64_t r0, int64_t r1) {
-    swiglu(gated ? g + r0 * n_ff : nullptr, u + r0 * n_ff, (r1 - r0) * n_ff);
-  });
-  if (shared) {
-    maybe_parallel_for(a.pool, T, kMinParallelRows, [&](int64_t t0, int64_t t1) {
-      swiglu(g_sh + t0 * n_ff_sh, u_sh + t0 * n_ff_sh, (t1 - t0) * n_ff_sh);
-    });
-  }
-
-  float* d = scratch(d_buf, S * E + T * E);         // down outputs: routed rows, then shared
+  float* d = scratch(d_buf, S * E + T * E);           // down outputs: routed rows, then shared
   float* d_sh = d + S * E;
-  PackSet act_packs(u, static_cast<int64_t>(S), static_cast<int64_t>(n_ff), &a.pool);
-  PackSet sh_packs(u_sh, T, static_cast<int64_t>(n_ff_sh), &a.pool);
-  jobs.clear();
-  for (uint32_t e = 0; e < X; ++e) {
-    const int64_t n = first[e + 1] - first[e];
-    if (n == 0) continue;
-    const int64_t t0 = first[e];
-    jobs.push_back({&w.down_exps, e, act_packs.get(w.down_exps.type), d + t0 * E, static_cast<int64_t>(E), t0, n});
+  const ExpertRows rows{in, g, u, d, h, g + S * n_ff, u + S * n_ff, d_sh, E, n_ff, n_ff_sh, T};
+  if (a.offload == nullptr) {
+    expert_rows(w, runs, 0, S, shared, rows, a.pool);
+  } else {
+    // The device copies its step's experts in, then computes them and the shared expert
+    // while this thread computes the CPU's experts on the pool.
+    SimulatedDevice& dev = *a.offload->device;
+    const size_t S_dev = n_device == 0 ? 0 : runs[n_device - 1].row0 + runs[n_device - 1].n;
+    std::vector<SimulatedDevice::ExpertViews> staged;
+    staged.reserve(n_device);
+    dev.run([&] {
+      for (size_t i = 0; i < placed.size(); ++i) {
+        const Placement& q = placed[i];
+        if (q.copy && q.slot >= 0) dev.copy_to_slot(a.layer, q.expert, q.slot);
+        if (i >= n_device) continue;
+        const SimulatedDevice::ExpertViews* v = nullptr;
+        if (q.slot >= 0) {
+          v = &dev.slot_views(a.layer, q.slot);
+        } else {
+          staged.push_back(dev.stage(a.layer, q.expert, staged.size()));
+          v = &staged.back();
+        }
+        runs[i].gate = &v->gate;
+        runs[i].up = &v->up;
+        runs[i].down = &v->down;
+        runs[i].matrix = 0;
+      }
+      expert_rows(w, {runs.data(), n_device}, 0, S_dev, shared, rows, dev.pool());
+    });
+    expert_rows(w, {runs.data() + n_device, runs.size() - n_device}, S_dev, S, false, rows, a.pool);
+    dev.wait();
   }
-  if (shared) jobs.push_back({&w.shexp_down, 0, sh_packs.get(w.shexp_down.type), d_sh, static_cast<int64_t>(E)});
-  matmul_jobs(jobs, a.pool);
 
   // Weighted sum in rank order, then the gated shared expert.
   float* out = scratch(out_buf, T * E);

@@ -20,10 +20,14 @@
 
 namespace mt {
 
+struct MoeOffload;
+
 // Receives named intermediates (one row per token) and the routing decisions.
 class Trace {
  public:
   virtual ~Trace() = default;
+  // Called once at the start of each forward call (a prompt batch, or one decoded token).
+  virtual void begin_step() {}
   virtual void tensor(const char* /*name*/, uint32_t /*layer*/, uint32_t /*pos*/, std::span<const float> /*row*/) {}
   virtual void routing(uint32_t /*layer*/, uint32_t /*pos*/, std::span<const int32_t> /*experts*/,
                        std::span<const float> /*weights*/) {}
@@ -45,6 +49,7 @@ struct BlockArgs {
   KvCache& kv;
   ThreadPool& pool;
   Trace* trace;              // may be null
+  MoeOffload* offload = nullptr;  // null: every expert on the CPU
 };
 
 // RMSNorm: out = x / sqrt(mean(x^2) + eps) * w (w may be empty: no weight).

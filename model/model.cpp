@@ -1,4 +1,5 @@
 #include "model/model.h"
+#include "model/offload.h"
 
 #include <sys/mman.h>
 #include <unistd.h>
@@ -140,7 +141,7 @@ StatusOr<std::unique_ptr<Model>> Model::load(const std::string& path, const Load
 }
 
 Status Model::eval(std::span<const int32_t> tokens, uint32_t pos0, KvCache& kv, bool all_logits,
-                   std::vector<float>* logits, Trace* trace) const {
+                   std::vector<float>* logits, Trace* trace, MoeOffload* offload) const {
   const uint32_t T = static_cast<uint32_t>(tokens.size());
   if (T == 0) return invalid_argument("no tokens to evaluate");
   if (static_cast<uint64_t>(pos0) + T > kv.n_ctx()) {
@@ -152,6 +153,8 @@ Status Model::eval(std::span<const int32_t> tokens, uint32_t pos0, KvCache& kv, 
       return invalid_argument("token id " + std::to_string(id) + " is outside the vocabulary (0.." + std::to_string(hp_.n_vocab - 1) + ")");
     }
   }
+  if (trace) trace->begin_step();
+  if (offload) offload->scheduler->begin_step(T);
   const size_t E = hp_.n_embd;
   std::vector<float> x(T * E);
   for (uint32_t t = 0; t < T; ++t) {
@@ -160,7 +163,7 @@ Status Model::eval(std::span<const int32_t> tokens, uint32_t pos0, KvCache& kv, 
   }
   const BlockFn block = block_fn(hp_.arch);
   for (uint32_t l = 0; l < hp_.n_layer; ++l) {
-    BlockArgs args{hp_, weights_.layers[l], vectors_[l], l, x.data(), T, pos0, kv, *pool_, trace};
+    BlockArgs args{hp_, weights_.layers[l], vectors_[l], l, x.data(), T, pos0, kv, *pool_, trace, offload};
     block(args);
     if (trace) for (uint32_t t = 0; t < T; ++t) trace->tensor("l_out", l, pos0 + t, {&x[t * E], E});
   }
@@ -186,7 +189,7 @@ StatusOr<Session> Session::create(const Model& model, uint32_t n_ctx, QuantType 
 }
 
 Status Session::feed(std::span<const int32_t> tokens, bool all_logits, std::vector<float>* logits, Trace* trace) {
-  MT_RETURN_IF_ERROR(model_->eval(tokens, pos_, kv_, all_logits, logits, trace));
+  MT_RETURN_IF_ERROR(model_->eval(tokens, pos_, kv_, all_logits, logits, trace, offload_));
   pos_ += static_cast<uint32_t>(tokens.size());
   return {};
 }

@@ -21,6 +21,8 @@
 
 namespace mt {
 
+struct MoeOffload;
+
 struct LoadOptions {
   int n_threads = 0;  // 0: all hardware threads
   // Copy the matrices of types with an interleaved layout (cpu/repack.h) into it at load,
@@ -40,8 +42,9 @@ class Model {
 
   // Evaluates `tokens` at positions [pos0, pos0 + n). logits: n x n_vocab when
   // all_logits, else the last token's n_vocab. Token ids must be < n_vocab.
+  // With an offload, the MoE layers run through its scheduler and device (one step per call).
   Status eval(std::span<const int32_t> tokens, uint32_t pos0, KvCache& kv, bool all_logits, std::vector<float>* logits,
-              Trace* trace = nullptr) const;
+              Trace* trace = nullptr, MoeOffload* offload = nullptr) const;
 
  private:
   Model() = default;
@@ -64,6 +67,8 @@ class Session {
   // Appends tokens and returns their logits (see Model::eval).
   Status feed(std::span<const int32_t> tokens, bool all_logits, std::vector<float>* logits, Trace* trace = nullptr);
   uint32_t position() const { return pos_; }
+  // MoE layers of later feeds run offloaded (null: on the CPU). Not owned.
+  void set_offload(MoeOffload* offload) { offload_ = offload; }
   uint32_t n_ctx() const { return kv_.n_ctx(); }
 
  private:
@@ -71,6 +76,7 @@ class Session {
   const Model* model_;
   KvCache kv_;
   uint32_t pos_ = 0;
+  MoeOffload* offload_ = nullptr;
 };
 
 }  // namespace mt

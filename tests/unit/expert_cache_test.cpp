@@ -74,12 +74,20 @@ TEST(ExpertCache, InvariantsUnderRandomWorkloads) {
             const auto e = static_cast<uint32_t>(std::min<double>(n_expert - 1, std::exponential_distribution<double>(0.15)(rng)));
             if (std::find(chosen.begin(), chosen.end(), e) == chosen.end()) chosen.push_back(e);
           }
+          std::vector<uint32_t> used_now;
           for (uint32_t e : chosen) {
             ++lookups[layer];
             ++requests[layer][e];
-            if (cache.lookup(layer, e) >= 0) continue;
+            if (cache.lookup(layer, e) >= 0) {
+              used_now.push_back(e);
+              continue;
+            }
             const int32_t s = cache.admit(layer, e);
+            for (uint32_t u : used_now) {
+              ASSERT_GE(cache.slot_of(layer, u), 0) << "an expert in use this step was evicted";
+            }
             if (s < 0) continue;
+            used_now.push_back(e);
             ASSERT_EQ(cache.slot_of(layer, e), s);
             if (policy == CachePolicy::kStaticHot) {
               ASSERT_LT(e, 8u) << "a cold expert was admitted";

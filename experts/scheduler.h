@@ -1,0 +1,83 @@
+// Expert scheduler: for each MoE layer of each step, where every selected expert is
+// computed. One object decides for the real executor (model/hybrid_moe.h) and for
+// `moetier simulate`, so a replay of a run's routing record reproduces its counters
+// exactly.
+//
+// Per layer-step the distinct selected experts are taken in ascending id order, each
+// looked up once in the ExpertCache (a hot expert is read once per step however many
+// tokens chose it). Then, by mode:
+//   cpu:    every expert on the CPU; the cache is not consulted.
+//   hybrid: a hit is computed on the device from its slot. A miss asks the cache policy
+//           for a slot: admitted, the copy goes out on the copy stream and the expert is
+//           computed on the device after it only when that beats the CPU for this
+//           many tokens (cost_model.h device_beats_cpu: large prefill batches), else on
+//           the CPU now and from the slot next time; refused, on the CPU.
+//   stream: everything on the device; a miss the policy admits is copied into its slot,
+//           one it refuses is copied through the staging ring (bytes counted as staged).
+// Counters per layer besides the cache's: experts computed on the device and on the CPU,
+// staged copies and their bytes.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "experts/cache.h"
+#include "experts/cost_model.h"
+#include "experts/geometry.h"
+#include "experts/hw_profile.h"
+#include "experts/pools.h"
+
+namespace mt {
+
+struct ExpertTask {
+  uint32_t expert = 0;
+  uint32_t n_tokens = 0;   // tokens of this step that selected it
+};
+
+struct Placement {
+  uint32_t expert = 0;
+  bool on_device = false;
+  int32_t slot = -1;       // the layer's slot (on device and resident), -1: CPU or staged
+  bool copy = false;       // the expert's bytes go host-to-device this step (into slot, or staged)
+};
+
+struct SchedulerCounters {
+  uint64_t device_experts = 0, cpu_experts = 0, staged = 0, staged_bytes = 0;
+};
+
+struct SchedulerOptions {
+  MoeMode mode = MoeMode::kHybrid;
+  HwProfile hw = default_hw_profile();
+  bool pinned = true;      // copies come from pinned host memory
+};
+
+class ExpertScheduler {
+ public:
+  ExpertScheduler(const ExpertGeometry& geometry, const PoolPlan& plan, uint32_t n_layer_blocks,
+                  const CacheOptions& cache_options, const SchedulerOptions& options);
+
+  // Starts a step (a forward call of n_tokens tokens). Must come before its place() calls.
+  void begin_step(uint64_t n_tokens);
+  // Decides a layer-step: tasks sorted by expert, distinct. Appends one Placement per task.
+  void place(uint32_t layer, std::span<const ExpertTask> tasks, std::vector<Placement>& out);
+
+  const ExpertCache& cache() const { return cache_; }
+  ExpertCache& cache() { return cache_; }
+  const SchedulerCounters& counters(uint32_t layer) const { return counters_[layer]; }
+  const SchedulerOptions& options() const { return options_; }
+  uint64_t steps() const { return steps_; }
+  uint64_t tokens() const { return tokens_; }
+  // Bytes of one expert of a layer (0 for a layer without experts).
+  uint64_t expert_bytes(uint32_t layer) const { return layer_bytes_[layer]; }
+
+ private:
+  ExpertCache cache_;
+  SchedulerOptions options_;
+  std::vector<SchedulerCounters> counters_;
+  std::vector<uint64_t> layer_bytes_, layer_flops_;  // per block: one expert's bytes, flops per token
+  std::vector<QuantType> layer_type_;
+  uint64_t steps_ = 0, tokens_ = 0;
+};
+
+}  // namespace mt

@@ -1,0 +1,111 @@
+#include "experts/stats.h"
+
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "core/log.h"
+
+namespace mt {
+namespace {
+
+bool has_experts(const ExpertScheduler& s, uint32_t layer) { return s.expert_bytes(layer) > 0; }
+
+double ratio(uint64_t a, uint64_t b) { return b == 0 ? 0.0 : static_cast<double>(a) / static_cast<double>(b); }
+
+}  // namespace
+
+const char* cache_policy_name(CachePolicy p) {
+  switch (p) {
+    case CachePolicy::kLru: return "lru";
+    case CachePolicy::kFrequency: return "frequency";
+    case CachePolicy::kStaticHot: return "static-hot";
+  }
+  return "?";
+}
+
+StatsTotals stats_totals(const ExpertScheduler& s) {
+  StatsTotals t;
+  const uint32_t n = static_cast<uint32_t>(s.cache().n_layers());
+  for (uint32_t l = 0; l < n; ++l) {
+    if (!has_experts(s, l)) continue;
+    const CacheCounters& c = s.cache().counters(l);
+    const SchedulerCounters& k = s.counters(l);
+    t.cache.hits += c.hits;
+    t.cache.misses += c.misses;
+    t.cache.admissions += c.admissions;
+    t.cache.evictions += c.evictions;
+    t.cache.bytes_copied += c.bytes_copied;
+    t.sched.device_experts += k.device_experts;
+    t.sched.cpu_experts += k.cpu_experts;
+    t.sched.staged += k.staged;
+    t.sched.staged_bytes += k.staged_bytes;
+  }
+  t.hit_rate = ratio(t.cache.hits, t.cache.hits + t.cache.misses);
+  t.cpu_experts_per_token = ratio(t.sched.cpu_experts, s.tokens());
+  t.h2d_bytes_per_token = ratio(t.cache.bytes_copied + t.sched.staged_bytes, s.tokens());
+  return t;
+}
+
+std::string stats_json(const ExpertScheduler& s, CachePolicy policy, uint64_t budget_bytes) {
+  auto counters = [](const CacheCounters& c, const SchedulerCounters& k) {
+    return nlohmann::ordered_json{{"hits", c.hits},
+                                  {"misses", c.misses},
+                                  {"admissions", c.admissions},
+                                  {"evictions", c.evictions},
+                                  {"bytes_copied", c.bytes_copied},
+                                  {"device_experts", k.device_experts},
+                                  {"cpu_experts", k.cpu_experts},
+                                  {"staged", k.staged},
+                                  {"staged_bytes", k.staged_bytes},
+                                  {"hit_rate", ratio(c.hits, c.hits + c.misses)}};
+  };
+  nlohmann::ordered_json j{{"mode", moe_mode_name(s.options().mode)},
+                           {"policy", cache_policy_name(policy)},
+                           {"budget_bytes", budget_bytes},
+                           {"steps", s.steps()},
+                           {"tokens", s.tokens()}};
+  nlohmann::ordered_json layers = nlohmann::ordered_json::array();
+  const uint32_t n = static_cast<uint32_t>(s.cache().n_layers());
+  for (uint32_t l = 0; l < n; ++l) {
+    if (!has_experts(s, l)) continue;
+    nlohmann::ordered_json e{{"layer", l}};
+    e.update(counters(s.cache().counters(l), s.counters(l)));
+    layers.push_back(e);
+  }
+  j["layers"] = layers;
+  const StatsTotals t = stats_totals(s);
+  nlohmann::ordered_json total = counters(t.cache, t.sched);
+  total["cpu_experts_per_token"] = t.cpu_experts_per_token;
+  total["h2d_bytes_per_token"] = t.h2d_bytes_per_token;
+  j["total"] = total;
+  return j.dump(2);
+}
+
+std::string stats_text(const ExpertScheduler& s, CachePolicy policy, uint64_t budget_bytes) {
+  const StatsTotals t = stats_totals(s);
+  std::string out;
+  char line[256];
+  std::snprintf(line, sizeof line,
+                "experts (%s, %s, cache %s): hit rate %.1f%%, %.2f CPU experts/token, %s host-to-device/token, "
+                "%llu admissions, %llu evictions\n",
+                moe_mode_name(s.options().mode), cache_policy_name(policy), human_bytes(budget_bytes).c_str(),
+                100.0 * t.hit_rate, t.cpu_experts_per_token,
+                human_bytes(static_cast<uint64_t>(t.h2d_bytes_per_token)).c_str(),
+                static_cast<unsigned long long>(t.cache.admissions), static_cast<unsigned long long>(t.cache.evictions));
+  out += line;
+  const uint32_t n = static_cast<uint32_t>(s.cache().n_layers());
+  for (uint32_t l = 0; l < n; ++l) {
+    if (!has_experts(s, l)) continue;
+    const CacheCounters& c = s.cache().counters(l);
+    const SchedulerCounters& k = s.counters(l);
+    std::snprintf(line, sizeof line, "  layer %3u: %3u slots, hits %llu, misses %llu (%.1f%% hit), cpu %llu, copied %s\n", l,
+                  s.cache().slots(l).count, static_cast<unsigned long long>(c.hits),
+                  static_cast<unsigned long long>(c.misses), 100.0 * ratio(c.hits, c.hits + c.misses),
+                  static_cast<unsigned long long>(k.cpu_experts),
+                  human_bytes(c.bytes_copied + k.staged_bytes).c_str());
+    out += line;
+  }
+  return out;
+}
+
+}  // namespace mt

@@ -1,0 +1,32 @@
+// Tiering counters as JSON, one schema for a real run (`run --stats-json`) and for a
+// replay (`simulate --json`), so the two can be compared field by field:
+//   {"mode", "policy", "budget_bytes", "steps", "tokens",
+//    "layers": [{"layer", "hits", "misses", "admissions", "evictions", "bytes_copied",
+//                "device_experts", "cpu_experts", "staged", "staged_bytes", "hit_rate"}],
+//    "total": {the same sums, "hit_rate", "cpu_experts_per_token", "h2d_bytes_per_token"}}
+// hit_rate = hits / (hits + misses) (0 when there were no lookups); h2d bytes = admissions'
+// bytes copied + staged bytes.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "experts/scheduler.h"
+
+namespace mt {
+
+const char* cache_policy_name(CachePolicy p);  // "lru", "frequency", "static-hot"
+
+struct StatsTotals {
+  CacheCounters cache;
+  SchedulerCounters sched;
+  double hit_rate = 0, cpu_experts_per_token = 0, h2d_bytes_per_token = 0;
+};
+StatsTotals stats_totals(const ExpertScheduler& s);
+
+// Pretty JSON (2-space indent).
+std::string stats_json(const ExpertScheduler& s, CachePolicy policy, uint64_t budget_bytes);
+// A short table for humans: overall line and one line per MoE layer.
+std::string stats_text(const ExpertScheduler& s, CachePolicy policy, uint64_t budget_bytes);
+
+}  // namespace mt
