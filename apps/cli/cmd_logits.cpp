@@ -13,9 +13,10 @@
 
 namespace mt::cli {
 
-void write_routing_line(FILE* f, uint32_t layer, uint32_t pos, std::span<const int32_t> experts,
+void write_routing_line(FILE* f, uint32_t layer, uint32_t pos, uint64_t step, std::span<const int32_t> experts,
                         std::span<const float> weights) {
-  std::fprintf(f, "{\"layer\": %u, \"pos\": %u, \"experts\": [", layer, pos);
+  std::fprintf(f, "{\"layer\": %u, \"pos\": %u, \"step\": %llu, \"experts\": [", layer, pos,
+               static_cast<unsigned long long>(step));
   for (size_t i = 0; i < experts.size(); ++i) std::fprintf(f, "%s%d", i ? ", " : "", experts[i]);
   std::fprintf(f, "], \"weights\": [");
   for (size_t i = 0; i < weights.size(); ++i) std::fprintf(f, "%s%.9g", i ? ", " : "", weights[i]);
@@ -35,6 +36,7 @@ struct LogitsFlags {
 class RoutingWriter : public Trace {
  public:
   RoutingWriter(FILE* f, std::string dump_dir) : f_(f), dump_dir_(std::move(dump_dir)) {}
+  void begin_step() override { ++steps_; }
   void tensor(const char* name, uint32_t layer, uint32_t, std::span<const float> row) override {
     if (dump_dir_.empty()) return;
     const std::string path = dump_dir_ + "/" + name + "-" + std::to_string(layer) + ".f32";
@@ -44,12 +46,13 @@ class RoutingWriter : public Trace {
     }
   }
   void routing(uint32_t layer, uint32_t pos, std::span<const int32_t> experts, std::span<const float> weights) override {
-    if (f_ != nullptr) write_routing_line(f_, layer, pos, experts, weights);
+    if (f_ != nullptr) write_routing_line(f_, layer, pos, steps_ - 1, experts, weights);
   }
 
  private:
   FILE* f_;
   std::string dump_dir_;
+  uint64_t steps_ = 0;
 };
 
 StatusOr<std::vector<int32_t>> parse_ids(const std::string& s) {

@@ -10,6 +10,11 @@
 #include <numeric>
 
 #include "apps/cli/commands.h"
+#include "apps/cli/sizes.h"
+#include "apps/cli/tiering_flags.h"
+#include "core/log.h"
+#include "experts/stats.h"
+#include "model/offload.h"
 #include "model/model.h"
 #include "runtime/chat_format.h"
 #include "runtime/sampling.h"
@@ -24,7 +29,9 @@ struct RunFlags {
   std::vector<std::string> stops;
   int n_predict = 64, threads = 0;
   bool no_interleave = false;
-  std::string record_routing;
+  std::string record_routing, stats_json, pin_budget = "0";
+  bool stats = false;
+  TieringFlags tiering;
   uint32_t n_ctx = 0;
   bool chat = false;
   SamplingParams sampling;
@@ -35,8 +42,9 @@ struct RunFlags {
 class UsageTrace : public Trace {
  public:
   explicit UsageTrace(FILE* record) : record_(record) {}
+  void begin_step() override { ++steps_; }
   void routing(uint32_t layer, uint32_t pos, std::span<const int32_t> experts, std::span<const float> weights) override {
-    if (record_ != nullptr) write_routing_line(record_, layer, pos, experts, weights);
+    if (record_ != nullptr) write_routing_line(record_, layer, pos, steps_ - 1, experts, weights);
     if (counts_.size() <= layer) counts_.resize(layer + 1);
     for (int32_t e : experts) {
       if (counts_[layer].size() <= static_cast<size_t>(e)) counts_[layer].resize(static_cast<size_t>(e) + 1, 0);
@@ -72,7 +80,7 @@ class UsageTrace : public Trace {
  private:
   FILE* record_;
   std::vector<std::vector<uint64_t>> counts_;
-  uint64_t selections_ = 0, experts_selected_ = 0;
+  uint64_t selections_ = 0, experts_selected_ = 0, steps_ = 0;
 };
 
 std::string default_model() {
@@ -127,6 +135,23 @@ int run(RunFlags f) {
   }
   auto session = Session::create(**model, n_ctx, *kv_type);
   if (!session.ok()) return fail(session.status());
+  // Experts tiered through the simulated device (--expert-cache).
+  std::unique_ptr<OffloadState> offload;
+  TieringSetup tiering;
+  if (!f.tiering.expert_cache.empty()) {
+    auto setup = make_tiering_setup((*model)->file(), f.tiering);
+    if (!setup.ok()) return fail(setup.status());
+    tiering = std::move(*setup);
+    auto pin_budget = parse_size(f.pin_budget, "--pin-budget");
+    if (!pin_budget.ok()) return fail(pin_budget.status());
+    auto state = make_offload((*model)->weights(), tiering.geometry, tiering.plan, tiering.cache, tiering.scheduler,
+                              *pin_budget);
+    if (!state.ok()) return fail(state.status());
+    offload = std::move(*state);
+    session->set_offload(&offload->offload);
+  } else if (f.stats || !f.stats_json.empty()) {
+    return fail(invalid_argument("--stats and --stats-json report the expert cache: give --expert-cache"));
+  }
   const double load_s = seconds_since(t_load);
 
   Sampler sampler(f.sampling, hp.n_vocab);
@@ -189,6 +214,20 @@ int run(RunFlags f) {
   std::fprintf(stderr, "generation: %d tokens in %.3f s (%.1f tok/s)\n", generated, gen_s,
                static_cast<double>(generated) / std::max(gen_s, 1e-9));
   usage.print(hp.n_expert, prompt.size() + static_cast<uint64_t>(std::max(0, generated - 1)));
+  if (offload && f.stats) {
+    std::fputs(stats_text(*offload->scheduler, tiering.policy, tiering.budget).c_str(), stderr);
+    std::fprintf(stderr, "host experts: %zu layers pinned (%s), %zu pageable; %s through the staging ring\n",
+                 offload->pins.pinned.size() - offload->store->pin_failures().size(),
+                 human_bytes(offload->store->pinned_bytes()).c_str(),
+                 offload->pins.pageable.size() + offload->store->pin_failures().size(),
+                 human_bytes(offload->device->bytes_through_ring()).c_str());
+  }
+  if (offload && !f.stats_json.empty()) {
+    std::unique_ptr<FILE, int (*)(FILE*)> out(std::fopen(f.stats_json.c_str(), "w"), fclose);
+    if (!out) return fail(io_error("cannot create '" + f.stats_json + "'"));
+    const std::string j = stats_json(*offload->scheduler, tiering.policy, tiering.budget) + "\n";
+    if (std::fwrite(j.data(), 1, j.size(), out.get()) != j.size()) return fail(io_error("cannot write '" + f.stats_json + "'"));
+  }
   return 0;
 }
 
@@ -218,6 +257,11 @@ Runner add_run(CLI::App& app) {
   app.add_option("--frequency-penalty", f->sampling.frequency_penalty, "frequency penalty (0 = off)");
   app.add_option("--stop", f->stops, "stop string (repeatable)");
   app.add_option("--kv-type", f->kv_type, "KV cache type: f16 (default), q8_0, f32");
+  add_tiering_flags(app, &f->tiering);
+  app.add_option("--pin-budget", f->pin_budget,
+                 "host memory for pinned copies of expert layers (with --expert-cache; default 0: all staged)");
+  app.add_flag("--stats", f->stats, "print the expert cache counters per layer (with --expert-cache)");
+  app.add_option("--stats-json", f->stats_json, "write the expert cache counters as JSON (with --expert-cache)");
   return [f] { return run(*f); };
 }
 

@@ -21,10 +21,17 @@ Runner add_info(CLI::App& app);
 Runner add_logits(CLI::App& app);
 Runner add_run(CLI::App& app);
 Runner add_bench(CLI::App& app);
+Runner add_plan(CLI::App& app);
+Runner add_hwprofile(CLI::App& app);
+Runner add_profile(CLI::App& app);
+Runner add_simulate(CLI::App& app);
+Runner add_analyze_routing(CLI::App& app);
 
 // One routing decision as a JSON line, the format of `logits --routing` and
-// `run --record-routing`: {"layer": L, "pos": P, "experts": [...], "weights": [...]}.
-void write_routing_line(FILE* f, uint32_t layer, uint32_t pos, std::span<const int32_t> experts,
+// `run --record-routing` (experts/routing_trace.h reads it):
+// {"layer": L, "pos": P, "step": S, "experts": [...], "weights": [...]}, S numbering the
+// forward calls (the prompt batch, then one per decoded token).
+void write_routing_line(FILE* f, uint32_t layer, uint32_t pos, uint64_t step, std::span<const int32_t> experts,
                         std::span<const float> weights);
 
 }  // namespace mt::cli

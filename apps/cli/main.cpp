@@ -22,6 +22,13 @@ int main(int argc, char** argv) {
   add("logits", "raw float32 logits at every position and the routing, for given token ids", mt::cli::add_logits);
   add("info", "print the build's features (CPU, CUDA)", mt::cli::add_info);
   add("bench", "prompt and generation throughput, llama-bench style (pp and tg tests)", mt::cli::add_bench);
+  add("plan", "where the weights, KV cache and experts go, and the predicted decode speed per mode", mt::cli::add_plan);
+  add("hwprofile", "measure this machine's memory, CPU expert and GPU copy speeds (JSON)", mt::cli::add_hwprofile);
+  add("profile", "count each layer's expert selections over a prompt set (popularity profile)", mt::cli::add_profile);
+  add("simulate", "replay a routing record through the expert cache: hit rates, traffic, predicted speed",
+      mt::cli::add_simulate);
+  add("analyze-routing", "granule trade curve of a routing record: waste, resident and transfer MiB",
+      mt::cli::add_analyze_routing);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,68 @@
+#include "apps/cli/tiering_flags.h"
+
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+
+#include "apps/cli/sizes.h"
+#include "experts/popularity.h"
+
+namespace mt::cli {
+
+void add_tiering_flags(CLI::App& app, TieringFlags* f) {
+  app.add_option("--expert-cache", f->expert_cache,
+                 "expert cache budget on the (simulated) device: SIZE (8640MiB, 2GiB) or N% of all expert bytes");
+  app.add_option("--cache-policy", f->policy, "expert cache replacement: lru, frequency, static-hot");
+  app.add_option("--admit-after", f->admit_after, "frequency policy: requests before an expert is admitted");
+  app.add_option("--min-dwell", f->min_dwell, "frequency policy: steps a resident expert stays before eviction");
+  app.add_option("--popularity", f->popularity, "popularity profile (moetier profile) for static-hot");
+  app.add_option("--moe-mode", f->moe_mode, "where cache misses run: hybrid (CPU), stream (copied in), cpu");
+  app.add_option("--hw-profile", f->hw_profile, "hardware profile JSON (moetier hwprofile) for the cost model");
+}
+
+StatusOr<TieringSetup> make_tiering_setup(const gguf::GgufFile& file, const TieringFlags& f) {
+  TieringSetup s;
+  MT_ASSIGN_OR_RETURN(s.geometry, read_expert_geometry(file));
+  if (s.geometry.layers.empty()) return invalid_argument("--expert-cache: the model has no expert layers");
+  MT_ASSIGN_OR_RETURN(s.budget, parse_size_or_percent(f.expert_cache, s.geometry.compact_bytes, "--expert-cache"));
+  s.plan = plan_pools(s.geometry, s.budget);
+  if (f.policy == "lru") s.policy = CachePolicy::kLru;
+  else if (f.policy == "frequency") s.policy = CachePolicy::kFrequency;
+  else if (f.policy == "static-hot") s.policy = CachePolicy::kStaticHot;
+  else return invalid_argument("--cache-policy: '" + f.policy + "' is not lru, frequency or static-hot");
+  s.cache.policy = s.policy;
+  s.cache.admit_after = f.admit_after;
+  s.cache.min_dwell = f.min_dwell;
+  if (s.policy == CachePolicy::kStaticHot) {
+    if (f.popularity.empty()) return invalid_argument("--cache-policy static-hot needs --popularity FILE (moetier profile)");
+    MT_ASSIGN_OR_RETURN(PopularityProfile p, read_popularity(f.popularity));
+    if (p.n_expert != s.geometry.n_expert) {
+      return invalid_argument("--popularity: the profile has " + std::to_string(p.n_expert) + " experts per layer, the model " +
+                              std::to_string(s.geometry.n_expert));
+    }
+    uint32_t max_block = 0;
+    for (const LayerExpertGeometry& l : s.geometry.layers) max_block = std::max(max_block, l.layer);
+    s.cache.hot.assign(max_block + 1, {});
+    for (const ExpertPool& pool : s.plan.pools) {
+      for (size_t i = 0; i < pool.layers.size(); ++i) {
+        const uint32_t b = pool.layers[i];
+        if (b >= p.counts.size() || p.counts[b].empty()) continue;
+        std::vector<uint32_t> ranked = p.ranked(b);
+        ranked.resize(std::min<size_t>(ranked.size(), pool.slots_per_layer[i]));
+        s.cache.hot[b] = std::move(ranked);
+      }
+    }
+  } else if (!f.popularity.empty()) {
+    return invalid_argument("--popularity is read by --cache-policy static-hot only");
+  }
+  if (f.moe_mode == "hybrid") s.scheduler.mode = MoeMode::kHybrid;
+  else if (f.moe_mode == "stream") s.scheduler.mode = MoeMode::kStream;
+  else if (f.moe_mode == "cpu") s.scheduler.mode = MoeMode::kCpu;
+  else return invalid_argument("--moe-mode: '" + f.moe_mode + "' is not hybrid, stream or cpu");
+  if (!f.hw_profile.empty()) {
+    MT_ASSIGN_OR_RETURN(s.scheduler.hw, read_hw_profile(f.hw_profile));
+  }
+  return s;
+}
+
+}  // namespace mt::cli

@@ -1,0 +1,44 @@
+// The expert-tiering flags shared by run, logits and simulate, and what they resolve to:
+//   --expert-cache SIZE|N%   cache budget (N% of all expert bytes); absent: no offload
+//   --cache-policy lru|frequency|static-hot  [--admit-after N] [--min-dwell STEPS]
+//   --popularity FILE        a `moetier profile` JSON: static-hot's hot experts
+//   --moe-mode hybrid|stream|cpu  [--hw-profile FILE]  (the cost model's speeds)
+// static-hot keeps, per layer, the profile's most popular experts up to the layer's slots.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/status.h"
+#include "experts/cache.h"
+#include "experts/geometry.h"
+#include "experts/pools.h"
+#include "experts/scheduler.h"
+
+namespace CLI {
+class App;
+}
+
+namespace mt::cli {
+
+struct TieringFlags {
+  std::string expert_cache, policy = "lru", moe_mode = "hybrid", popularity, hw_profile;
+  uint32_t admit_after = 2;
+  uint64_t min_dwell = 4;
+};
+
+void add_tiering_flags(CLI::App& app, TieringFlags* f);
+
+struct TieringSetup {
+  ExpertGeometry geometry;
+  uint64_t budget = 0;
+  PoolPlan plan;
+  CachePolicy policy = CachePolicy::kLru;
+  CacheOptions cache;
+  SchedulerOptions scheduler;
+};
+
+// Reads the geometry from the file and resolves every flag; errors name the flag.
+StatusOr<TieringSetup> make_tiering_setup(const gguf::GgufFile& file, const TieringFlags& f);
+
+}  // namespace mt::cli
