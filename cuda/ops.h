@@ -1,0 +1,80 @@
+// The forward pass's other operations on the device, each the twin of a CPU function in
+// model/ (named beside it). Every pointer is device memory, every launch goes on
+// `stream`, matrices are row-major (rows, cols) f32 unless said otherwise.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cuda/memory.h"
+#include "quant/types.h"
+
+namespace mt::cuda {
+
+// out (n_ids, n) = rows ids[i] of a table in `type` (the token embedding), dequantized as
+// quant/'s reference dequantizer does. Every type cuda::supports() (cuda/matmul.h).
+void get_rows(QuantType type, const uint8_t* table, uint64_t row_bytes, const int32_t* ids, int n_ids, int n,
+              float* out, cudaStream_t stream);
+
+// model/attention.cpp rms_norm, per row: out = x / sqrt(mean(x^2) + eps) * w (w null: no
+// weight; w has n entries). Rows are x_stride / out_stride floats apart; out may be x.
+// The per-head q/k norm is this with rows = tokens * heads, n = head_dim.
+void rms_norm(const float* x, int64_t x_stride, const float* w, float eps, int rows, int n, float* out,
+              int64_t out_stride, cudaStream_t stream);
+
+// model/attention.cpp rope_angles + rope_apply, in place on x (n_tokens, n_heads, head_dim)
+// for positions pos0 + t: the first n_rot dims of each head rotated, NORM (adjacent
+// pairs) or NEOX (first half with second half), theta_i = pos * freq_scale *
+// freq_base^(-2i / n_rot), angles computed as the CPU computes them.
+void rope(float* x, int n_tokens, int n_heads, int head_dim, int n_rot, uint32_t pos0, float freq_base,
+          float freq_scale, bool neox, cudaStream_t stream);
+
+// y (rows, n) += b (n) per row; y (n) += x (n).
+void add_bias(float* y, const float* b, int rows, int n, cudaStream_t stream);
+void add(float* y, const float* x, int64_t n, cudaStream_t stream);
+
+// The KV cache: rows (n_tokens, kv_dim) f32 stored at positions pos0.. of a cache of
+// `type` (F16, Q8_0 or F32; row_bytes = row_bytes(type, kv_dim)), as the CPU's KvCache
+// stores them (model/kv_cache.cpp: F16 round to nearest even, Q8_0 as quant/'s reference).
+void kv_store(QuantType type, const float* rows, int n_tokens, int kv_dim, uint8_t* cache, uint64_t row_bytes,
+              uint32_t pos0, cudaStream_t stream);
+
+// Causal attention with GQA over the cache (model/attention.cpp attention): q (n_tokens,
+// n_head, head_dim) at positions pos0 + t attends to cache rows [0, pos0 + t]; head h
+// reads KV head h / (n_head / n_head_kv); scale 1/sqrt(head_dim); softmax in f32;
+// out (n_tokens, n_head * head_dim). Decode (few tokens): split-K flash decoding
+// (partial max/sum/accumulators per KV chunk, then a reduction); prefill: tiled, the
+// score matrix never materialised whole.
+struct AttentionArgs {
+  const float* q = nullptr;
+  const uint8_t* k_cache = nullptr;  // (n_ctx, kv_dim) rows of kv_type
+  const uint8_t* v_cache = nullptr;
+  QuantType kv_type = QuantType::F16;
+  uint64_t kv_row_bytes = 0;
+  int n_tokens = 0, n_head = 0, n_head_kv = 0, head_dim = 0;
+  uint32_t pos0 = 0;
+  float* out = nullptr;
+};
+void attention(const AttentionArgs& a, Workspace& ws, cudaStream_t stream);
+// Workspace bytes attention() takes (the decode partials; prefill takes none), enough for
+// every call with at most n_tokens tokens and pos0 + n_tokens <= n_kv.
+size_t attention_workspace_bytes(int n_tokens, int n_head, int head_dim, uint32_t n_kv);
+
+// model/ffn.cpp router: per token, probs = softmax(logits row) (n_expert); the top K by
+// probability (ties: lower id first) to ids (T, K) in rank order, their probs to weights
+// (T, K), divided by their sum (clamped to >= 6.103515625e-5) when renormalize.
+void router_topk(const float* logits, int n_tokens, int n_expert, int K, bool renormalize, int32_t* ids,
+                 float* weights, cudaStream_t stream);
+
+// u = silu(g) * u, or silu(u) when g is null; n elements.
+void swiglu(const float* g, float* u, int64_t n, cudaStream_t stream);
+
+// model/ffn.cpp weighted sum: out (T, n) = sum over k in rank order of weights[t, k] *
+// d[t * K + k]; then, with a shared expert (d_sh non-null), + sigmoid(dot(shexp_gate_inp,
+// h[t])) * d_sh[t] (the dot in f32 on the device; f64 on the CPU). shexp_gate_inp null
+// with d_sh non-null: the shared expert added ungated.
+void moe_combine(const float* d, const float* weights, int n_tokens, int K, int n, const float* d_sh,
+                 const float* shexp_gate_inp, const float* h, float* out, cudaStream_t stream);
+
+}  // namespace mt::cuda

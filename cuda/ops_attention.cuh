@@ -1,0 +1,68 @@
+// Internal to the attention kernels (cuda/ops_kv_attention.cu, ops_attention_decode.cu,
+// ops_attention_prefill.cu):
+// reading one element of a cached K or V head slice in place, and the geometry both
+// paths share.
+//
+// Invariant: kv_load<T>(row, e) is exactly quant/'s reference dequantization of element
+// e of the row (F16: the half widened; Q8_0: fp16 d times the int8 code, one float
+// multiply; F32: the float), so the device attends over the same values as the CPU.
+#pragma once
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "cuda/memory.h"
+#include "quant/types.h"
+
+namespace mt::cuda::detail {
+
+inline constexpr int kMaxHeadDim = 256;
+// Up to this many query tokens attention takes the split-K decode path.
+inline constexpr int kAttnDecodeMaxTokens = 8;
+
+template <QuantType T>
+__device__ __forceinline__ float kv_load(const uint8_t* row, int e);
+
+template <>
+__device__ __forceinline__ float kv_load<QuantType::F32>(const uint8_t* row, int e) {
+  return reinterpret_cast<const float*>(row)[e];
+}
+
+template <>
+__device__ __forceinline__ float kv_load<QuantType::F16>(const uint8_t* row, int e) {
+  return __half2float(reinterpret_cast<const __half*>(row)[e]);
+}
+
+// Q8_0 block: fp16 d (2 bytes) then 32 int8 codes; 34 bytes.
+template <>
+__device__ __forceinline__ float kv_load<QuantType::Q8_0>(const uint8_t* row, int e) {
+  const uint8_t* blk = row + (e >> 5) * 34;
+  const float d = __half2float(*reinterpret_cast<const __half*>(blk));
+  return __fmul_rn(static_cast<float>(static_cast<int8_t>(blk[2 + (e & 31)])), d);
+}
+
+// The attention call with the per-head byte geometry resolved on the host.
+struct AttnGeom {
+  const float* q;      // (n_tokens, n_head, D)
+  const uint8_t* k;    // cache rows, row_bytes apart
+  const uint8_t* v;
+  uint64_t row_bytes;  // one cache row (all KV heads)
+  uint64_t head_bytes; // one KV head's slice of a row
+  int n_tokens, n_head, group, D;  // group = n_head / n_head_kv
+  uint32_t pos0;
+  float scale;         // 1 / sqrt(D)
+  float* out;          // (n_tokens, n_head, D)
+};
+
+// The split-K decode path (ops_attention_decode.cu), n_tokens <= kAttnDecodeMaxTokens,
+// and the workspace it takes for any call of at most n_tokens tokens and n_kv positions.
+void attention_decode(QuantType kv_type, const AttnGeom& g, Workspace& ws, cudaStream_t stream);
+size_t attention_decode_workspace_bytes(int n_tokens, int n_head, int head_dim, uint32_t n_kv);
+
+// The tiled prefill path (ops_attention_prefill.cu).
+void attention_prefill(QuantType kv_type, const AttnGeom& g, cudaStream_t stream);
+
+}  // namespace mt::cuda::detail

@@ -1,0 +1,362 @@
+// Decode attention (n_tokens <= kAttnDecodeMaxTokens): split-K flash decoding.
+//
+// The KV range [0, n_kv) is cut into chunks of chunk_len positions. A partial kernel
+// computes, per (chunk, query head, token), the chunk's scores, their max m, the sum l of
+// exp(s - m) and the unnormalised accumulator sum_j exp(s_j - m) v_j, in f32, into the
+// workspace; a combine kernel merges the chunks of each (token, head) by rescaling to the
+// global max: out = sum_c acc_c e^(m_c - M) / sum_c l_c e^(m_c - M).
+//
+// Partial kernels:
+//  * grouped (head_dim 64, 128, 256): one block per (chunk, KV head, up to kGB query
+//    heads of its group, token), so each K and V row is read once for the query heads
+//    sharing it. Scores: one thread per position, the row read in 8-element vectors and
+//    dotted with the group's queries (broadcast from shared memory); softmax: one warp per
+//    head; accumulators: warp w takes positions w, w + 4, ..., lane l holds elements
+//    [l * EPL, (l + 1) * EPL) of every head, the four warps' sums added through shared
+//    memory at the end.
+//  * per head (any head_dim <= 256): one block per (chunk, head, token), a warp per
+//    position for the scores, a thread per element for the accumulator.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "core/check.h"
+#include "cuda/ops_attention.cuh"
+#include "cuda/ops_reduce.cuh"
+
+namespace mt::cuda::detail {
+namespace {
+
+constexpr int kThreads = 128;
+constexpr int kWarps = kThreads / 32;
+constexpr int kMaxChunk = 256;                 // positions per chunk at most (score buffers)
+constexpr int kMinChunk = 32;
+constexpr int64_t kTargetBlocks = 256;         // enough blocks to fill an H200 twice
+constexpr int kGB = 8;                         // query heads per grouped block
+
+struct DecodeSplit {
+  int chunk_len;  // positions per chunk, a multiple of 32, <= kMaxChunk
+  int n_chunks;   // ceil(n_kv / chunk_len)
+  int64_t bound;  // chunks the workspace holds: >= n_chunks, non-decreasing in n_kv
+};
+
+// Chunks for n_kv positions: at least n_kv / kMaxChunk, more (down to kMinChunk positions
+// each) while the grid has fewer than kTargetBlocks blocks. Rows per chunk are counted as
+// n_tokens * ceil(n_head / kGB), a lower bound of either kernel's blocks per chunk, so the
+// split depends on the call's shapes only through n_tokens, n_head and n_kv.
+DecodeSplit decode_split(int n_tokens, int n_head, uint32_t n_kv) {
+  const int64_t kv = n_kv > 0 ? n_kv : 1;
+  const int64_t fewest = (kv + kMaxChunk - 1) / kMaxChunk;
+  const int64_t most = (kv + kMinChunk - 1) / kMinChunk;
+  const int64_t rows = static_cast<int64_t>(n_tokens) * ((n_head + kGB - 1) / kGB);
+  const int64_t want = (kTargetBlocks + rows - 1) / rows;
+  const int64_t bound = std::max(fewest, std::min(most, want));
+  const int64_t len = ((kv + bound - 1) / bound + 31) / 32 * 32;  // <= kMaxChunk as bound >= fewest
+  return {static_cast<int>(len), static_cast<int>((kv + len - 1) / len), bound};
+}
+
+// Elements [e, e + N) of a row (e a multiple of N; N in 2, 4, 8; the row 16-byte aligned
+// for F32 and F16: head_dim a multiple of 32), each as kv_load<KV> gives it.
+template <QuantType KV, int N>
+__device__ __forceinline__ void kv_load_n(const uint8_t* row, int e, float* out) {
+  static_assert(N == 2 || N == 4 || N == 8);
+  if constexpr (KV == QuantType::F32) {
+    const float* p = reinterpret_cast<const float*>(row) + e;
+    if constexpr (N == 2) {
+      const float2 v = *reinterpret_cast<const float2*>(p);
+      out[0] = v.x;
+      out[1] = v.y;
+    } else {
+#pragma unroll
+      for (int i = 0; i < N; i += 4) {
+        const float4 v = *reinterpret_cast<const float4*>(p + i);
+        out[i] = v.x;
+        out[i + 1] = v.y;
+        out[i + 2] = v.z;
+        out[i + 3] = v.w;
+      }
+    }
+  } else if constexpr (KV == QuantType::F16) {
+    const __half2* p = reinterpret_cast<const __half2*>(reinterpret_cast<const __half*>(row) + e);
+    __half2 h[N / 2];
+    if constexpr (N == 2) {
+      h[0] = p[0];
+    } else if constexpr (N == 4) {
+      *reinterpret_cast<uint2*>(h) = *reinterpret_cast<const uint2*>(p);
+    } else {
+      *reinterpret_cast<uint4*>(h) = *reinterpret_cast<const uint4*>(p);
+    }
+#pragma unroll
+    for (int i = 0; i < N / 2; ++i) {
+      const float2 f = __half22float2(h[i]);
+      out[2 * i] = f.x;
+      out[2 * i + 1] = f.y;
+    }
+  } else {
+    static_assert(KV == QuantType::Q8_0);
+    const uint8_t* blk = row + (e >> 5) * 34;
+    const float d = __half2float(*reinterpret_cast<const __half*>(blk));
+    const uint16_t* qs = reinterpret_cast<const uint16_t*>(blk + 2 + (e & 31));  // 2-byte aligned
+#pragma unroll
+    for (int i = 0; i < N / 2; ++i) {
+      const uint16_t two = qs[i];
+      out[2 * i] = __fmul_rn(static_cast<float>(static_cast<int8_t>(two & 0xFF)), d);
+      out[2 * i + 1] = __fmul_rn(static_cast<float>(static_cast<int8_t>(two >> 8)), d);
+    }
+  }
+}
+
+// Grid (n_chunks, n_head_kv * n_gb, n_tokens), n_gb = ceil(group / kGB). Partial
+// p = (t * n_head + h) * n_chunks + c: ml[p] = (m, l), acc (p, D). A chunk past the
+// query's causal end writes l = 0 (the combine skips it).
+template <QuantType KV, int EPL>
+__global__ void __launch_bounds__(kThreads)
+    attn_decode_grouped(AttnGeom g, int chunk_len, int n_chunks, float2* ml, float* acc) {
+  constexpr int D = 32 * EPL;
+  // q (kGB, D) and scores (kGB, kMaxChunk) first; after the last read of both, the
+  // warps' accumulators (kWarps, kGB, D) over the same memory.
+  constexpr int kSmem = std::max(2 * kGB * kMaxHeadDim, kWarps * kGB * D);
+  __shared__ float4 smem4[kSmem / 4];
+  __shared__ float2 ml_sh[kGB];
+  float* q_sh = reinterpret_cast<float*>(smem4);
+  float* s_sh = q_sh + kGB * D;
+  float* o_sh = reinterpret_cast<float*>(smem4);
+
+  const int c = blockIdx.x, t = blockIdx.z;
+  const int n_gb = (g.group + kGB - 1) / kGB;
+  const int kvh = blockIdx.y / n_gb, gb = blockIdx.y % n_gb;
+  const int h0 = kvh * g.group + gb * kGB;                 // the block's first query head
+  const int Gb = min(kGB, g.group - gb * kGB);             // its query heads
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int64_t part0 = (static_cast<int64_t>(t) * g.n_head + h0) * n_chunks + c;  // head h0 + i: + i * n_chunks
+  const uint32_t n_kv = g.pos0 + static_cast<uint32_t>(t) + 1;
+  const uint32_t j0 = static_cast<uint32_t>(c) * static_cast<uint32_t>(chunk_len);
+  if (j0 >= n_kv) {  // uniform over the block, before any barrier
+    if (tid < Gb) ml[part0 + static_cast<int64_t>(tid) * n_chunks] = make_float2(-INFINITY, 0.0f);
+    return;
+  }
+  const int len = static_cast<int>(min(static_cast<uint32_t>(chunk_len), n_kv - j0));
+  for (int i = tid; i < Gb * D; i += kThreads) {
+    q_sh[i] = g.q[(static_cast<int64_t>(t) * g.n_head + h0 + i / D) * D + i % D];
+  }
+  __syncthreads();
+
+  // Scores: thread j dots position j0 + j with the Gb queries.
+  const uint8_t* k_base = g.k + kvh * g.head_bytes;
+  for (int j = tid; j < len; j += kThreads) {
+    const uint8_t* row = k_base + (j0 + j) * g.row_bytes;
+    float dot[kGB];
+#pragma unroll
+    for (int i = 0; i < kGB; ++i) dot[i] = 0.0f;
+#pragma unroll 2
+    for (int e = 0; e < D; e += 8) {
+      float kx[8];
+      kv_load_n<KV, 8>(row, e, kx);
+#pragma unroll
+      for (int i = 0; i < kGB; ++i) {
+        if (i < Gb) {
+          const float4 qa = *reinterpret_cast<const float4*>(q_sh + i * D + e);
+          const float4 qb = *reinterpret_cast<const float4*>(q_sh + i * D + e + 4);
+          dot[i] += qa.x * kx[0] + qa.y * kx[1] + qa.z * kx[2] + qa.w * kx[3] + qb.x * kx[4] + qb.y * kx[5] +
+                    qb.z * kx[6] + qb.w * kx[7];
+        }
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kGB; ++i) {
+      if (i < Gb) s_sh[i * kMaxChunk + j] = dot[i] * g.scale;
+    }
+  }
+  __syncthreads();
+
+  // Softmax statistics: warp w takes heads w, w + kWarps, ...
+  for (int i = warp; i < Gb; i += kWarps) {
+    float* s = s_sh + i * kMaxChunk;
+    float m = -INFINITY;
+    for (int j = lane; j < len; j += 32) m = fmaxf(m, s[j]);
+    m = warp_max(m);
+    float l = 0.0f;
+    for (int j = lane; j < len; j += 32) {
+      const float p = expf(s[j] - m);
+      s[j] = p;
+      l += p;
+    }
+    l = warp_sum(l);
+    if (lane == 0) ml_sh[i] = make_float2(m, l);
+  }
+  __syncthreads();
+
+  // Accumulators: warp w over positions w, w + kWarps, ...; lane over its EPL elements.
+  float o[kGB][EPL];
+#pragma unroll
+  for (int i = 0; i < kGB; ++i) {
+#pragma unroll
+    for (int k = 0; k < EPL; ++k) o[i][k] = 0.0f;
+  }
+  const uint8_t* v_base = g.v + kvh * g.head_bytes;
+#pragma unroll 4
+  for (int j = warp; j < len; j += kWarps) {
+    float vx[EPL];
+    kv_load_n<KV, EPL>(v_base + (j0 + j) * g.row_bytes, lane * EPL, vx);
+#pragma unroll
+    for (int i = 0; i < kGB; ++i) {
+      if (i < Gb) {
+        const float p = s_sh[i * kMaxChunk + j];
+#pragma unroll
+        for (int k = 0; k < EPL; ++k) o[i][k] += p * vx[k];
+      }
+    }
+  }
+  __syncthreads();  // every read of q_sh and s_sh is done: o_sh may overwrite them
+#pragma unroll
+  for (int i = 0; i < kGB; ++i) {
+    if (i < Gb) {
+#pragma unroll
+      for (int k = 0; k < EPL; ++k) o_sh[(warp * kGB + i) * D + lane * EPL + k] = o[i][k];
+    }
+  }
+  __syncthreads();
+  for (int idx = tid; idx < Gb * D; idx += kThreads) {
+    const int i = idx / D, e = idx % D;
+    float a = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) a += o_sh[(w * kGB + i) * D + e];
+    acc[(part0 + static_cast<int64_t>(i) * n_chunks) * D + e] = a;
+  }
+  if (tid < Gb) ml[part0 + static_cast<int64_t>(tid) * n_chunks] = ml_sh[tid];
+}
+
+// Grid (n_chunks, n_head, n_tokens); the partial layout of attn_decode_grouped.
+template <QuantType KV>
+__global__ void __launch_bounds__(kThreads)
+    attn_decode_per_head(AttnGeom g, int chunk_len, int n_chunks, float2* ml, float* acc) {
+  __shared__ float q_sh[kMaxHeadDim];
+  __shared__ float s_sh[kMaxChunk];
+  __shared__ float scratch[32];
+  const int c = blockIdx.x, h = blockIdx.y, t = blockIdx.z;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int D = g.D;
+  const int64_t part = (static_cast<int64_t>(t) * g.n_head + h) * n_chunks + c;
+  const uint32_t n_kv = g.pos0 + static_cast<uint32_t>(t) + 1;  // this query sees [0, n_kv)
+  const uint32_t j0 = static_cast<uint32_t>(c) * static_cast<uint32_t>(chunk_len);
+  if (j0 >= n_kv) {  // uniform over the block, before any barrier
+    if (tid == 0) ml[part] = make_float2(-INFINITY, 0.0f);
+    return;
+  }
+  const int len = static_cast<int>(min(static_cast<uint32_t>(chunk_len), n_kv - j0));
+  const int kvh = h / g.group;
+  const float* q = g.q + (static_cast<int64_t>(t) * g.n_head + h) * D;
+  for (int e = tid; e < D; e += kThreads) q_sh[e] = q[e];
+  __syncthreads();
+
+  // Scores: one warp per position, the lanes over the head's elements.
+  const uint8_t* k_base = g.k + kvh * g.head_bytes;
+  for (int j = warp; j < len; j += kWarps) {
+    const uint8_t* row = k_base + (j0 + j) * g.row_bytes;
+    float dot = 0.0f;
+    for (int e = lane; e < D; e += 32) dot += q_sh[e] * kv_load<KV>(row, e);
+    dot = warp_sum(dot);
+    if (lane == 0) s_sh[j] = dot * g.scale;
+  }
+  __syncthreads();
+
+  float m = -INFINITY;
+  for (int j = tid; j < len; j += kThreads) m = fmaxf(m, s_sh[j]);
+  m = block_max(m, scratch);
+  float l = 0.0f;
+  for (int j = tid; j < len; j += kThreads) {
+    const float p = expf(s_sh[j] - m);
+    s_sh[j] = p;
+    l += p;
+  }
+  l = block_sum(l, scratch);  // its barriers also publish the s_sh writes above
+
+  // Accumulator: one thread per element, the chunk's positions in order.
+  const uint8_t* v_base = g.v + kvh * g.head_bytes;
+  for (int e = tid; e < D; e += kThreads) {
+    float a = 0.0f;
+    for (int j = 0; j < len; ++j) a += s_sh[j] * kv_load<KV>(v_base + (j0 + j) * g.row_bytes, e);
+    acc[part * D + e] = a;
+  }
+  if (tid == 0) ml[part] = make_float2(m, l);
+}
+
+// Grid (n_head, n_tokens).
+__global__ void __launch_bounds__(kThreads)
+    attn_decode_combine(const float2* ml, const float* acc, int n_chunks, int n_head, int D, float* out) {
+  const int h = blockIdx.x, t = blockIdx.y;
+  const int64_t base = (static_cast<int64_t>(t) * n_head + h) * n_chunks;
+  float M = -INFINITY;
+  for (int c = 0; c < n_chunks; ++c) {
+    if (ml[base + c].y > 0.0f) M = fmaxf(M, ml[base + c].x);
+  }
+  float L = 0.0f;
+  for (int c = 0; c < n_chunks; ++c) {
+    const float2 p = ml[base + c];
+    if (p.y > 0.0f) L += p.y * expf(p.x - M);
+  }
+  const float inv = 1.0f / L;
+  for (int e = threadIdx.x; e < D; e += kThreads) {
+    float a = 0.0f;
+    for (int c = 0; c < n_chunks; ++c) {
+      const float2 p = ml[base + c];
+      if (p.y > 0.0f) a += acc[(base + c) * D + e] * expf(p.x - M);
+    }
+    out[(static_cast<int64_t>(t) * n_head + h) * D + e] = a * inv;
+  }
+}
+
+template <QuantType KV>
+void launch_partial(const AttnGeom& g, const DecodeSplit& s, float2* ml, float* acc, cudaStream_t stream) {
+  const unsigned chunks = static_cast<unsigned>(s.n_chunks), tokens = static_cast<unsigned>(g.n_tokens);
+  const int n_gb = (g.group + kGB - 1) / kGB;
+  const dim3 grouped(chunks, static_cast<unsigned>(g.n_head / g.group * n_gb), tokens);
+  // The grouped kernel's vector loads need 16-byte aligned rows (2-byte for Q8_0).
+  const uint64_t align = KV == QuantType::Q8_0 ? 2 : 16;
+  const uint64_t bits = reinterpret_cast<uintptr_t>(g.k) | reinterpret_cast<uintptr_t>(g.v) | g.row_bytes;
+  const bool aligned = bits % align == 0;
+  switch (aligned ? g.D : 0) {
+    case 64: attn_decode_grouped<KV, 2><<<grouped, kThreads, 0, stream>>>(g, s.chunk_len, s.n_chunks, ml, acc); break;
+    case 128: attn_decode_grouped<KV, 4><<<grouped, kThreads, 0, stream>>>(g, s.chunk_len, s.n_chunks, ml, acc); break;
+    case 256: attn_decode_grouped<KV, 8><<<grouped, kThreads, 0, stream>>>(g, s.chunk_len, s.n_chunks, ml, acc); break;
+    default:
+      attn_decode_per_head<KV><<<dim3(chunks, static_cast<unsigned>(g.n_head), tokens), kThreads, 0, stream>>>(
+          g, s.chunk_len, s.n_chunks, ml, acc);
+  }
+  MT_CUDA_CHECK_LAUNCH();
+}
+
+size_t split_bytes(int n_tokens, int n_head, int head_dim, uint32_t n_kv) {
+  const size_t parts = static_cast<size_t>(n_tokens) * n_head * decode_split(n_tokens, n_head, n_kv).bound;
+  const size_t ml = parts * sizeof(float2), acc = parts * head_dim * sizeof(float);
+  return (ml + 255) / 256 * 256 + (acc + 255) / 256 * 256 + 256;  // two 256-aligned takes
+}
+
+}  // namespace
+
+size_t attention_decode_workspace_bytes(int n_tokens, int n_head, int head_dim, uint32_t n_kv) {
+  size_t bytes = 0;
+  const int most = std::min(n_tokens, kAttnDecodeMaxTokens);
+  for (int t = 1; t <= most; ++t) bytes = std::max(bytes, split_bytes(t, n_head, head_dim, n_kv));
+  return bytes;
+}
+
+void attention_decode(QuantType kv_type, const AttnGeom& g, Workspace& ws, cudaStream_t stream) {
+  MT_CHECK(g.n_tokens > 0 && g.n_tokens <= kAttnDecodeMaxTokens && g.D > 0 && g.D <= kMaxHeadDim);
+  const uint32_t n_kv = g.pos0 + static_cast<uint32_t>(g.n_tokens);
+  const DecodeSplit s = decode_split(g.n_tokens, g.n_head, n_kv);
+  const size_t parts = static_cast<size_t>(g.n_tokens) * g.n_head * s.n_chunks;
+  auto* ml = static_cast<float2*>(ws.take(parts * sizeof(float2)));
+  auto* acc = static_cast<float*>(ws.take(parts * g.D * sizeof(float)));
+  switch (kv_type) {
+    case QuantType::F16: launch_partial<QuantType::F16>(g, s, ml, acc, stream); break;
+    case QuantType::Q8_0: launch_partial<QuantType::Q8_0>(g, s, ml, acc, stream); break;
+    case QuantType::F32: launch_partial<QuantType::F32>(g, s, ml, acc, stream); break;
+    default: MT_CHECK_MSG(false, "attention: KV cache type must be f16, q8_0 or f32");
+  }
+  attn_decode_combine<<<dim3(static_cast<unsigned>(g.n_head), static_cast<unsigned>(g.n_tokens)), kThreads, 0,
+                        stream>>>(ml, acc, s.n_chunks, g.n_head, g.D, g.out);
+  MT_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace mt::cuda::detail

@@ -1,0 +1,178 @@
+// Tiled causal attention for prompt batches (cuda/ops.h attention, n_tokens above the
+// decode limit): flash attention in f32 on the CUDA cores.
+//
+// One block of 4 warps per (tile of kBq = 32 queries, head); warp w owns queries
+// 8w .. 8w + 7 of the tile. The block streams over the KV positions the tile's last
+// query sees, kBk = 32 at a time: the K and V tiles are dequantized into shared memory
+// (f32, the head padded with zeros to Dp = 32 * NE), each lane scores one key against
+// the warp's 8 queries, the causal mask and an online softmax (running max m, sum l,
+// accumulator rescaled by e^(m_old - m_new)) update per-query state kept in registers
+// (lane l holds elements l, l + 32, ... of each accumulator). The score matrix exists
+// only as one 32 x 32 tile per warp; the output is acc / l.
+#include "core/check.h"
+#include "cuda/ops_attention.cuh"
+#include "cuda/ops_reduce.cuh"
+
+namespace mt::cuda::detail {
+namespace {
+
+constexpr int kBq = 32;      // queries per block
+constexpr int kBk = 32;      // keys per tile (one per lane)
+constexpr int kWarps = 4;
+constexpr int kRows = kBq / kWarps;  // queries per warp
+
+// Shared memory (floats): q (kBq, Dp), k (kBk, Dp + 4: rows 16-byte aligned and the
+// lanes' float4 reads on distinct banks), v (kBk, Dp), p (kWarps, kRows, kBk).
+template <int NE>
+constexpr size_t prefill_smem_floats() {
+  constexpr size_t Dp = NE * 32;
+  return kBq * Dp + kBk * (Dp + 4) + kBk * Dp + kWarps * kRows * kBk;
+}
+
+template <QuantType KV, int NE>
+__global__ void __launch_bounds__(kWarps * 32) attn_prefill_kernel(AttnGeom g) {
+  constexpr int Dp = NE * 32, KS = Dp + 4;
+  extern __shared__ float4 smem4[];
+  float* q_sh = reinterpret_cast<float*>(smem4);
+  float* k_sh = q_sh + kBq * Dp;
+  float* v_sh = k_sh + kBk * KS;
+  float* p_sh = v_sh + kBk * Dp;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int h = blockIdx.y, t0 = blockIdx.x * kBq;
+  const int D = g.D;
+  const int t_end = min(t0 + kBq, g.n_tokens);
+  const uint32_t kv_end = g.pos0 + static_cast<uint32_t>(t_end);  // keys [0, kv_end) for the tile
+  const int kvh = h / g.group;
+  const uint8_t* k_base = g.k + kvh * g.head_bytes;
+  const uint8_t* v_base = g.v + kvh * g.head_bytes;
+
+  for (int i = tid; i < kBq * Dp; i += blockDim.x) {
+    const int r = i / Dp, e = i % Dp, t = t0 + r;
+    q_sh[i] = (t < g.n_tokens && e < D) ? g.q[(static_cast<int64_t>(t) * g.n_head + h) * D + e] : 0.0f;
+  }
+
+  const int r0 = warp * kRows;  // the warp's first query row in the tile
+  float* p_w = p_sh + warp * kRows * kBk;
+  float m[kRows], l[kRows], acc[kRows][NE];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    m[r] = -INFINITY;
+    l[r] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < NE; ++i) acc[r][i] = 0.0f;
+  }
+
+  for (uint32_t kv0 = 0; kv0 < kv_end; kv0 += kBk) {
+    __syncthreads();  // every warp is done with the previous K/V tile
+    for (int i = tid; i < kBk * Dp; i += blockDim.x) {
+      const int j = i / Dp, e = i % Dp;
+      const uint32_t pos = kv0 + static_cast<uint32_t>(j);
+      float kx = 0.0f, vx = 0.0f;
+      if (pos < kv_end && e < D) {
+        kx = kv_load<KV>(k_base + pos * g.row_bytes, e);
+        vx = kv_load<KV>(v_base + pos * g.row_bytes, e);
+      }
+      k_sh[j * KS + e] = kx;
+      v_sh[j * Dp + e] = vx;
+    }
+    __syncthreads();  // the tile (and, first time, q) is in shared memory
+
+    // Scores of key kv0 + lane against the warp's queries.
+    float s[kRows];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) s[r] = 0.0f;
+    const float4* k4 = reinterpret_cast<const float4*>(k_sh + lane * KS);
+#pragma unroll 4
+    for (int e4 = 0; e4 < Dp / 4; ++e4) {
+      const float4 kx = k4[e4];
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        const float4 qx = reinterpret_cast<const float4*>(q_sh + (r0 + r) * Dp)[e4];
+        s[r] += qx.x * kx.x + qx.y * kx.y + qx.z * kx.z + qx.w * kx.w;
+      }
+    }
+
+    // Causal mask and online softmax; m, l are the same in every lane of the warp.
+    const uint32_t kpos = kv0 + static_cast<uint32_t>(lane);
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const int t = t0 + r0 + r;
+      const bool seen = t < g.n_tokens && kpos <= g.pos0 + static_cast<uint32_t>(t);
+      const float sv = seen ? s[r] * g.scale : -INFINITY;
+      const float m_new = fmaxf(m[r], warp_max(sv));
+      float p = 0.0f, alpha = 1.0f;
+      if (m_new != -INFINITY) {  // nothing seen yet (a padding query): state stays empty
+        p = seen ? expf(sv - m_new) : 0.0f;
+        alpha = expf(m[r] - m_new);
+      }
+      l[r] = l[r] * alpha + warp_sum(p);
+      m[r] = m_new;
+#pragma unroll
+      for (int i = 0; i < NE; ++i) acc[r][i] *= alpha;
+      p_w[r * kBk + lane] = p;
+    }
+    __syncwarp();  // p_w written by every lane, read by every lane below
+
+#pragma unroll 4
+    for (int j = 0; j < kBk; ++j) {
+      float vx[NE];
+#pragma unroll
+      for (int i = 0; i < NE; ++i) vx[i] = v_sh[j * Dp + lane + 32 * i];
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        const float pj = p_w[r * kBk + j];
+#pragma unroll
+        for (int i = 0; i < NE; ++i) acc[r][i] += pj * vx[i];
+      }
+    }
+    __syncwarp();  // p_w is rewritten by the next tile
+  }
+
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    const int t = t0 + r0 + r;
+    if (t >= g.n_tokens) continue;
+    const float inv = 1.0f / l[r];
+    float* o = g.out + (static_cast<int64_t>(t) * g.n_head + h) * D;
+#pragma unroll
+    for (int i = 0; i < NE; ++i) {
+      const int e = lane + 32 * i;
+      if (e < D) o[e] = acc[r][i] * inv;
+    }
+  }
+}
+
+template <QuantType KV, int NE>
+void launch_prefill(const AttnGeom& g, cudaStream_t stream) {
+  const size_t smem = prefill_smem_floats<NE>() * sizeof(float);
+  auto kernel = attn_prefill_kernel<KV, NE>;
+  MT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  const dim3 grid(static_cast<unsigned>((g.n_tokens + kBq - 1) / kBq), static_cast<unsigned>(g.n_head));
+  kernel<<<grid, kWarps * 32, smem, stream>>>(g);
+  MT_CUDA_CHECK_LAUNCH();
+}
+
+template <QuantType KV>
+void launch_prefill_dim(const AttnGeom& g, cudaStream_t stream) {
+  if (g.D <= 64) {
+    launch_prefill<KV, 2>(g, stream);
+  } else if (g.D <= 128) {
+    launch_prefill<KV, 4>(g, stream);
+  } else {
+    launch_prefill<KV, 8>(g, stream);
+  }
+}
+
+}  // namespace
+
+void attention_prefill(QuantType kv_type, const AttnGeom& g, cudaStream_t stream) {
+  MT_CHECK(g.D > 0 && g.D <= kMaxHeadDim);
+  switch (kv_type) {
+    case QuantType::F16: launch_prefill_dim<QuantType::F16>(g, stream); break;
+    case QuantType::Q8_0: launch_prefill_dim<QuantType::Q8_0>(g, stream); break;
+    case QuantType::F32: launch_prefill_dim<QuantType::F32>(g, stream); break;
+    default: MT_CHECK_MSG(false, "attention: KV cache type must be f16, q8_0 or f32");
+  }
+}
+
+}  // namespace mt::cuda::detail

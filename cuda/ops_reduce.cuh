@@ -1,0 +1,54 @@
+// Warp and block reductions shared by the ops kernels (cuda/ops_*.cu).
+//
+// Invariant: warp forms use full-mask shuffles, so every lane of the warp must call them
+// (no lane may have returned or be in a divergent branch). Block forms must be reached by
+// every thread of the block, blockDim.x a multiple of 32 (<= 1024); they hand the same
+// value to every thread (partials combined in warp order) and end with a barrier, so the
+// 32-entry scratch can be reused by the next call at once.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "cuda/check.h"
+
+// Error check after a launch (the launch configuration, not the kernel's completion).
+#define MT_CUDA_CHECK_LAUNCH() MT_CUDA_CHECK(cudaGetLastError())
+
+namespace mt::cuda::detail {
+
+template <class T>
+__device__ __forceinline__ T warp_sum(T v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// scratch: 32 entries of shared memory.
+template <class T>
+__device__ __forceinline__ T block_sum(T v, T* scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
+  v = warp_sum(v);
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  T r = scratch[0];
+  for (int w = 1; w < n_warps; ++w) r += scratch[w];
+  __syncthreads();
+  return r;
+}
+
+__device__ __forceinline__ float block_max(float v, float* scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
+  v = warp_max(v);
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  float r = scratch[0];
+  for (int w = 1; w < n_warps; ++w) r = fmaxf(r, scratch[w]);
+  __syncthreads();
+  return r;
+}
+
+}  // namespace mt::cuda::detail
