@@ -1,0 +1,44 @@
+// Kernel choice for matmul()/matmul_experts() (cuda/matmul.h): mmvq serves n_tokens up to
+// a limit, gemm (dequant + cuBLAS) everything above it. The limits are data, measured per
+// GPU architecture (sm = major * 10 + minor), per weight type and per kernel family
+// (dense matrices, routed experts) by bench/cuda_tune; an architecture or type that was
+// not measured gets kMmvqMaxTokens. mmvq calls are cut into chunks of at most
+// kMmvqMaxTokens tokens, so a limit above it is honoured too.
+#pragma once
+
+#include <cstddef>
+
+#include "cuda/matmul.h"
+#include "quant/types.h"
+
+namespace mt::cuda {
+
+// One row of the threshold table: the largest n_tokens for which mmvq is used.
+struct MmvqLimit {
+  int sm;
+  QuantType type;
+  int dense_max_tokens;    // matmul
+  int experts_max_tokens;  // matmul_experts
+};
+
+// Compute capability of the current device as major * 10 + minor (cached per device).
+int current_sm();
+
+// The table's limit for (sm, type, family); kMmvqMaxTokens when there is no row.
+int mmvq_max_tokens(int sm, QuantType type, bool experts);
+
+// mmvq / mmvq_experts over any n_tokens, in chunks of at most kMmvqMaxTokens tokens (the
+// workspace is rewound between chunks).
+void mmvq_chunked(const DeviceMatrix& w, int64_t mat, const float* x, int n_tokens, float* y, Workspace& ws,
+                  cudaStream_t stream);
+void mmvq_experts_chunked(const DeviceMatrix& w, const int32_t* ids, int n_tokens, int K, const float* x,
+                          bool x_per_slot, float* y, Workspace& ws, cudaStream_t stream);
+
+// True for the types gemm / gemm_experts take (every type of cuda/dequant.cuh).
+bool gemm_supports(QuantType type);
+
+// Workspace bytes of gemm (w.n_mat == 1) or of gemm_experts and gemm (w.n_mat > 1) for
+// n_tokens tokens and K slots per token (cuda/gemm.cu).
+size_t gemm_workspace_bytes(const DeviceMatrix& w, int n_tokens, int K);
+
+}  // namespace mt::cuda

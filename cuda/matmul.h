@@ -1,0 +1,59 @@
+// Quantized matrix products on the device. A weight tensor is n_mat matrices of n_out
+// rows by n_in columns, each row in its GGUF block layout (row_bytes), matrix m at
+// data + m * matrix_bytes: exactly the file's bytes, uploaded unchanged.
+//   Y (n_tokens, n_out) = X (n_tokens, n_in, f32) . W[m]^T
+// Kernels:
+//   mmvq:  decode / small batches (n_tokens <= kMmvqMaxTokens): each weight row read once
+//          for all tokens; X quantized once per row to Q8_1 (32-element blocks: d, d*sum,
+//          int8 quants) for the quantized types, dot products in int8 (dp4a); F32, F16
+//          and BF16 weights read X in f32.
+//   gemm:  prefill: the weights dequantized to F16/BF16 tiles in the workspace, cuBLAS
+//          with f32 accumulation (and, where it is faster, an int8 tensor-core MMQ).
+// The *_experts forms run one launch over the slots of a routed batch: slot s = t * K + k
+// uses matrix ids[s] (device memory) and X row t (x_per_slot = false: every expert of a
+// token reads the token's row) or row s (true), writing Y row s.
+// matmul()/matmul_experts() pick the kernel from the per-architecture threshold table
+// (cuda/dispatch.h), never from a constant in the executor.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cuda/memory.h"
+#include "quant/types.h"
+
+namespace mt::cuda {
+
+struct DeviceMatrix {
+  QuantType type = QuantType::F32;
+  const uint8_t* data = nullptr;     // device
+  int64_t n_in = 0, n_out = 0, n_mat = 1;
+  uint64_t row_bytes = 0, matrix_bytes = 0;
+};
+
+inline constexpr int kMmvqMaxTokens = 8;
+
+// True when the device kernels support the type (every type the CPU computes).
+bool supports(QuantType type);
+
+void mmvq(const DeviceMatrix& w, int64_t mat, const float* x, int n_tokens, float* y, Workspace& ws,
+          cudaStream_t stream);
+void mmvq_experts(const DeviceMatrix& w, const int32_t* ids, int n_tokens, int K, const float* x, bool x_per_slot,
+                  float* y, Workspace& ws, cudaStream_t stream);
+
+void gemm(const DeviceMatrix& w, int64_t mat, const float* x, int n_tokens, float* y, Workspace& ws,
+          cudaStream_t stream);
+void gemm_experts(const DeviceMatrix& w, const int32_t* ids, int n_tokens, int K, const float* x, bool x_per_slot,
+                  float* y, Workspace& ws, cudaStream_t stream);
+
+void matmul(const DeviceMatrix& w, int64_t mat, const float* x, int n_tokens, float* y, Workspace& ws,
+            cudaStream_t stream);
+void matmul_experts(const DeviceMatrix& w, const int32_t* ids, int n_tokens, int K, const float* x, bool x_per_slot,
+                    float* y, Workspace& ws, cudaStream_t stream);
+
+// Workspace bytes the calls above may take for these shapes (the executor sizes its
+// workspace with the largest over its matrices).
+size_t matmul_workspace_bytes(const DeviceMatrix& w, int n_tokens, int K);
+
+}  // namespace mt::cuda
