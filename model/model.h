@@ -17,6 +17,7 @@
 #include "model/hparams.h"
 #include "model/kv_cache.h"
 #include "model/layers.h"
+#include "model/evaluator.h"
 #include "model/weights.h"
 
 namespace mt {
@@ -39,6 +40,8 @@ class Model {
   const gguf::GgufFile& file() const { return file_; }
   const ModelWeights& weights() const { return weights_; }
   ThreadPool& pool() const { return *pool_; }
+  const std::vector<LayerVectors>& vectors() const { return vectors_; }
+  const std::vector<float>& output_norm() const { return output_norm_; }
 
   // Evaluates `tokens` at positions [pos0, pos0 + n). logits: n x n_vocab when
   // all_logits, else the last token's n_vocab. Token ids must be < n_vocab.
@@ -60,16 +63,17 @@ class Model {
   std::vector<std::unique_ptr<uint8_t, FreeDeleter>> interleaved_;  // storage of interleaved matrices
 };
 
-// One sequence: its KV cache and the next position.
-class Session {
+// One sequence on the CPU: its KV cache and the next position.
+class Session final : public Evaluator {
  public:
   static StatusOr<Session> create(const Model& model, uint32_t n_ctx, QuantType kv_type = QuantType::F16);
   // Appends tokens and returns their logits (see Model::eval).
-  Status feed(std::span<const int32_t> tokens, bool all_logits, std::vector<float>* logits, Trace* trace = nullptr);
-  uint32_t position() const { return pos_; }
+  Status feed(std::span<const int32_t> tokens, bool all_logits, std::vector<float>* logits,
+              Trace* trace = nullptr) override;
+  uint32_t position() const override { return pos_; }
   // MoE layers of later feeds run offloaded (null: on the CPU). Not owned.
   void set_offload(MoeOffload* offload) { offload_ = offload; }
-  uint32_t n_ctx() const { return kv_.n_ctx(); }
+  uint32_t n_ctx() const override { return kv_.n_ctx(); }
 
  private:
   Session(const Model& m, KvCache kv) : model_(&m), kv_(std::move(kv)) {}

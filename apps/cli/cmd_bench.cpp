@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "apps/cli/commands.h"
+#include "apps/cli/engine.h"
 #include "core/log.h"
 #include "experts/geometry.h"
 #include "model/model.h"
@@ -35,7 +36,8 @@ struct BenchFlags {
   std::string model, output = "md";
   int n_prompt = 512, n_gen = 128, threads = 0, reps = 5;
   bool no_interleave = false;
-  double membw_gbps = 0;  // 0: no roofline column
+  double membw_gbps = 0;  // 0: no roofline column (on CUDA: the device bandwidth)
+  DeviceFlags device;
 };
 
 struct ModelFacts {
@@ -104,7 +106,7 @@ double stddev(const std::vector<double>& v) {
 
 class Bench {
  public:
-  Bench(const Model& model, const BenchFlags& f) : model_(model), f_(f), rng_(1234) {}
+  Bench(const Engine& engine, const BenchFlags& f) : engine_(engine), model_(engine.model()), f_(f), rng_(1234) {}
 
   // One test: a warm-up, then f_.reps timed runs. Exactly one of n_prompt, n_gen is > 0.
   StatusOr<TestResult> run_test(int n_prompt, int n_gen) {
@@ -137,19 +139,20 @@ class Bench {
   // Nanoseconds for one pp (a batch of n_prompt tokens) or one tg (n_gen single tokens).
   StatusOr<double> run_once(int n_prompt, int n_gen) {
     const uint32_t n_ctx = static_cast<uint32_t>(std::max(1, n_prompt + n_gen));
-    MT_ASSIGN_OR_RETURN(Session session, Session::create(model_, n_ctx));
+    MT_ASSIGN_OR_RETURN(std::unique_ptr<Evaluator> session, engine_.new_sequence(n_ctx));
     std::vector<int32_t> prompt(static_cast<size_t>(n_prompt));
     for (int32_t& t : prompt) t = random_token();
     int32_t token = random_token();
     const auto t0 = std::chrono::steady_clock::now();
-    if (n_prompt > 0) MT_RETURN_IF_ERROR(session.feed(prompt, false, &logits_));
+    if (n_prompt > 0) MT_RETURN_IF_ERROR(session->feed(prompt, false, &logits_));
     for (int i = 0; i < n_gen; ++i) {
-      MT_RETURN_IF_ERROR(session.feed({&token, 1}, false, &logits_));
+      MT_RETURN_IF_ERROR(session->feed({&token, 1}, false, &logits_));
       token = random_token();
     }
     return std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
   }
 
+  const Engine& engine_;
   const Model& model_;
   const BenchFlags& f_;
   std::mt19937 rng_;
@@ -170,6 +173,7 @@ void print_json(const ModelFacts& m, const BenchFlags& f, int threads, const std
     j["model_n_params"] = m.n_params;
     j["active_bytes_per_token"] = m.active_bytes_per_token;
     j["n_threads"] = threads;
+    j["device"] = f.device.device == "cuda" || f.device.ngl > 0 ? "cuda" : "cpu";
     j["test"] = r.name();
     j["n_prompt"] = r.n_prompt;
     j["n_gen"] = r.n_gen;
@@ -219,23 +223,24 @@ int run(const BenchFlags& f) {
   if (f.threads < 0) return fail(invalid_argument("-t must be >= 0"));
   if (f.membw_gbps < 0) return fail(invalid_argument("--membw must be > 0"));
 
-  auto model = Model::load(f.model, {f.threads, !f.no_interleave});
-  if (!model.ok()) return fail(model.status());
-  const HParams& hp = (*model)->hparams();
+  auto engine = Engine::load(f.model, f.threads, !f.no_interleave, f.device);
+  if (!engine.ok()) return fail(engine.status());
+  const Model* model = &(*engine)->model();
+  const HParams& hp = model->hparams();
   if (static_cast<uint64_t>(f.n_prompt) + static_cast<uint64_t>(f.n_gen) > hp.n_ctx_train && hp.n_ctx_train > 0) {
     log_warn("-p + -n exceed the model's training context (" + std::to_string(hp.n_ctx_train) + ")");
   }
   ModelFacts m;
   m.name = std::filesystem::path(f.model).filename().string();
   m.arch = std::string(arch_info(hp.arch).name);
-  m.model_bytes = (*model)->file().file_size();
-  for (const gguf::TensorInfo& t : (*model)->file().tensors()) m.n_params += t.n_elements();
-  auto active = active_bytes_per_token(**model);
+  m.model_bytes = model->file().file_size();
+  for (const gguf::TensorInfo& t : model->file().tensors()) m.n_params += t.n_elements();
+  auto active = active_bytes_per_token(*model);
   if (!active.ok()) return fail(active.status());
   m.active_bytes_per_token = *active;
-  const int threads = (*model)->pool().size();
+  const int threads = model->pool().size();
 
-  Bench bench(**model, f);
+  Bench bench(**engine, f);
   std::vector<TestResult> results;
   for (auto [p, n] : {std::pair{f.n_prompt, 0}, std::pair{0, f.n_gen}}) {
     if (p + n == 0) continue;
@@ -263,6 +268,7 @@ Runner add_bench(CLI::App& app) {
                "keep every weight in the memory map (no interleaved Q4_K/Q6_K copies): less memory, slower");
   app.add_option("-r,--repetitions", f->reps, "timed repetitions per test, after one warm-up (default 5)");
   app.add_option("-o,--output", f->output, "output format: md (default) or json")->check(CLI::IsMember({"md", "json"}));
+  add_device_flags(app, &f->device);
   app.add_option("--membw", f->membw_gbps, "host memory read bandwidth in GB/s (moetier_membw): adds tg's roofline fraction");
   return [f] { return run(*f); };
 }

@@ -11,6 +11,10 @@
 #include <string>
 
 #include "apps/cli/commands.h"
+#ifdef MOETIER_HAVE_CUDA
+#include "cuda/gpu_measure.h"
+#include "cuda/host_memory.h"
+#endif
 #include "core/status.h"
 #include "runtime/hw_measure.h"
 
@@ -56,6 +60,12 @@ int run(const HwProfileFlags& f) {
   }
   MeasureOptions o = f.quick ? quick_measure_options() : MeasureOptions{};
   o.threads = f.threads;
+#ifdef MOETIER_HAVE_CUDA
+  if (cuda::device_memory(0).ok()) {
+    const bool quick = f.quick;
+    o.measure_gpu = [quick]() { return cuda::measure_gpu_profile({0, 5, quick}); };
+  }
+#endif
   const bool tty = isatty(STDERR_FILENO) != 0;
   if (tty) {
     o.note = [](const std::string& what) { std::fprintf(stderr, "\r\033[Kmeasuring %s", what.c_str()); };

@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "apps/cli/commands.h"
+#include "apps/cli/engine.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 
@@ -28,6 +29,7 @@ struct LogitsFlags {
   std::string model, ids, prompt, output, routing, dump, kv_type = "f16";
   int threads = 0;
   bool no_interleave = false;
+  DeviceFlags device;
 };
 
 // Routing as JSON lines: {"layer": L, "pos": P, "experts": [...], "weights": [...]}, and
@@ -82,11 +84,12 @@ int run(const LogitsFlags& f) {
   if (f.ids.empty() == f.prompt.empty()) return fail(invalid_argument("give exactly one of --ids and --prompt"));
   auto kv_type = type_from_name(f.kv_type);
   if (!kv_type) return fail(invalid_argument("--kv-type: unknown type '" + f.kv_type + "'"));
-  auto model = Model::load(f.model, {f.threads, !f.no_interleave});
-  if (!model.ok()) return fail(model.status());
+  auto engine = Engine::load(f.model, f.threads, !f.no_interleave, f.device);
+  if (!engine.ok()) return fail(engine.status());
+  const Model* model = &(*engine)->model();
   StatusOr<std::vector<int32_t>> ids = std::vector<int32_t>{};
   if (!f.prompt.empty()) {
-    auto tokenizer = Tokenizer::from_gguf((*model)->file());
+    auto tokenizer = Tokenizer::from_gguf(model->file());
     if (!tokenizer.ok()) return fail(tokenizer.status());
     ids = tokenizer->encode(f.prompt, true, false);
     if (ids->empty()) return fail(invalid_argument("--prompt tokenizes to nothing"));
@@ -95,7 +98,7 @@ int run(const LogitsFlags& f) {
     ids = parse_ids(f.ids);
     if (!ids.ok()) return fail(ids.status());
   }
-  auto session = Session::create(**model, static_cast<uint32_t>(ids->size()), *kv_type);
+  auto session = (*engine)->new_sequence(static_cast<uint32_t>(ids->size()), *kv_type);
   if (!session.ok()) return fail(session.status());
 
   std::unique_ptr<FILE, int (*)(FILE*)> routing(nullptr, fclose);
@@ -105,12 +108,13 @@ int run(const LogitsFlags& f) {
   }
   RoutingWriter writer(routing.get(), f.dump);
   std::vector<float> logits;
-  Status s = session->feed(*ids, true, &logits, routing || !f.dump.empty() ? &writer : nullptr);
+  if (!f.dump.empty() && (*engine)->on_gpu()) return fail(unimplemented("--dump: intermediates are dumped by the CPU path only"));
+  Status s = (*session)->feed(*ids, true, &logits, routing || !f.dump.empty() ? &writer : nullptr);
   if (!s.ok()) return fail(s);
   std::ofstream out(f.output, std::ios::binary);
   out.write(reinterpret_cast<const char*>(logits.data()), static_cast<std::streamsize>(logits.size() * sizeof(float)));
   if (!out) return fail(io_error("cannot write '" + f.output + "'"));
-  std::fprintf(stderr, "moetier logits: [%zu x %u] f32 -> %s\n", ids->size(), (*model)->hparams().n_vocab, f.output.c_str());
+  std::fprintf(stderr, "moetier logits: [%zu x %u] f32 -> %s\n", ids->size(), model->hparams().n_vocab, f.output.c_str());
   return 0;
 }
 
@@ -128,6 +132,7 @@ Runner add_logits(CLI::App& app) {
   app.add_flag("--no-interleave", f->no_interleave,
                "keep every weight in the memory map (no interleaved Q4_K/Q6_K copies): less memory, slower");
   app.add_option("--kv-type", f->kv_type, "KV cache type: f16 (default), q8_0, f32");
+  add_device_flags(app, &f->device);
   return [f] { return run(*f); };
 }
 

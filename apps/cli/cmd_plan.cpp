@@ -12,6 +12,9 @@
 #include <string>
 
 #include "apps/cli/commands.h"
+#ifdef MOETIER_HAVE_CUDA
+#include "cuda/host_memory.h"
+#endif
 #include "apps/cli/model_sizes.h"
 #include "apps/cli/sizes.h"
 #include "core/log.h"
@@ -37,7 +40,14 @@ int fail(const Status& s) {
 
 // Device memory of the GPU this build would run on; 0 without one. The one place a
 // backend's query (cudaMemGetInfo in a CUDA build) plugs in.
-uint64_t detected_device_bytes() { return 0; }
+uint64_t detected_device_bytes() {
+#ifdef MOETIER_HAVE_CUDA
+  auto m = cuda::device_memory(0);
+  return m.ok() ? m->total : 0;
+#else
+  return 0;
+#endif
+}
 
 StatusOr<uint64_t> host_memory_total() {
   std::ifstream in("/proc/meminfo");

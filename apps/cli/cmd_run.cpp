@@ -10,6 +10,7 @@
 #include <numeric>
 
 #include "apps/cli/commands.h"
+#include "apps/cli/engine.h"
 #include "apps/cli/sizes.h"
 #include "apps/cli/tiering_flags.h"
 #include "core/log.h"
@@ -32,6 +33,7 @@ struct RunFlags {
   std::string record_routing, stats_json, pin_budget = "0";
   bool stats = false;
   TieringFlags tiering;
+  DeviceFlags device;
   uint32_t n_ctx = 0;
   bool chat = false;
   SamplingParams sampling;
@@ -110,17 +112,18 @@ int run(RunFlags f) {
   if (!kv_type) return fail(invalid_argument("--kv-type: unknown type '" + f.kv_type + "'"));
 
   const auto t_load = std::chrono::steady_clock::now();
-  auto model = Model::load(f.model, {f.threads, !f.no_interleave});
-  if (!model.ok()) return fail(model.status());
-  auto tokenizer = Tokenizer::from_gguf((*model)->file());
+  auto engine = Engine::load(f.model, f.threads, !f.no_interleave, f.device);
+  if (!engine.ok()) return fail(engine.status());
+  const Model* model = &(*engine)->model();
+  auto tokenizer = Tokenizer::from_gguf(model->file());
   if (!tokenizer.ok()) return fail(tokenizer.status());
-  const HParams& hp = (*model)->hparams();
+  const HParams& hp = model->hparams();
   if (tokenizer->n_vocab() != hp.n_vocab) return fail(data_loss("tokenizer and model disagree on the vocabulary size"));
 
   std::string text = f.prompt;
   bool parse_special = false;
   if (f.chat) {
-    auto tmpl = (*model)->file().get_string("tokenizer.chat_template");
+    auto tmpl = model->file().get_string("tokenizer.chat_template");
     auto format = detect_chat_format(tmpl.ok() ? *tmpl : std::string_view{});
     if (!format.ok()) return fail(format.status());
     text = apply_chat_format(*format, f.system, f.prompt);
@@ -133,22 +136,24 @@ int run(RunFlags f) {
     return fail(out_of_range("prompt (" + std::to_string(prompt.size()) + " tokens) + -n " + std::to_string(f.n_predict) +
                              " exceed the context of " + std::to_string(n_ctx) + " (-c)"));
   }
-  auto session = Session::create(**model, n_ctx, *kv_type);
-  if (!session.ok()) return fail(session.status());
+  auto sequence = (*engine)->new_sequence(n_ctx, *kv_type);
+  if (!sequence.ok()) return fail(sequence.status());
+  Evaluator* session = sequence->get();
   // Experts tiered through the simulated device (--expert-cache).
   std::unique_ptr<OffloadState> offload;
   TieringSetup tiering;
   if (!f.tiering.expert_cache.empty()) {
-    auto setup = make_tiering_setup((*model)->file(), f.tiering);
+    if ((*engine)->on_gpu()) return fail(unimplemented("--expert-cache with --device cuda comes with the GPU tiering"));
+    auto setup = make_tiering_setup(model->file(), f.tiering);
     if (!setup.ok()) return fail(setup.status());
     tiering = std::move(*setup);
     auto pin_budget = parse_size(f.pin_budget, "--pin-budget");
     if (!pin_budget.ok()) return fail(pin_budget.status());
-    auto state = make_offload((*model)->weights(), tiering.geometry, tiering.plan, tiering.cache, tiering.scheduler,
+    auto state = make_offload(model->weights(), tiering.geometry, tiering.plan, tiering.cache, tiering.scheduler,
                               *pin_budget);
     if (!state.ok()) return fail(state.status());
     offload = std::move(*state);
-    session->set_offload(&offload->offload);
+    static_cast<Session*>(session)->set_offload(&offload->offload);
   } else if (f.stats || !f.stats_json.empty()) {
     return fail(invalid_argument("--stats and --stats-json report the expert cache: give --expert-cache"));
   }
@@ -206,9 +211,9 @@ int run(RunFlags f) {
   std::fflush(stdout);
   const double gen_s = seconds_since(t_gen);
 
-  std::fprintf(stderr, "\nmodel: %s (%s, %u layers, %u experts top-%u), load %.2f s, seed %llu, stop: %s\n",
+  std::fprintf(stderr, "\nmodel: %s (%s, %u layers, %u experts top-%u) on %s, load %.2f s, seed %llu, stop: %s\n",
                f.model.c_str(), std::string(arch_info(hp.arch).name).c_str(), hp.n_layer, hp.n_expert, hp.n_expert_used,
-               load_s, static_cast<unsigned long long>(sampler.seed()), reason);
+               (*engine)->describe().c_str(), load_s, static_cast<unsigned long long>(sampler.seed()), reason);
   std::fprintf(stderr, "prompt: %zu tokens in %.3f s (%.1f tok/s)\n", prompt.size(), prompt_s,
                static_cast<double>(prompt.size()) / std::max(prompt_s, 1e-9));
   std::fprintf(stderr, "generation: %d tokens in %.3f s (%.1f tok/s)\n", generated, gen_s,
@@ -257,6 +262,7 @@ Runner add_run(CLI::App& app) {
   app.add_option("--frequency-penalty", f->sampling.frequency_penalty, "frequency penalty (0 = off)");
   app.add_option("--stop", f->stops, "stop string (repeatable)");
   app.add_option("--kv-type", f->kv_type, "KV cache type: f16 (default), q8_0, f32");
+  add_device_flags(app, &f->device);
   add_tiering_flags(app, &f->tiering);
   app.add_option("--pin-budget", f->pin_budget,
                  "host memory for pinned copies of expert layers (with --expert-cache; default 0: all staged)");

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "apps/cli/commands.h"
 
@@ -29,8 +30,15 @@ int main(int argc, char** argv) {
       mt::cli::add_simulate);
   add("analyze-routing", "granule trade curve of a routing record: waste, resident and transfer MiB",
       mt::cli::add_analyze_routing);
+  // llama.cpp's single-dash `-ngl N` (CLI11 takes one-letter short options only).
+  std::vector<std::string> args(argv, argv + argc);
+  for (std::string& a : args) {
+    if (a == "-ngl" || a.rfind("-ngl=", 0) == 0) a.insert(0, "-");
+  }
+  std::vector<char*> cargs;
+  for (std::string& a : args) cargs.push_back(a.data());
   try {
-    app.parse(argc, argv);
+    app.parse(static_cast<int>(cargs.size()), cargs.data());
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }

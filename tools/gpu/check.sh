@@ -1,39 +1,98 @@
 #!/usr/bin/env bash
-# One device call: build with CUDA for sm_90, show the devices, run the test suite, and
-# keep the logs under $OUT. (CUDA kernels, their parity tests, compute-sanitizer and the
-# GPU benchmarks join this script as they land.)
-#
-# usage (on the GPU machine, from the repo root): OUT=/some/dir bash tools/gpu/check.sh
-# Carry .gpu-carry (made here by tools/gpu/prepare.sh): the machine lacks CLI11,
-# nlohmann-json and GoogleTest, so they are unpacked into a private prefix, and the
-# shared test data is not there, so the small part of it travels along.
+# Everything the GPU machine is for, in as few device calls as possible; logs under $OUT.
+#   tools/gpu/check.sh test    build with CUDA (sm_90, -Werror), run the CUDA tests
+#                              (kernels vs the CPU references, CUDA vs CPU logits and
+#                              routing on every architecture and weight type), and
+#                              compute-sanitizer memcheck on tiny models (decode + prefill)
+#   tools/gpu/check.sh bench   (after test, machine warm) synthesize the qwen3-30b-a3b
+#                              timing models (q4_k_m, q4_0), moetier bench --device cuda
+#                              pp512 / pp4096 / tg128, the kernel benchmarks
+#                              (moetier_cuda_mmvq, moetier_cuda_tune) and hwprofile
+#   tools/gpu/check.sh llama   build llama-bench with CUDA from the node-llama-cpp bundle
+#                              source carried in .gpu-carry/llama-src.tar.xz and run it on
+#                              the same files (-ngl 99 -fa 1 -p 512,4096 -n 128)
+#   tools/gpu/check.sh cpu     the whole CPU test suite with this machine's compiler
+# Carry .gpu-carry (made here by tools/gpu/prepare.sh): the Debian packages of the header
+# and test libraries (the machine has none and no network), test data, llama.cpp source.
 set -uo pipefail
+MODE=${1:-test}
 OUT=${OUT:-$PWD/out/gpu}
 mkdir -p "$OUT"
 SYSROOT=$PWD/.gpu-sysroot
-if [ -d .gpu-carry/debs ]; then
+if [ -d .gpu-carry/debs ] && [ ! -d "$SYSROOT/usr" ]; then
   mkdir -p "$SYSROOT"
   for deb in .gpu-carry/debs/*.deb; do dpkg -x "$deb" "$SYSROOT"; done
 fi
 TESTDATA=$(cd .. && pwd)/shared/testdata
-SKIP=""
-if [ ! -d "$TESTDATA/models" ]; then
-  TESTDATA=$PWD/.gpu-carry/testdata   # quant golden + vocab only
-  SKIP="-E kjv|Kjv|oracle -LE kjv"   # the kjv-moe refs (and tests labelled kjv) need models/
-fi
+[ -d "$TESTDATA/models" ] || TESTDATA=$PWD/.gpu-carry/testdata
+JOBS=$(nproc)
 status=0
 run() {  # name command...
   local name=$1
   shift
-  echo "=== $name"
-  if "$@" >"$OUT/$name.log" 2>&1; then echo "ok"; else echo "FAILED (see $name.log)"; tail -20 "$OUT/$name.log"; status=1; fi
+  echo "=== $name ($(date +%T))"
+  if "$@" >"$OUT/$name.log" 2>&1; then echo "ok"; else echo "FAILED (see $name.log)"; tail -25 "$OUT/$name.log"; status=1; fi
 }
-run build cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOETIER_CUDA=ON \
-  -DCMAKE_CUDA_ARCHITECTURES=90 -DMOETIER_WERROR=ON -DCMAKE_PREFIX_PATH="$SYSROOT/usr" \
-  -DMOETIER_TESTDATA_DIR="$TESTDATA"
-run compile cmake --build build-gpu -j "$(nproc)"
-run info ./build-gpu/moetier info
-cat "$OUT/info.log"
-run unit ctest --test-dir build-gpu --output-on-failure -j "$(nproc)" $SKIP
+build() {
+  [ -f build-gpu/build.ninja ] || cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOETIER_CUDA=ON \
+    -DCMAKE_CUDA_ARCHITECTURES=90 -DMOETIER_WERROR=ON -DCMAKE_PREFIX_PATH="$SYSROOT/usr" \
+    -DMOETIER_TESTDATA_DIR="$TESTDATA" >"$OUT/configure.log" 2>&1
+  run compile cmake --build build-gpu -j "$JOBS"
+}
+M=build-gpu/moetier
+SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+
+case $MODE in
+test)
+  build
+  run info $M info
+  cat "$OUT/info.log"
+  run cuda_tests ./build-gpu/mt_cuda_tests
+  grep -E "max rel|argmax equal|PASSED|FAILED|OK \]" "$OUT/cuda_tests.log" | tail -90
+  for a in qwen3moe qwen2moe; do
+    $M synth --arch $a --quant q4_k_m -o "$OUT/san-$a.gguf" >/dev/null
+    run "memcheck_logits_$a" "$SAN" --tool memcheck --error-exitcode 1 $M logits -m "$OUT/san-$a.gguf" --device cuda \
+      --ids 1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20 -o "$OUT/san.f32" --routing "$OUT/san.jsonl"
+    run "memcheck_run_$a" "$SAN" --tool memcheck --error-exitcode 1 $M run -m "$OUT/san-$a.gguf" --device cuda -n 6 --temp 0
+  done
+  rm -f "$OUT"/san-*.gguf
+  ;;
+bench)
+  build
+  for q in q4_k_m q4_0; do
+    F=/tmp/q30-$q.gguf
+    [ -f "$F" ] || run "synth_$q" $M synth --preset qwen3-30b-a3b --quant $q --fast -o "$F"
+    run "bench_$q" $M bench -m "$F" --device cuda -p 512 -n 128 -r 3 -o json
+    run "bench4096_$q" $M bench -m "$F" --device cuda -p 4096 -n 0 -r 2 -o json
+  done
+  [ -x build-gpu/moetier_cuda_mmvq ] && run mmvq_bench ./build-gpu/moetier_cuda_mmvq
+  [ -x build-gpu/moetier_cuda_tune ] && run tune ./build-gpu/moetier_cuda_tune
+  run hwprofile $M hwprofile -o "$OUT/hwprofile.json"
+  for f in "$OUT"/bench*.log "$OUT"/mmvq_bench.log "$OUT"/tune.log; do [ -f "$f" ] && { echo "--- $f"; tail -40 "$f"; }; done
+  ;;
+llama)
+  L=/tmp/llama.cpp
+  if [ ! -x $L/build/bin/llama-bench ]; then
+    mkdir -p $L && tar -xJf .gpu-carry/llama-src.tar.xz -C $L
+    run llama_configure cmake -S $L -B $L/build -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
+      -DCMAKE_CUDA_ARCHITECTURES=90 -DBUILD_SHARED_LIBS=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+      -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_TOOLS=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DGGML_NATIVE=ON
+    run llama_build cmake --build $L/build --target llama-bench -j "$JOBS"
+  fi
+  for q in q4_k_m q4_0; do
+    F=/tmp/q30-$q.gguf
+    [ -f "$F" ] && run "llama_bench_$q" $L/build/bin/llama-bench -m "$F" -ngl 99 -fa 1 -p 512,4096 -n 128 -r 3 -o json
+    [ -f "$OUT/llama_bench_$q.log" ] && grep -E '"(n_prompt|n_gen|avg_ts)"' "$OUT/llama_bench_$q.log"
+  done
+  ;;
+cpu)
+  build
+  run unit ctest --test-dir build-gpu --output-on-failure -j "$JOBS" -LE "kjv|cuda"
+  ;;
+*)
+  echo "usage: tools/gpu/check.sh test|bench|llama|cpu"
+  exit 2
+  ;;
+esac
 nvidia-smi >"$OUT/nvidia-smi.log" 2>&1 || true
 exit $status

@@ -1,0 +1,47 @@
+// The whole model on one GPU: every weight uploaded in its GGUF layout, the KV cache in
+// device memory, the forward pass as the CPU's (model/) with each step's operations
+// launched on one stream (cuda/ops.h, cuda/matmul.h). A prompt is run in micro-batches of
+// kMicroBatch tokens; logits come back for the rows asked. Decode is launch-bound today
+// (~30 launches per layer); a CUDA-graph path exists behind MOETIER_CUDA_GRAPHS=1. A Trace receives the routing
+// (ids and weights copied back per MoE layer); tensor dumps are CPU-only.
+// Host-only header: callers never see CUDA types.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "core/status.h"
+#include "model/evaluator.h"
+#include "model/model.h"
+
+namespace mt::cuda {
+
+struct CudaOptions {
+  int device = 0;
+};
+
+class CudaModel {
+ public:
+  static constexpr uint32_t kMicroBatch = 512;
+
+  // Uploads every weight of `model`, which must have been loaded with
+  // LoadOptions::interleave = false (the device reads the file's layout). Errors: no
+  // device, a weight type without device kernels, not enough device memory.
+  static StatusOr<std::unique_ptr<CudaModel>> load(const Model& model, const CudaOptions& options = {});
+  ~CudaModel();
+
+  // A sequence with its own device KV cache (F16, Q8_0 or F32).
+  StatusOr<std::unique_ptr<Evaluator>> new_sequence(uint32_t n_ctx, QuantType kv_type = QuantType::F16);
+
+  uint64_t weight_bytes() const;
+  const Model& host() const { return model_; }
+
+  struct Impl;  // cuda/cuda_model.cpp
+
+ private:
+  CudaModel(const Model& m, std::unique_ptr<Impl> impl);
+  const Model& model_;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace mt::cuda

@@ -1,0 +1,151 @@
+// CUDA vs CPU parity: for every architecture and every weight type the CPU computes, a
+// synthetic model run on the GPU (CudaModel: prompt batch through the GEMM path, decode
+// tokens through MMVQ and a CUDA graph) and on the CPU (Session):
+//  * the selected experts equal at >= 99% of (layer, position) pairs; where they differ
+//    it is a near tie (the two sides' last selected weights within 2e-2);
+//  * logits within max|d| / max|logit| <= 2e-2 (quantized) or 1e-3 (F32/F16/BF16) and
+//    argmax equal at >= 99%, at every position before a model's first near-tie flip (a
+//    flipped expert legitimately changes that token and, through the KV cache, the
+//    ones after it; those positions are counted and printed, not bounded).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <set>
+
+#include "cuda/cuda_model.h"
+#include "cuda_test_util.h"
+#include "model/model.h"
+#include "synth/synth.h"
+#include "test_util.h"
+
+namespace mt::cuda {
+namespace {
+
+class Routing : public Trace {
+ public:
+  void routing(uint32_t layer, uint32_t pos, std::span<const int32_t> e, std::span<const float> w) override {
+    sel[{layer, pos}] = {std::vector<int32_t>(e.begin(), e.end()), std::vector<float>(w.begin(), w.end())};
+  }
+  std::map<std::pair<uint32_t, uint32_t>, std::pair<std::vector<int32_t>, std::vector<float>>> sel;
+};
+
+// A 40-token prompt, then 8 decode steps: logits of every position, in order.
+std::vector<float> run(Evaluator& e, const std::vector<int32_t>& ids, Trace* trace) {
+  std::vector<float> all, step;
+  EXPECT_TRUE(e.feed({ids.data(), 40}, true, &step, trace).ok());
+  all = step;
+  for (size_t t = 40; t < ids.size(); ++t) {
+    EXPECT_TRUE(e.feed({&ids[t], 1}, false, &step, trace).ok());
+    all.insert(all.end(), step.begin(), step.end());
+  }
+  return all;
+}
+
+TEST(CudaModel, LogitsAndRoutingMatchTheCpuOnEveryArchitectureAndType) {
+  MT_SKIP_WITHOUT_DEVICE();
+  uint64_t positions = 0, argmax_equal = 0, routes = 0, routes_equal = 0, positions_all = 0, argmax_equal_all = 0;
+  for (Arch arch : {Arch::kQwen3Moe, Arch::kQwen2Moe, Arch::kLlama, Arch::kOlmoe}) {
+    for (const char* quant : {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q2_k", "q3_k", "q4_k",
+                              "q5_k", "q6_k", "iq4_nl", "iq4_xs", "mxfp4", "q4_k_m"}) {
+      const std::string name = std::string(arch_info(arch).name) + "-" + quant;
+      SCOPED_TRACE(name);
+      synth::SynthConfig c = synth::tiny_for(arch);
+      auto mix = synth::parse_quant_mix(quant);
+      ASSERT_TRUE(mix.ok()) << quant;
+      c.quant = *mix;
+      const std::string path = mt::test::temp_path(name + ".gguf");
+      ASSERT_TRUE(synth::write_model(c, {path, false}).ok());
+      auto cpu_model = Model::load(path, {0, true});
+      auto gpu_host = Model::load(path, {0, false});
+      ASSERT_TRUE(cpu_model.ok() && gpu_host.ok());
+      auto gpu = CudaModel::load(**gpu_host);
+      ASSERT_TRUE(gpu.ok()) << gpu.status().to_string();
+      const uint32_t V = (*cpu_model)->hparams().n_vocab;
+      std::vector<int32_t> ids(48);
+      for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>((i * 193 + 11) % V);
+
+      auto cpu_seq = Session::create(**cpu_model, 64);
+      ASSERT_TRUE(cpu_seq.ok());
+      auto gpu_seq = (*gpu)->new_sequence(64);
+      ASSERT_TRUE(gpu_seq.ok()) << gpu_seq.status().to_string();
+      Routing cpu_r, gpu_r;
+      const std::vector<float> ref = run(*cpu_seq, ids, &cpu_r);
+      const std::vector<float> got = run(**gpu_seq, ids, &gpu_r);
+      ASSERT_EQ(ref.size(), got.size());
+      const size_t n_pos = ref.size() / V;
+      // The first position where a layer's selected experts differ.
+      ASSERT_EQ(cpu_r.sel.size(), gpu_r.sel.size());
+      size_t first_flip = n_pos;
+      for (const auto& [key, cs] : cpu_r.sel) {
+        const auto& gs = gpu_r.sel.at(key);
+        ++routes;
+        const std::set<int32_t> a(cs.first.begin(), cs.first.end()), b(gs.first.begin(), gs.first.end());
+        if (a == b) {
+          ++routes_equal;
+        } else {
+          first_flip = std::min<size_t>(first_flip, key.second);
+          EXPECT_NEAR(cs.second.back(), gs.second.back(), 2e-2) << "not a near tie: layer " << key.first << " pos " << key.second;
+        }
+      }
+      double worst = 0, worst_all = 0;
+      for (size_t p = 0; p < n_pos; ++p) {
+        const float* a = &ref[p * V];
+        const float* b = &got[p * V];
+        float scale = 0, diff = 0;
+        for (uint32_t i = 0; i < V; ++i) {
+          scale = std::max(scale, std::fabs(a[i]));
+          diff = std::max(diff, std::fabs(a[i] - b[i]));
+        }
+        const double rel = static_cast<double>(diff / scale);
+        const bool same = (std::max_element(a, a + V) - a) == (std::max_element(b, b + V) - b);
+        worst_all = std::max(worst_all, rel);
+        ++positions_all;
+        argmax_equal_all += same;
+        if (p >= first_flip) continue;
+        worst = std::max(worst, rel);
+        ++positions;
+        argmax_equal += same;
+      }
+      const bool exact_type = std::string(quant) == "f32" || std::string(quant) == "f16" || std::string(quant) == "bf16";
+      EXPECT_LE(worst, exact_type ? 1e-3 : 2e-2);
+      std::printf("  %-22s max rel %.2e before pos %zu (first routing flip), %.2e over all %zu\n", name.c_str(), worst,
+                  first_flip, worst_all, n_pos);
+    }
+  }
+  std::printf("argmax equal %llu/%llu before flips (%llu/%llu at all positions), routing equal %llu/%llu\n",
+              static_cast<unsigned long long>(argmax_equal), static_cast<unsigned long long>(positions),
+              static_cast<unsigned long long>(argmax_equal_all), static_cast<unsigned long long>(positions_all),
+              static_cast<unsigned long long>(routes_equal), static_cast<unsigned long long>(routes));
+  EXPECT_GE(static_cast<double>(argmax_equal), 0.99 * static_cast<double>(positions));
+  EXPECT_GE(static_cast<double>(routes_equal), 0.99 * static_cast<double>(routes));
+}
+
+TEST(CudaModel, BadInputIsAStatus) {
+  MT_SKIP_WITHOUT_DEVICE();
+  synth::SynthConfig c = synth::tiny_for(Arch::kQwen3Moe);
+  const std::string path = mt::test::temp_path("bad-input.gguf");
+  ASSERT_TRUE(synth::write_model(c, {path, false}).ok());
+  auto interleaved = Model::load(path, {0, true});
+  ASSERT_TRUE(interleaved.ok());
+  auto host = Model::load(path, {0, false});
+  ASSERT_TRUE(host.ok());
+  auto gpu = CudaModel::load(**host);
+  ASSERT_TRUE(gpu.ok()) << gpu.status().to_string();
+  auto seq = (*gpu)->new_sequence(8);
+  ASSERT_TRUE(seq.ok());
+  std::vector<float> logits;
+  const int32_t bad = static_cast<int32_t>((*host)->hparams().n_vocab);
+  EXPECT_FALSE((*seq)->feed({&bad, 1}, false, &logits).ok());
+  std::vector<int32_t> too_many(9, 1);
+  EXPECT_FALSE((*seq)->feed(too_many, false, &logits).ok());
+  EXPECT_FALSE((*gpu)->new_sequence(0).ok());
+  EXPECT_FALSE((*gpu)->new_sequence(8, QuantType::Q4_K).ok());
+  auto huge = (*gpu)->new_sequence(2000000000u);
+  EXPECT_FALSE(huge.ok());
+}
+
+}  // namespace
+}  // namespace mt::cuda
