@@ -81,7 +81,7 @@ void add_bias(float* y, const std::vector<float>& b, uint32_t n_tokens, size_t n
 
 void trace_rows(Trace* trace, const char* name, const BlockArgs& a, const float* rows, size_t n) {
   if (trace == nullptr) return;
-  for (uint32_t t = 0; t < a.n_tokens; ++t) trace->tensor(name, a.layer, a.pos0 + t, {rows + t * n, n});
+  for (uint32_t t = 0; t < a.n_tokens; ++t) trace->tensor(name, a.layer, a.pos(t), {rows + t * n, n});
 }
 
 // Query tile: consecutive tokens of one head that share every K and V row read.
@@ -89,6 +89,7 @@ constexpr uint32_t kQueryTile = 4;
 
 struct AttendArgs {
   const BlockArgs& a;
+  const KvCache& kv;
   const cpu::KernelTable& k;
   QuantType cache;
   size_t head_bytes;  // bytes of one head's slice of a cache row
@@ -118,7 +119,7 @@ void attend_tile(const AttendArgs& args, uint32_t first, uint32_t n_q, uint32_t 
   const size_t offset = kvh * args.head_bytes;
 
   for (uint32_t j = 0; j < n_kv; ++j) {
-    const uint8_t* k_row = a.kv.k_row(a.layer, j) + offset;
+    const uint8_t* k_row = args.kv.k_row(a.layer, j) + offset;
     for (uint32_t i = (j > first ? j - first : 0); i < n_q; ++i) {
       scores[static_cast<size_t>(i) * n_kv + j] = dot(hd, k_row, &q_packed[i * act_bytes]) * args.kq_scale;
     }
@@ -133,7 +134,7 @@ void attend_tile(const AttendArgs& args, uint32_t first, uint32_t n_q, uint32_t 
     std::fill(out + i * stride, out + i * stride + hd, 0.0f);
   }
   for (uint32_t j = 0; j < n_kv; ++j) {
-    const uint8_t* v_row = a.kv.v_row(a.layer, j) + offset;
+    const uint8_t* v_row = args.kv.v_row(a.layer, j) + offset;
     const uint32_t i0 = j > first ? j - first : 0;
     if (args.cache == QuantType::F16) {
       for (uint32_t i = i0; i < n_q; ++i) args.k.axpy_f16(hd, scores[static_cast<size_t>(i) * n_kv + j], v_row, out + i * stride);
@@ -170,7 +171,16 @@ void attention_block(const BlockArgs& a, QkNorm qk_norm, RopeStyle rope_style) {
   add_bias(k.data(), a.v.bk, T, KV);
   add_bias(v.data(), a.v.bv, T, KV);
 
-  // Per token: q/k norm, RoPE, K and V into the cache (distinct rows: tokens in parallel).
+  // Per token: q/k norm, RoPE, K and V into its sequence's cache (distinct rows: tokens in
+  // parallel).
+  std::vector<uint32_t> pos_of(T);
+  std::vector<KvCache*> kv_of(T);
+  for (const SeqRows& sq : a.seqs) {
+    for (uint32_t i = 0; i < sq.n; ++i) {
+      pos_of[sq.row0 + i] = sq.pos0 + i;
+      kv_of[sq.row0 + i] = sq.kv;
+    }
+  }
   maybe_parallel_for(a.pool, T, kMinParallelRows, [&](int64_t t0, int64_t t1) {
     std::vector<float> cos_k(hp.n_rot / 2), sin_k(hp.n_rot / 2);
     for (int64_t t = t0; t < t1; ++t) {
@@ -183,31 +193,40 @@ void attention_block(const BlockArgs& a, QkNorm qk_norm, RopeStyle rope_style) {
         rms_norm(qt, a.v.q_norm, hp.rms_eps, Q, qt);
         rms_norm(kt, a.v.k_norm, hp.rms_eps, KV, kt);
       }
-      const uint32_t pos = a.pos0 + static_cast<uint32_t>(t);
+      const uint32_t pos = pos_of[t];
       rope_angles(hp.n_rot, pos, hp.rope_freq_base, hp.rope_freq_scale, cos_k.data(), sin_k.data());
       rope_apply(qt, hp.n_head, hp.head_dim, hp.n_rot, rope_style, cos_k.data(), sin_k.data());
       rope_apply(kt, hp.n_head_kv, hp.head_dim, hp.n_rot, rope_style, cos_k.data(), sin_k.data());
-      a.kv.store(a.layer, pos, kt, &v[t * KV]);
+      kv_of[t]->store(a.layer, pos, kt, &v[t * KV]);
     }
   });
   trace_rows(a.trace, "Qcur", a, q.data(), Q);
   trace_rows(a.trace, "Kcur", a, k.data(), KV);
   trace_rows(a.trace, "Vcur", a, v.data(), KV);
 
-  const QuantType cache = a.kv.type();
-  const AttendArgs args{a, cpu::kernels(), cache, static_cast<size_t>(*row_bytes(cache, hp.head_dim)),
-                        1.0f / std::sqrt(static_cast<float>(hp.head_dim))};
-  const int64_t tiles = (T + kQueryTile - 1) / kQueryTile;
-  const int64_t units = tiles * hp.n_head;  // (query tile, head), tile-major
+  // Units: (query tile, head); tiles never cross sequences.
+  struct Tile {
+    uint32_t row, n, first;  // first row, queries, position of the first
+    const KvCache* kv;
+  };
+  std::vector<Tile> tiles;
+  for (const SeqRows& sq : a.seqs) {
+    for (uint32_t i = 0; i < sq.n; i += kQueryTile) tiles.push_back({sq.row0 + i, std::min(kQueryTile, sq.n - i), sq.pos0 + i, sq.kv});
+  }
+  const QuantType cache = a.seqs.front().kv->type();
+  const size_t head_bytes = static_cast<size_t>(*row_bytes(cache, hp.head_dim));
+  const float kq_scale = 1.0f / std::sqrt(static_cast<float>(hp.head_dim));
+  const int64_t units = static_cast<int64_t>(tiles.size()) * hp.n_head;  // tile-major
   const int64_t grain = std::max<int64_t>(1, units / (static_cast<int64_t>(a.pool.size()) * 16));
   a.pool.parallel_for(
       units,
       [&](int64_t u0, int64_t u1) {
         for (int64_t u = u0; u < u1; ++u) {
-          const uint32_t t0 = static_cast<uint32_t>(u / hp.n_head) * kQueryTile, hh = static_cast<uint32_t>(u % hp.n_head);
-          const uint32_t n_q = std::min(kQueryTile, T - t0);
-          const size_t at = static_cast<size_t>(t0) * Q + hh * hp.head_dim;
-          attend_tile(args, a.pos0 + t0, n_q, hh, &q[at], &att[at], Q);
+          const Tile& tl = tiles[static_cast<size_t>(u / hp.n_head)];
+          const uint32_t hh = static_cast<uint32_t>(u % hp.n_head);
+          const AttendArgs args{a, *tl.kv, cpu::kernels(), cache, head_bytes, kq_scale};
+          const size_t at = static_cast<size_t>(tl.row) * Q + hh * hp.head_dim;
+          attend_tile(args, tl.first, tl.n, hh, &q[at], &att[at], Q);
         }
       },
       grain);

@@ -112,7 +112,7 @@ void moe_block(const BlockArgs& a, const MoeMath& math) {
   maybe_parallel_for(a.pool, T, kMinParallelRows, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) rms_norm(a.x + t * E, a.v.ffn_norm, hp.rms_eps, E, &h[t * E]);
   });
-  if (a.trace) for (uint32_t t = 0; t < T; ++t) a.trace->tensor("ffn_norm", a.layer, a.pos0 + t, {&h[t * E], E});
+  if (a.trace) for (uint32_t t = 0; t < T; ++t) a.trace->tensor("ffn_norm", a.layer, a.pos(t), {&h[t * E], E});
 
   // Router: softmax over all experts, top-k by probability, weights from the same probs.
   float* probs = scratch(probs_buf, T * X);         // (T, n_expert)
@@ -127,7 +127,7 @@ void moe_block(const BlockArgs& a, const MoeMath& math) {
   for (uint32_t t = 0; t < T; ++t) {
     float* p = &probs[t * X];
     softmax(p, X);
-    if (a.trace) a.trace->tensor("ffn_moe_probs", a.layer, a.pos0 + t, {p, X});
+    if (a.trace) a.trace->tensor("ffn_moe_probs", a.layer, a.pos(t), {p, X});
     std::iota(order.begin(), order.end(), 0);
     std::partial_sort(order.begin(), order.begin() + K, order.end(),
                       [&](int32_t i, int32_t j) { return p[i] > p[j] || (p[i] == p[j] && i < j); });
@@ -141,7 +141,7 @@ void moe_block(const BlockArgs& a, const MoeMath& math) {
       sum = std::max(sum, 6.103515625e-5f);
       for (uint32_t i = 0; i < K; ++i) weights[t * K + i] /= sum;
     }
-    if (a.trace) a.trace->routing(a.layer, a.pos0 + t, {&selected[t * K], K}, {&weights[t * K], K});
+    if (a.trace) a.trace->routing(a.layer, a.pos(t), {&selected[t * K], K}, {&weights[t * K], K});
   }
 
   // Row active: the active experts one after another (ascending id; offloaded: the
@@ -248,7 +248,7 @@ void moe_block(const BlockArgs& a, const MoeMath& math) {
       }
     }
   });
-  if (a.trace) for (uint32_t t = 0; t < T; ++t) a.trace->tensor("ffn_out", a.layer, a.pos0 + t, {&out[t * E], E});
+  if (a.trace) for (uint32_t t = 0; t < T; ++t) a.trace->tensor("ffn_out", a.layer, a.pos(t), {&out[t * E], E});
   for (size_t i = 0; i < T * E; ++i) a.x[i] += out[i];
 }
 
@@ -266,7 +266,7 @@ void dense_ffn_block(const BlockArgs& a) {
   matmul_jobs(jobs, a.pool);
   swiglu(w.ffn_gate.present() ? g.data() : nullptr, u.data(), T * n_ff);
   matmul(w.ffn_down, 0, u.data(), T, out.data(), a.pool);
-  if (a.trace) for (uint32_t t = 0; t < T; ++t) a.trace->tensor("ffn_out", a.layer, a.pos0 + t, {&out[t * E], E});
+  if (a.trace) for (uint32_t t = 0; t < T; ++t) a.trace->tensor("ffn_out", a.layer, a.pos(t), {&out[t * E], E});
   for (size_t i = 0; i < T * E; ++i) a.x[i] += out[i];
 }
 

@@ -38,18 +38,36 @@ struct LayerVectors {
   std::vector<float> attn_norm, ffn_norm, q_norm, k_norm, bq, bk, bv, shexp_gate_inp;
 };
 
+// One sequence's rows of a batch: rows [row0, row0 + n) are its tokens at positions
+// pos0 .. pos0 + n - 1, attending to (and stored in) its own KV cache.
+struct SeqRows {
+  uint32_t row0 = 0, n = 0;
+  uint32_t pos0 = 0;
+  KvCache* kv = nullptr;
+};
+
+// A layer's inputs for a batch of one or more sequences: every projection and the MoE run
+// over all rows at once (a hot expert is read once for the whole batch); attention runs
+// per sequence over its own cache.
 struct BlockArgs {
   const HParams& hp;
   const LayerWeights& w;
   const LayerVectors& v;
   uint32_t layer;
   float* x;                  // (n_tokens, n_embd) residual stream, in/out
-  uint32_t n_tokens;
-  uint32_t pos0;             // position of the first token
-  KvCache& kv;
+  uint32_t n_tokens;         // rows of all sequences
+  std::span<const SeqRows> seqs;  // in row order, covering [0, n_tokens)
   ThreadPool& pool;
-  Trace* trace;              // may be null
+  Trace* trace;              // may be null (positions reported are each sequence's)
   MoeOffload* offload = nullptr;  // null: every expert on the CPU
+
+  // Position of row t in its sequence.
+  uint32_t pos(uint32_t t) const {
+    for (const SeqRows& s : seqs) {
+      if (t < s.row0 + s.n) return s.pos0 + (t - s.row0);
+    }
+    return 0;
+  }
 };
 
 // RMSNorm: out = x / sqrt(mean(x^2) + eps) * w (w may be empty: no weight).

@@ -142,37 +142,63 @@ StatusOr<std::unique_ptr<Model>> Model::load(const std::string& path, const Load
 
 Status Model::eval(std::span<const int32_t> tokens, uint32_t pos0, KvCache& kv, bool all_logits,
                    std::vector<float>* logits, Trace* trace, MoeOffload* offload) const {
-  const uint32_t T = static_cast<uint32_t>(tokens.size());
-  if (T == 0) return invalid_argument("no tokens to evaluate");
-  if (static_cast<uint64_t>(pos0) + T > kv.n_ctx()) {
-    return out_of_range("context full: " + std::to_string(pos0) + " + " + std::to_string(T) + " tokens exceed the context of " +
-                        std::to_string(kv.n_ctx()));
-  }
-  for (int32_t id : tokens) {
-    if (id < 0 || static_cast<uint32_t>(id) >= hp_.n_vocab) {
-      return invalid_argument("token id " + std::to_string(id) + " is outside the vocabulary (0.." + std::to_string(hp_.n_vocab - 1) + ")");
+  const SeqBatch one{tokens, pos0, &kv, all_logits, true};
+  return eval_batch({&one, 1}, logits, trace, offload);
+}
+
+Status Model::eval_batch(std::span<const SeqBatch> seqs, std::vector<float>* logits, Trace* trace,
+                         MoeOffload* offload) const {
+  if (seqs.empty()) return invalid_argument("no sequences to evaluate");
+  std::vector<SeqRows> rows;
+  uint32_t T = 0;
+  for (const SeqBatch& sb : seqs) {
+    const auto n = static_cast<uint32_t>(sb.tokens.size());
+    if (n == 0) return invalid_argument("no tokens to evaluate");
+    MT_CHECK(sb.kv != nullptr && sb.kv->type() == seqs.front().kv->type());
+    if (static_cast<uint64_t>(sb.pos0) + n > sb.kv->n_ctx()) {
+      return out_of_range("context full: " + std::to_string(sb.pos0) + " + " + std::to_string(n) +
+                          " tokens exceed the context of " + std::to_string(sb.kv->n_ctx()));
     }
+    for (int32_t id : sb.tokens) {
+      if (id < 0 || static_cast<uint32_t>(id) >= hp_.n_vocab) {
+        return invalid_argument("token id " + std::to_string(id) + " is outside the vocabulary (0.." +
+                                std::to_string(hp_.n_vocab - 1) + ")");
+      }
+    }
+    rows.push_back({T, n, sb.pos0, sb.kv});
+    T += n;
   }
   if (trace) trace->begin_step();
   if (offload) offload->scheduler->begin_step(T);
   const size_t E = hp_.n_embd;
-  std::vector<float> x(T * E);
-  for (uint32_t t = 0; t < T; ++t) {
-    dequantize_row(weights_.token_embd.type, weights_.token_embd.row(static_cast<uint64_t>(tokens[t])), &x[t * E],
-                   static_cast<int64_t>(E));
+  std::vector<float> x(T * E);  // (T, n_embd) every sequence's rows, in order
+  for (const SeqRows& r : rows) {
+    const SeqBatch& sb = seqs[static_cast<size_t>(&r - rows.data())];
+    for (uint32_t i = 0; i < r.n; ++i) {
+      dequantize_row(weights_.token_embd.type, weights_.token_embd.row(static_cast<uint64_t>(sb.tokens[i])),
+                     &x[(r.row0 + i) * E], static_cast<int64_t>(E));
+    }
   }
   const BlockFn block = block_fn(hp_.arch);
   for (uint32_t l = 0; l < hp_.n_layer; ++l) {
-    BlockArgs args{hp_, weights_.layers[l], vectors_[l], l, x.data(), T, pos0, kv, *pool_, trace, offload};
+    BlockArgs args{hp_, weights_.layers[l], vectors_[l], l, x.data(), T, rows, *pool_, trace, offload};
     block(args);
-    if (trace) for (uint32_t t = 0; t < T; ++t) trace->tensor("l_out", l, pos0 + t, {&x[t * E], E});
+    if (trace) for (uint32_t t = 0; t < T; ++t) trace->tensor("l_out", l, args.pos(t), {&x[t * E], E});
   }
-  const uint32_t first = all_logits ? 0 : T - 1;
-  const uint32_t rows = T - first;
-  std::vector<float> h(rows * E);
-  for (uint32_t r = 0; r < rows; ++r) rms_norm(&x[(first + r) * E], output_norm_, hp_.rms_eps, E, &h[r * E]);
-  logits->resize(static_cast<size_t>(rows) * hp_.n_vocab);
-  matmul(weights_.output, 0, h.data(), rows, logits->data(), *pool_);
+  std::vector<uint32_t> out_rows;  // rows whose logits are returned, in order
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    if (seqs[i].all_logits) {
+      for (uint32_t k = 0; k < rows[i].n; ++k) out_rows.push_back(rows[i].row0 + k);
+    } else if (seqs[i].last_logits) {
+      out_rows.push_back(rows[i].row0 + rows[i].n - 1);
+    }
+  }
+  const auto R = static_cast<uint32_t>(out_rows.size());
+  logits->resize(static_cast<size_t>(R) * hp_.n_vocab);
+  if (R == 0) return {};
+  std::vector<float> h(R * E);
+  for (uint32_t r = 0; r < R; ++r) rms_norm(&x[out_rows[r] * E], output_norm_, hp_.rms_eps, E, &h[r * E]);
+  matmul(weights_.output, 0, h.data(), R, logits->data(), *pool_);
   return {};
 }
 

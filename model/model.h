@@ -49,6 +49,19 @@ class Model {
   Status eval(std::span<const int32_t> tokens, uint32_t pos0, KvCache& kv, bool all_logits, std::vector<float>* logits,
               Trace* trace = nullptr, MoeOffload* offload = nullptr) const;
 
+  // One step over several sequences at once (continuous batching): each sequence's tokens
+  // at its positions in its own KV cache; the projections and the MoE layers see all rows
+  // together. logits gets, in sequence order, every row of a sequence with all_logits,
+  // else its last row when last_logits, else nothing. Results equal per-sequence eval.
+  struct SeqBatch {
+    std::span<const int32_t> tokens;
+    uint32_t pos0 = 0;
+    KvCache* kv = nullptr;
+    bool all_logits = false, last_logits = true;
+  };
+  Status eval_batch(std::span<const SeqBatch> seqs, std::vector<float>* logits, Trace* trace = nullptr,
+                    MoeOffload* offload = nullptr) const;
+
  private:
   Model() = default;
   gguf::GgufFile file_;
