@@ -26,6 +26,7 @@ Runner add_hwprofile(CLI::App& app);
 Runner add_profile(CLI::App& app);
 Runner add_simulate(CLI::App& app);
 Runner add_analyze_routing(CLI::App& app);
+Runner add_serve(CLI::App& app);
 
 // One routing decision as a JSON line, the format of `logits --routing` and
 // `run --record-routing` (experts/routing_trace.h reads it):

@@ -12,11 +12,14 @@
 #   include/              llama.h, llama-cpp.h and ggml/include/*.h of the same commit
 #   LLAMA_COMMIT          the llama.cpp commit the libraries were built from
 #   VERSION               the pinned node-llama-cpp version (the stamp for "already done")
+#   openai/node_modules/openai   the official OpenAI Node client (pinned), the reference
+#                         client of the `moetier serve` end-to-end tests (tests/server)
 #
 # Idempotent: each step is skipped when its result is already there (a re-run takes ~1 s).
 set -euo pipefail
 
 NLC_VERSION=3.21.1
+OPENAI_VERSION=4.104.0
 SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO_ROOT=$(cd "$SCRIPT_DIR/../.." && pwd)
 DIR=${1:-$REPO_ROOT/.oracle}
@@ -94,7 +97,22 @@ else
   say "extracted $(ls "$DIR/include" | wc -l) headers into $DIR/include; llama.cpp commit $commit"
 fi
 
+# 4. the OpenAI client, in its own folder so node-llama-cpp's install is left alone
+if [ "$(installed_version "$DIR/openai/node_modules/openai/package.json")" = "$OPENAI_VERSION" ]; then
+  say "npm package openai@$OPENAI_VERSION already installed (skip)"
+else
+  command -v npm >/dev/null 2>&1 ||
+    die "npm not found: install Node.js and npm (Debian: apt-get install nodejs npm) and re-run"
+  mkdir -p "$DIR/openai"
+  [ -f "$DIR/openai/package.json" ] ||
+    printf '{\n  "name": "moetier-openai-client",\n  "private": true\n}\n' > "$DIR/openai/package.json"
+  say "npm install openai@$OPENAI_VERSION into $DIR/openai"
+  (cd "$DIR/openai" && npm i -E --no-audit --no-fund --ignore-scripts "openai@$OPENAI_VERSION") ||
+    die "npm install of openai failed"
+fi
+
 libs=$(cd "$DIR/bins" && ls libllama.v*.so libllama.so libggml.v*.so libggml.so libggml-base*.so 2>/dev/null | tr '\n' ' ' || true)
 say "done: MOETIER_ORACLE_DIR=$DIR"
 say "  libraries: $libs(in $DIR/bins)"
 say "  llama.cpp commit $(cat "$DIR/LLAMA_COMMIT")"
+say "  openai@$OPENAI_VERSION in $DIR/openai (tests/server)"

@@ -1,0 +1,160 @@
+// moetier serve: an OpenAI-compatible HTTP server for one model (server/http.h): chat and
+// text completions, streamed or not, from requests batched by the Scheduler; /v1/models,
+// /health and Prometheus /metrics. SIGINT / SIGTERM stop it cleanly.
+#include <CLI/CLI.hpp>
+#include <pthread.h>
+
+#include <algorithm>
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <thread>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
+
+#include "apps/cli/commands.h"
+#include "core/log.h"
+#include "experts/geometry.h"
+#include "model/model.h"
+#include "server/chat_prompt.h"
+#include "server/http.h"
+#include "server/scheduler.h"
+#include "tokenizer/tokenizer.h"
+
+namespace mt::cli {
+namespace {
+
+struct ServeFlags {
+  std::string model, host = "127.0.0.1", api_key, alias, kv_type = "f16";
+  int port = 8080, threads = 0;
+  uint32_t max_running = 8, n_ctx = 0, http_threads = 0;
+  bool no_interleave = false;
+};
+
+int fail(const Status& s) {
+  std::fprintf(stderr, "moetier serve: %s\n", s.to_string().c_str());
+  return 1;
+}
+
+std::vector<server::ExpertGroupLabel> expert_groups(const gguf::GgufFile& file) {
+  std::vector<server::ExpertGroupLabel> out;
+  auto geometry = read_expert_geometry(file);
+  if (!geometry.ok()) return out;
+  for (const GeometryGroup& g : geometry->groups) out.push_back({server::layer_ranges(g.layers), g.types});
+  return out;
+}
+
+// Blocks the stop signals in this thread and every thread started after it; a watcher
+// thread takes them with sigwait and stops the server. finish() ends the watcher with a
+// SIGUSR1 of its own (one from outside is ignored).
+class SignalWatcher {
+ public:
+  SignalWatcher() {
+    sigemptyset(&set_);
+    for (int s : {SIGINT, SIGTERM, SIGUSR1}) sigaddset(&set_, s);
+    pthread_sigmask(SIG_BLOCK, &set_, nullptr);
+    std::signal(SIGPIPE, SIG_IGN);  // a client gone mid-write is an error return, not a death
+  }
+  void start(server::HttpServer* http) {
+    thread_ = std::thread([this, http] {
+      int sig = 0;
+      while (sigwait(&set_, &sig) != 0 || (sig == SIGUSR1 && !finishing_)) {
+      }
+      if (sig != SIGUSR1) {
+        log_info("serve: signal " + std::to_string(sig) + ", stopping");
+        http->stop();
+      }
+    });
+  }
+  // Ends the watcher (before the server it stops goes away).
+  void finish() {
+    if (!thread_.joinable()) return;
+    finishing_ = true;
+    pthread_kill(thread_.native_handle(), SIGUSR1);
+    thread_.join();
+  }
+  ~SignalWatcher() { finish(); }
+
+ private:
+  sigset_t set_;
+  std::atomic<bool> finishing_{false};
+  std::thread thread_;
+};
+
+// Memory of finished requests (KV caches, logits, samplers) goes back to the OS. glibc's
+// default raises its mmap and trim thresholds after large frees, so those blocks would be
+// kept in the scheduler thread's arena and the RSS would stay at its peak; fixing the trim
+// threshold keeps the mmap one at 128 KiB (large blocks are mapped and unmapped).
+void release_freed_memory() {
+#ifdef __GLIBC__
+  mallopt(M_TRIM_THRESHOLD, 4 << 20);
+#endif
+}
+
+int serve(const ServeFlags& f) {
+  SignalWatcher signals;
+  release_freed_memory();
+  auto kv_type = type_from_name(f.kv_type);
+  if (!kv_type) return fail(invalid_argument("--kv-type: unknown type '" + f.kv_type + "'"));
+  if (f.max_running == 0) return fail(invalid_argument("--max-running must be >= 1"));
+  auto model = Model::load(f.model, {f.threads, !f.no_interleave});
+  if (!model.ok()) return fail(model.status());
+  const HParams& hp = (*model)->hparams();
+  auto tokenizer = Tokenizer::from_gguf((*model)->file());
+  if (!tokenizer.ok()) return fail(tokenizer.status());
+  if (tokenizer->n_vocab() != hp.n_vocab) return fail(data_loss("tokenizer and model disagree on the vocabulary size"));
+  const server::ChatPrompt chat = server::ChatPrompt::from_model((*model)->file(), *tokenizer);
+
+  ServingOptions options;
+  options.max_running = f.max_running;
+  options.n_ctx = f.n_ctx ? f.n_ctx : std::min<uint32_t>(hp.n_ctx_train ? hp.n_ctx_train : 4096, 4096);
+  options.kv_type = *kv_type;
+  Scheduler scheduler(**model, *tokenizer, options);
+
+  server::HttpOptions http_options;
+  http_options.host = f.host;
+  http_options.port = f.port;
+  http_options.model_name = f.alias.empty() ? std::filesystem::path(f.model).stem().string() : f.alias;
+  http_options.api_key = f.api_key;
+  http_options.threads = f.http_threads ? f.http_threads : std::max<uint32_t>(64, 2 * f.max_running);
+  http_options.expert_groups = expert_groups((*model)->file());
+  server::HttpServer http(scheduler, *tokenizer, chat, http_options);
+  auto port = http.bind();
+  if (!port.ok()) return fail(port.status());
+  signals.start(&http);
+  std::fprintf(stderr,
+               "moetier serve: model '%s' (%s, %u layers, %u experts top-%u) on cpu, %d threads; context %u per "
+               "request, up to %u running; chat format %s\n",
+               http_options.model_name.c_str(), std::string(arch_info(hp.arch).name).c_str(), hp.n_layer, hp.n_expert,
+               hp.n_expert_used, (*model)->pool().size(), options.n_ctx, options.max_running,
+               chat.description().c_str());
+  std::fprintf(stderr, "moetier serve: listening on http://%s:%d\n", f.host.c_str(), *port);
+  std::fflush(stderr);
+  http.run();
+  signals.finish();
+  return 0;
+}
+
+}  // namespace
+
+Runner add_serve(CLI::App& app) {
+  auto f = std::make_shared<ServeFlags>();
+  app.add_option("-m,--model", f->model, "GGUF model")->required();
+  app.add_option("--host", f->host, "address to listen on (default 127.0.0.1)");
+  app.add_option("--port", f->port, "port (default 8080; 0 = any free port, printed at start)")
+      ->check(CLI::Range(0, 65535));
+  app.add_option("--max-running", f->max_running, "requests decoded together (default 8)");
+  app.add_option("-c,--ctx,--ctx-size", f->n_ctx, "context per request (default: min(training context, 4096))");
+  app.add_option("--api-key", f->api_key, "require 'Authorization: Bearer KEY' (all routes but /health)");
+  app.add_option("--alias", f->alias, "the model name clients use (default: the file name without .gguf)");
+  app.add_option("-t,--threads", f->threads, "compute threads (default: all)");
+  app.add_option("--http-threads", f->http_threads,
+                 "connections served at once (default max(64, 2 x --max-running)); more wait to be accepted");
+  app.add_option("--kv-type", f->kv_type, "KV cache type: f16 (default), q8_0, f32");
+  app.add_flag("--no-interleave", f->no_interleave, "keep every weight in the memory map (less memory, slower)");
+  return [f] { return serve(*f); };
+}
+
+}  // namespace mt::cli

@@ -1,0 +1,342 @@
+#include "server/openai.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <limits>
+#include <random>
+
+namespace mt::server {
+namespace {
+
+using json = nlohmann::json;
+
+// Stop strings per request (the API documents 4; llama.cpp takes any number).
+constexpr size_t kMaxStops = 16;
+// seed 0 asks the Sampler for a random seed; a client's 0 means a fixed seed.
+constexpr uint64_t kSeedForZero = 0x9E3779B97F4A7C15ull;
+
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+// A field that is present and not null.
+const json* field(const json& obj, const char* name) {
+  auto it = obj.find(name);
+  if (it == obj.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+std::optional<ApiError> read_number(const json& obj, const char* name, double lo, double hi, float* out) {
+  const json* v = field(obj, name);
+  if (v == nullptr) return std::nullopt;
+  if (!v->is_number() || !(v->get<double>() >= lo && v->get<double>() <= hi)) {
+    char range[64];
+    std::snprintf(range, sizeof range, "%g and %g", lo, hi);
+    return bad_request(std::string("'") + name + "' must be a number between " + range, name);
+  }
+  *out = static_cast<float>(v->get<double>());
+  return std::nullopt;
+}
+
+std::optional<ApiError> read_int(const json& obj, const char* name, int64_t lo, int64_t hi,
+                                 std::optional<int64_t>* out) {
+  const json* v = field(obj, name);
+  if (v == nullptr) return std::nullopt;
+  // nlohmann stores non-negative integers as unsigned: compare in the value's own type.
+  const bool in_range = v->is_number_unsigned()
+                            ? (lo <= 0 || v->get<uint64_t>() >= static_cast<uint64_t>(lo)) &&
+                                  v->get<uint64_t>() <= static_cast<uint64_t>(hi)
+                            : v->is_number_integer() && v->get<int64_t>() >= lo && v->get<int64_t>() <= hi;
+  if (!in_range) {
+    return bad_request(
+        std::string("'") + name + "' must be an integer between " + std::to_string(lo) + " and " + std::to_string(hi),
+        name);
+  }
+  *out = v->is_number_unsigned() ? static_cast<int64_t>(v->get<uint64_t>()) : v->get<int64_t>();
+  return std::nullopt;
+}
+
+std::optional<ApiError> read_bool(const json& obj, const char* name, bool* out) {
+  const json* v = field(obj, name);
+  if (v == nullptr) return std::nullopt;
+  if (!v->is_boolean()) return bad_request(std::string("'") + name + "' must be a boolean", name);
+  *out = v->get<bool>();
+  return std::nullopt;
+}
+
+// Message content: a string or a list of {"type": "text", "text": ...} parts.
+std::optional<ApiError> read_content(const json& v, const std::string& param, std::string* out) {
+  if (v.is_string()) {
+    *out = v.get<std::string>();
+    return std::nullopt;
+  }
+  if (!v.is_array()) return bad_request("'" + param + "' must be a string or a list of text parts", param);
+  out->clear();
+  for (size_t i = 0; i < v.size(); ++i) {
+    const json& part = v[i];
+    const std::string p = param + "[" + std::to_string(i) + "]";
+    const json* type = part.is_object() ? field(part, "type") : nullptr;
+    const json* text = part.is_object() ? field(part, "text") : nullptr;
+    if (type == nullptr || !type->is_string() || type->get<std::string>() != "text" || text == nullptr ||
+        !text->is_string()) {
+      return bad_request("'" + p + "' must be {\"type\": \"text\", \"text\": string} (only text is supported)", p);
+    }
+    *out += text->get<std::string>();
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> read_messages(const json& body, std::vector<ApiMessage>* out) {
+  const json* messages = field(body, "messages");
+  if (messages == nullptr) return bad_request("'messages' is required", "messages");
+  if (!messages->is_array()) return bad_request("'messages' must be a list of messages", "messages");
+  if (messages->empty()) return bad_request("'messages' must contain at least one message", "messages");
+  for (size_t i = 0; i < messages->size(); ++i) {
+    const json& m = (*messages)[i];
+    const std::string p = "messages[" + std::to_string(i) + "]";
+    if (!m.is_object()) return bad_request("'" + p + "' must be an object", p);
+    const json* role = field(m, "role");
+    if (role == nullptr || !role->is_string()) return bad_request("'" + p + ".role' must be a string", p + ".role");
+    ApiMessage msg{role->get<std::string>(), ""};
+    if (msg.role == "developer") msg.role = "system";
+    if (msg.role != "system" && msg.role != "user" && msg.role != "assistant") {
+      return bad_request("'" + p + ".role' must be 'system', 'developer', 'user' or 'assistant', not '" +
+                             role->get<std::string>() + "'",
+                         p + ".role");
+    }
+    const json* content = field(m, "content");
+    if (content == nullptr) {
+      if (msg.role != "assistant") return bad_request("'" + p + ".content' is required", p + ".content");
+    } else if (auto e = read_content(*content, p + ".content", &msg.content)) {
+      return e;
+    }
+    out->push_back(std::move(msg));
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> read_stops(const json& body, std::vector<std::string>* out) {
+  const json* stop = field(body, "stop");
+  if (stop == nullptr) return std::nullopt;
+  if (stop->is_string()) {
+    out->push_back(stop->get<std::string>());
+    return std::nullopt;
+  }
+  if (!stop->is_array() || stop->size() > kMaxStops) {
+    return bad_request("'stop' must be a string or a list of at most " + std::to_string(kMaxStops) + " strings",
+                       "stop");
+  }
+  for (const json& s : *stop) {
+    if (!s.is_string()) return bad_request("'stop' must contain strings only", "stop");
+    out->push_back(s.get<std::string>());
+  }
+  return std::nullopt;
+}
+
+// Fields that would change the answer's meaning and that moetier does not implement.
+std::optional<ApiError> reject_unsupported(const json& body) {
+  std::optional<int64_t> n;
+  if (read_int(body, "n", 1, 1, &n)) return bad_request("only n = 1 is supported", "n");
+  if (read_int(body, "best_of", 1, 1, &n)) return bad_request("only best_of = 1 is supported", "best_of");
+  for (const char* name : {"logprobs", "echo"}) {
+    const json* v = field(body, name);
+    if (v != nullptr && !(v->is_boolean() && !v->get<bool>())) {
+      return bad_request(std::string("'") + name + "' is not supported", name);
+    }
+  }
+  for (const char* name : {"tools", "functions"}) {
+    const json* v = field(body, name);
+    if (v != nullptr && !(v->is_array() && v->empty())) {
+      return bad_request(std::string("'") + name + "' is not supported", name);
+    }
+  }
+  if (const json* rf = field(body, "response_format")) {
+    const json* type = rf->is_object() ? field(*rf, "type") : nullptr;
+    if (type == nullptr || !type->is_string() || type->get<std::string>() != "text") {
+      return bad_request("only response_format {\"type\": \"text\"} is supported", "response_format");
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> read_sampling(const json& body, SamplingParams* s) {
+  if (auto e = read_number(body, "temperature", 0, 2, &s->temperature)) return e;
+  float top_p = s->top_p;
+  if (auto e = read_number(body, "top_p", 0, 1, &top_p)) return e;
+  if (top_p == 0) {
+    s->temperature = 0;  // the smallest nucleus: the most likely token
+  } else {
+    s->top_p = top_p;
+  }
+  if (auto e = read_number(body, "presence_penalty", -2, 2, &s->presence_penalty)) return e;
+  if (auto e = read_number(body, "frequency_penalty", -2, 2, &s->frequency_penalty)) return e;
+  if (auto e = read_number(body, "min_p", 0, 1, &s->min_p)) return e;
+  if (auto e = read_number(body, "repeat_penalty", 1e-3, 100, &s->repeat_penalty)) return e;
+  std::optional<int64_t> v;
+  if (auto e = read_int(body, "top_k", 0, std::numeric_limits<int32_t>::max(), &v)) return e;
+  if (v) s->top_k = static_cast<int32_t>(*v);
+  v.reset();
+  if (auto e = read_int(body, "repeat_last_n", -1, std::numeric_limits<int32_t>::max(), &v)) return e;
+  if (v) s->repeat_last_n = static_cast<int32_t>(*v);
+  v.reset();
+  if (auto e = read_int(body, "seed", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max(), &v)) {
+    return e;
+  }
+  if (v) s->seed = *v == 0 ? kSeedForZero : static_cast<uint64_t>(*v);
+  Status valid = validate(*s);
+  if (!valid.ok()) return bad_request(valid.message());
+  return std::nullopt;
+}
+
+std::optional<ApiError> read_max_tokens(const json& body, std::optional<uint32_t>* out) {
+  constexpr int64_t kMax = std::numeric_limits<int32_t>::max();
+  std::optional<int64_t> v;
+  if (auto e = read_int(body, "max_tokens", 1, kMax, &v)) return e;
+  std::optional<int64_t> completion;
+  if (auto e = read_int(body, "max_completion_tokens", 1, kMax, &completion)) return e;
+  if (completion) v = completion;
+  if (v) *out = static_cast<uint32_t>(*v);
+  return std::nullopt;
+}
+
+std::optional<ApiError> read_prompt(const json& body, std::string* out) {
+  const json* prompt = field(body, "prompt");
+  if (prompt == nullptr) return bad_request("'prompt' is required", "prompt");
+  if (prompt->is_array() && prompt->size() == 1 && (*prompt)[0].is_string()) prompt = &(*prompt)[0];
+  if (!prompt->is_string()) return bad_request("'prompt' must be a string (one prompt per request)", "prompt");
+  *out = prompt->get<std::string>();
+  return std::nullopt;
+}
+
+json usage_json(const Usage& u) {
+  return {{"prompt_tokens", u.prompt_tokens},
+          {"completion_tokens", u.completion_tokens},
+          {"total_tokens", u.prompt_tokens + u.completion_tokens}};
+}
+
+json object_head(const ResponseMeta& meta, const char* object) {
+  return {{"id", meta.id}, {"object", object}, {"created", meta.created}, {"model", meta.model}};
+}
+
+std::string sse(const json& j) { return "data: " + dump(j) + "\n\n"; }
+
+json finish_value(std::string_view finish_reason) {
+  return finish_reason.empty() ? json(nullptr) : json(std::string(finish_reason));
+}
+
+// One streamed choice: a chat delta or a completion's text.
+std::string chunk(const ResponseMeta& meta, json delta_or_text, std::string_view finish_reason, bool usage_field) {
+  const bool chat = meta.endpoint == Endpoint::kChat;
+  json j = object_head(meta, chat ? "chat.completion.chunk" : "text_completion");
+  json choice = {{"index", 0}};
+  choice[chat ? "delta" : "text"] = std::move(delta_or_text);
+  choice["logprobs"] = nullptr;
+  choice["finish_reason"] = finish_value(finish_reason);
+  j["choices"] = json::array({std::move(choice)});
+  if (usage_field) j["usage"] = nullptr;
+  return sse(j);
+}
+
+}  // namespace
+
+ApiError bad_request(std::string message, std::string param, std::string code) {
+  return ApiError{400, "invalid_request_error", std::move(message), std::move(param), std::move(code)};
+}
+
+std::string error_body(const ApiError& e) {
+  json err = {{"message", e.message},
+              {"type", e.type},
+              {"param", e.param.empty() ? json(nullptr) : json(e.param)},
+              {"code", e.code.empty() ? json(nullptr) : json(e.code)}};
+  return dump(json{{"error", std::move(err)}});
+}
+
+std::optional<ApiError> parse_request(Endpoint endpoint, std::string_view body, ApiRequest* out) {
+  *out = ApiRequest{};
+  out->endpoint = endpoint;
+  json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return bad_request("the request body is not valid JSON");
+  if (!j.is_object()) return bad_request("the request body must be a JSON object");
+  if (const json* model = field(j, "model")) {
+    if (!model->is_string()) return bad_request("'model' must be a string", "model");
+    out->model = model->get<std::string>();
+  }
+  if (endpoint == Endpoint::kChat) {
+    if (auto e = read_messages(j, &out->messages)) return e;
+  } else if (auto e = read_prompt(j, &out->prompt)) {
+    return e;
+  }
+  if (auto e = reject_unsupported(j)) return e;
+  if (auto e = read_sampling(j, &out->sampling)) return e;
+  if (auto e = read_max_tokens(j, &out->max_tokens)) return e;
+  if (auto e = read_stops(j, &out->stops)) return e;
+  if (auto e = read_bool(j, "stream", &out->stream)) return e;
+  if (const json* options = field(j, "stream_options")) {
+    if (!out->stream) return bad_request("'stream_options' is only allowed with stream: true", "stream_options");
+    if (!options->is_object()) return bad_request("'stream_options' must be an object", "stream_options");
+    if (auto e = read_bool(*options, "include_usage", &out->include_usage)) {
+      e->param = "stream_options.include_usage";
+      return e;
+    }
+  }
+  return std::nullopt;
+}
+
+std::string new_response_id(Endpoint endpoint) {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  char hex[25];
+  std::snprintf(hex, sizeof hex, "%012llx%012llx", static_cast<unsigned long long>(rng() & 0xFFFFFFFFFFFFull),
+                static_cast<unsigned long long>(rng() & 0xFFFFFFFFFFFFull));
+  return std::string(endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-") + hex;
+}
+
+std::string response_body(const ResponseMeta& meta, std::string_view text, std::string_view finish_reason,
+                          const Usage& usage) {
+  const bool chat = meta.endpoint == Endpoint::kChat;
+  json j = object_head(meta, chat ? "chat.completion" : "text_completion");
+  json choice = {{"index", 0}};
+  if (chat) {
+    choice["message"] = {{"role", "assistant"}, {"content", std::string(text)}};
+  } else {
+    choice["text"] = std::string(text);
+  }
+  choice["logprobs"] = nullptr;
+  choice["finish_reason"] = finish_value(finish_reason);
+  j["choices"] = json::array({std::move(choice)});
+  j["usage"] = usage_json(usage);
+  return dump(j);
+}
+
+std::string chunk_start(const ResponseMeta& meta, bool usage_field) {
+  return chunk(meta, {{"role", "assistant"}, {"content", ""}}, "", usage_field);
+}
+
+std::string chunk_text(const ResponseMeta& meta, std::string_view text, bool usage_field) {
+  if (meta.endpoint == Endpoint::kChat) return chunk(meta, {{"content", std::string(text)}}, "", usage_field);
+  return chunk(meta, std::string(text), "", usage_field);
+}
+
+std::string chunk_finish(const ResponseMeta& meta, std::string_view finish_reason, bool usage_field) {
+  if (meta.endpoint == Endpoint::kChat) return chunk(meta, json::object(), finish_reason, usage_field);
+  return chunk(meta, "", finish_reason, usage_field);
+}
+
+std::string chunk_usage(const ResponseMeta& meta, const Usage& usage) {
+  const bool chat = meta.endpoint == Endpoint::kChat;
+  json j = object_head(meta, chat ? "chat.completion.chunk" : "text_completion");
+  j["choices"] = json::array();
+  j["usage"] = usage_json(usage);
+  return sse(j);
+}
+
+std::string sse_error(const ApiError& e) { return "data: " + error_body(e) + "\n\n"; }
+
+std::string model_body(std::string_view model, int64_t created) {
+  return dump({{"id", std::string(model)}, {"object", "model"}, {"created", created}, {"owned_by", "moetier"}});
+}
+
+std::string models_body(std::string_view model, int64_t created) {
+  json entry = {{"id", std::string(model)}, {"object", "model"}, {"created", created}, {"owned_by", "moetier"}};
+  return dump({{"object", "list"}, {"data", json::array({std::move(entry)})}});
+}
+
+}  // namespace mt::server

@@ -1,0 +1,85 @@
+// Scheduler: many generation requests served together on one model. One decode step
+// serves every running request (their tokens go through the forward pass as one batch,
+// so the MoE layer groups them by expert and a hot expert is read once per step, not once
+// per request); a long prompt is prefilled in chunks interleaved with the running
+// requests' decode steps; admission is by KV budget: a request that does not fit waits in
+// the queue instead of failing; a cancelled request (client gone) or one past its
+// deadline leaves at the next step and frees its KV cache.
+//
+// Requests come in as token ids; events (each new piece of text, then one final event)
+// are delivered on the scheduler's own thread through the request's callback, which
+// must not block; returning false from it cancels the request.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "model/model.h"
+#include "runtime/sampling.h"
+#include "tokenizer/tokenizer.h"
+
+namespace mt {
+
+struct GenerationEvent {
+  enum class Kind { kText, kDone, kError };
+  Kind kind = Kind::kText;
+  std::string text;                 // kText: the next piece (stop strings already cut)
+  int32_t token = -1;               // kText: the token that produced it (-1: held-back tail)
+  std::string finish_reason;        // kDone: "stop" (EOS or stop string), "length", "cancelled", "timeout"
+  std::string error;                // kError
+  uint32_t prompt_tokens = 0, completion_tokens = 0;  // kDone: usage
+};
+
+struct GenerationRequest {
+  std::vector<int32_t> prompt;      // non-empty, ids valid
+  SamplingParams sampling;          // validated by the caller
+  uint32_t max_tokens = 256;
+  std::vector<std::string> stops;
+  std::chrono::milliseconds timeout{0};  // 0: none
+  std::function<bool(const GenerationEvent&)> on_event;  // false: cancel
+};
+
+struct ServingOptions {
+  uint32_t max_running = 8;         // requests decoded together
+  uint32_t n_ctx = 4096;            // per request: prompt + max_tokens must fit
+  uint64_t kv_budget_tokens = 0;    // all running requests' contexts together; 0: max_running * n_ctx
+  uint32_t prefill_chunk = 256;     // prompt tokens per step per request
+  QuantType kv_type = QuantType::F16;
+};
+
+struct SchedulerMetrics {
+  uint64_t requests_total = 0, requests_finished = 0, requests_cancelled = 0, requests_failed = 0;
+  uint64_t prompt_tokens = 0, completion_tokens = 0, steps = 0;
+  uint32_t running = 0, queued = 0;
+  uint64_t kv_tokens_used = 0, kv_tokens_budget = 0;
+  std::vector<double> ttft_seconds;         // time to first token of finished requests (last 1024)
+  std::vector<double> token_seconds;        // per-token latency samples (last 4096)
+};
+
+class Scheduler {
+ public:
+  Scheduler(const Model& model, const Tokenizer& tokenizer, const ServingOptions& options);
+  ~Scheduler();  // stops the loop; running requests get a kDone "cancelled"
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  // Queues a request; InvalidArgument when it can never fit (prompt + max_tokens >
+  // n_ctx) or is malformed. The returned id can cancel it.
+  StatusOr<uint64_t> submit(GenerationRequest request);
+  void cancel(uint64_t id);
+  SchedulerMetrics metrics() const;
+  const ServingOptions& options() const { return options_; }
+
+  struct Impl;
+
+ private:
+  ServingOptions options_;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace mt

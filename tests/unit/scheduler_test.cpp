@@ -1,0 +1,145 @@
+// The server's scheduler on the real kjv-moe model: requests decoded together give the
+// greedy continuations of the transformers reference (batching changes nothing), a KV
+// budget makes requests wait rather than fail, cancellation, max_tokens, stop strings,
+// deadlines and bad requests.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <condition_variable>
+#include <fstream>
+#include <mutex>
+
+#include "model/model.h"
+#include "server/scheduler.h"
+#include "test_util.h"
+#include "tokenizer/tokenizer.h"
+
+namespace mt {
+namespace {
+
+struct Collected {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::string text;
+  std::vector<int32_t> tokens;
+  GenerationEvent done;
+  bool finished = false;
+};
+
+GenerationRequest request(const std::vector<int32_t>& prompt, uint32_t max_tokens, Collected* c, int cancel_after = -1) {
+  GenerationRequest r;
+  r.prompt = prompt;
+  r.max_tokens = max_tokens;
+  r.sampling.temperature = 0;
+  r.on_event = [c, cancel_after](const GenerationEvent& e) {
+    std::lock_guard<std::mutex> lock(c->mu);
+    if (e.kind == GenerationEvent::Kind::kText) {
+      c->text += e.text;
+      if (e.token >= 0) c->tokens.push_back(e.token);
+      return cancel_after < 0 || static_cast<int>(c->tokens.size()) < cancel_after;
+    }
+    c->done = e;
+    c->finished = true;
+    c->cv.notify_all();
+    return true;
+  };
+  return r;
+}
+
+void wait(Collected& c) {
+  std::unique_lock<std::mutex> lock(c.mu);
+  ASSERT_TRUE(c.cv.wait_for(lock, std::chrono::seconds(120), [&] { return c.finished; }));
+}
+
+class SchedulerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto m = Model::load(test::testdata("models/kjv-moe/kjv-moe-f16.gguf"), {2});
+    ASSERT_TRUE(m.ok()) << m.status().to_string();
+    model = std::move(*m);
+    auto t = Tokenizer::from_gguf(model->file());
+    ASSERT_TRUE(t.ok());
+    tokenizer = std::make_unique<Tokenizer>(std::move(*t));
+    std::ifstream in(test::testdata("models/kjv-moe/refs/refs.json"));
+    refs = nlohmann::json::parse(in);
+  }
+  std::unique_ptr<Model> model;
+  std::unique_ptr<Tokenizer> tokenizer;
+  nlohmann::json refs;
+};
+
+TEST_F(SchedulerTest, ConcurrentRequestsGiveTheReferenceGreedyContinuations) {
+  Scheduler s(*model, *tokenizer, {.max_running = 8, .n_ctx = 256, .prefill_chunk = 7});
+  std::vector<std::unique_ptr<Collected>> out;
+  std::vector<std::vector<int32_t>> expected;
+  for (int rep = 0; rep < 2; ++rep) {
+    for (const auto& p : refs["prompts"]) {
+      out.push_back(std::make_unique<Collected>());
+      auto ids = p["greedy_ids"].get<std::vector<int32_t>>();
+      ids.resize(24);
+      expected.push_back(ids);
+      ASSERT_TRUE(s.submit(request(p["ids"].get<std::vector<int32_t>>(), 24, out.back().get())).ok());
+    }
+  }
+  for (size_t i = 0; i < out.size(); ++i) {
+    wait(*out[i]);
+    EXPECT_EQ(out[i]->done.finish_reason, "length");
+    EXPECT_EQ(out[i]->done.completion_tokens, 24u);
+    EXPECT_EQ(out[i]->tokens, expected[i]) << "request " << i;
+  }
+  const SchedulerMetrics m = s.metrics();
+  EXPECT_EQ(m.requests_finished, out.size());
+  EXPECT_EQ(m.kv_tokens_used, 0u);
+  EXPECT_LT(m.steps, out.size() * 24) << "requests were not batched";
+}
+
+TEST_F(SchedulerTest, AKvBudgetMakesRequestsWaitNotFail) {
+  // Room for one request at a time.
+  Scheduler s(*model, *tokenizer, {.max_running = 4, .n_ctx = 64, .kv_budget_tokens = 40});
+  std::vector<std::unique_ptr<Collected>> out;
+  const std::vector<int32_t> prompt = refs["prompts"][0]["ids"].get<std::vector<int32_t>>();
+  ASSERT_LE(prompt.size() + 8, 40u);
+  for (int i = 0; i < 4; ++i) {
+    out.push_back(std::make_unique<Collected>());
+    ASSERT_TRUE(s.submit(request(prompt, 8, out.back().get())).ok());
+  }
+  EXPECT_GE(s.metrics().queued + s.metrics().running, 1u);
+  for (auto& c : out) {
+    wait(*c);
+    EXPECT_EQ(c->done.finish_reason, "length");
+    EXPECT_EQ(c->tokens, out.front()->tokens);
+  }
+  EXPECT_FALSE(s.submit(request(std::vector<int32_t>(40, 1), 8, out.front().get())).ok()) << "can never fit";
+}
+
+TEST_F(SchedulerTest, CancelStopLengthTimeoutAndBadRequests) {
+  Scheduler s(*model, *tokenizer, {.max_running = 4, .n_ctx = 128});
+  const std::vector<int32_t> prompt = refs["prompts"][1]["ids"].get<std::vector<int32_t>>();
+  Collected cancelled, stopped, timed;
+  ASSERT_TRUE(s.submit(request(prompt, 40, &cancelled, 3)).ok());
+  // A stop string: the first generated word of the reference continuation.
+  const std::string ref_text = tokenizer->decode(refs["prompts"][1]["greedy_ids"].get<std::vector<int32_t>>());
+  GenerationRequest st = request(prompt, 40, &stopped);
+  const std::string stop = ref_text.substr(ref_text.size() / 2, 3);
+  st.stops = {stop};
+  ASSERT_TRUE(s.submit(std::move(st)).ok());
+  GenerationRequest tr = request(prompt, 100, &timed);
+  tr.timeout = std::chrono::milliseconds(1);
+  ASSERT_TRUE(s.submit(std::move(tr)).ok());
+  wait(cancelled);
+  wait(stopped);
+  wait(timed);
+  EXPECT_EQ(cancelled.done.finish_reason, "cancelled");
+  EXPECT_LE(cancelled.tokens.size(), 4u);
+  EXPECT_EQ(stopped.done.finish_reason, "stop");
+  EXPECT_EQ(stopped.text.find(stop), std::string::npos) << "the stop string is cut";
+  EXPECT_EQ(timed.done.finish_reason, "timeout");
+  Collected unused;
+  EXPECT_FALSE(s.submit(request({}, 4, &unused)).ok());
+  EXPECT_FALSE(s.submit(request(prompt, 0, &unused)).ok());
+  EXPECT_FALSE(s.submit(request({-1}, 4, &unused)).ok());
+  EXPECT_FALSE(s.submit(request(prompt, 200, &unused)).ok()) << "prompt + max_tokens > n_ctx";
+}
+
+}  // namespace
+}  // namespace mt
