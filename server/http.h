@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <chrono>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,7 @@ struct HttpOptions {
   std::string api_key;                          // "": no authentication
   size_t max_body_bytes = size_t{8} << 20;      // larger bodies get 413
   uint32_t threads = 64;                        // connections served at once (an open one holds a thread)
+  std::chrono::milliseconds request_timeout{0};  // a request still running after this ends ("timeout"); 0: none
   std::vector<ExpertGroupLabel> expert_groups;  // for /metrics
 };
 

@@ -31,6 +31,7 @@ struct ServeFlags {
   int port = 8080, threads = 0;
   uint32_t max_running = 8, n_ctx = 0, http_threads = 0;
   bool no_interleave = false;
+  double request_timeout_s = 0;
 };
 
 int fail(const Status& s) {
@@ -118,6 +119,7 @@ int serve(const ServeFlags& f) {
   http_options.port = f.port;
   http_options.model_name = f.alias.empty() ? std::filesystem::path(f.model).stem().string() : f.alias;
   http_options.api_key = f.api_key;
+  http_options.request_timeout = std::chrono::milliseconds(static_cast<int64_t>(f.request_timeout_s * 1000.0));
   http_options.threads = f.http_threads ? f.http_threads : std::max<uint32_t>(64, 2 * f.max_running);
   http_options.expert_groups = expert_groups((*model)->file());
   server::HttpServer http(scheduler, *tokenizer, chat, http_options);
@@ -148,6 +150,9 @@ Runner add_serve(CLI::App& app) {
   app.add_option("--max-running", f->max_running, "requests decoded together (default 8)");
   app.add_option("-c,--ctx,--ctx-size", f->n_ctx, "context per request (default: min(training context, 4096))");
   app.add_option("--api-key", f->api_key, "require 'Authorization: Bearer KEY' (all routes but /health)");
+  app.add_option("--request-timeout", f->request_timeout_s,
+                 "seconds a request may run before it ends with finish_reason \"timeout\" (default 0: none)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--alias", f->alias, "the model name clients use (default: the file name without .gguf)");
   app.add_option("-t,--threads", f->threads, "compute threads (default: all)");
   app.add_option("--http-threads", f->http_threads,
