@@ -1,5 +1,7 @@
 #include "runtime/jinja_eval.h"
 
+#include <chrono>
+#include <cstdint>
 #include <unordered_map>
 
 #include "runtime/jinja_builtins.h"
@@ -40,7 +42,10 @@ StatusOr<std::vector<int64_t>> slice_indices(int64_t n, const Value& start, cons
   const int64_t a = clamp(start, st > 0 ? lower : upper);
   const int64_t b = clamp(stop, st > 0 ? upper : lower);
   std::vector<int64_t> out;
-  for (int64_t i = a; st > 0 ? i < b : i > b; i += st) out.push_back(i);
+  for (int64_t i = a; st > 0 ? i < b : i > b;) {
+    out.push_back(i);
+    if (__builtin_add_overflow(i, st, &i)) break;
+  }
   return out;
 }
 
@@ -101,9 +106,12 @@ class Renderer {
 
  private:
   enum class Flow { kNormal, kBreak, kContinue };
+  using Clock = std::chrono::steady_clock;
 
   Status step(SourcePos pos) {
-    if (++steps_ > limits_.max_steps) return error_at(StatusCode::kOutOfRange, pos, "the template ran too long");
+    if (++steps_ > limits_.max_steps || std::chrono::duration<double>(Clock::now() - start_).count() > limits_.max_seconds) {
+      return error_at(StatusCode::kOutOfRange, pos, "the template ran too long");
+    }
     return check_bytes(pos);
   }
 
@@ -146,11 +154,15 @@ class Renderer {
         s.set(n.targets[0], Value::string(std::move(body)));
         return {};
       }
-      case Node::Kind::kMacro: s.set(n.targets[0], make_macro(n, nullptr)); return {};
+      case Node::Kind::kMacro: s.set(n.targets[0], make_macro(n, nullptr, nullptr)); return {};
       case Node::Kind::kCallBlock: {
-        Value caller = make_macro(n, &s);
-        MT_ASSIGN_OR_RETURN(Value v, eval_call(*n.expr, s, &caller));
-        out += to_str(v);
+        // The caller may be kept (`{% set ns.c = caller %}`); after the block it refuses to run.
+        auto open = std::make_shared<bool>(true);
+        Value caller = make_macro(n, &s, open);
+        auto v = eval_call(*n.expr, s, &caller);
+        *open = false;
+        if (!v.ok()) return v.status();
+        out += to_str(*v);
         return {};
       }
       case Node::Kind::kFilterBlock: {
@@ -260,12 +272,13 @@ class Renderer {
   }
 
   // A macro (caller_scope null) or the caller of a call block (its body sees the scope
-  // around the block). Arguments bind to the parameters, then to varargs/kwargs.
-  Value make_macro(const Node& n, Scope* caller_scope) {
+  // around the block, while *open). Arguments bind to the parameters, then to varargs/kwargs.
+  Value make_macro(const Node& n, Scope* caller_scope, std::shared_ptr<bool> open) {
     const std::string name = n.kind == Node::Kind::kMacro ? n.targets[0] : "caller";
     return Value::function(
         name,
-        [this, &n, caller_scope, name](const CallArgs& args) -> StatusOr<Value> {
+        [this, &n, caller_scope, open](const CallArgs& args) -> StatusOr<Value> {
+          if (open && !*open) return syntax_error(n.pos, "caller() used after its call block ended");
           if (++call_depth_ > limits_.max_call_depth) {
             --call_depth_;
             return error_at(StatusCode::kOutOfRange, n.pos, "macro calls nested too deeply");
@@ -291,8 +304,11 @@ class Renderer {
               scope.set(params[k].first, *given);
             } else if (params[k].second) {
               auto def = eval(*params[k].second, scope);
-              if (!def.ok()) st = def.status();
-              else scope.set(params[k].first, std::move(def).value());
+              if (def.ok()) {
+                scope.set(params[k].first, std::move(def).value());
+              } else {
+                st = def.status();
+              }
             } else {
               scope.set(params[k].first, Value::undefined(params[k].first));
             }
@@ -399,7 +415,9 @@ class Renderer {
         if (e.name == "not") return Value::boolean(!v.truthy());
         if (!v.is_number()) return syntax_error(e.pos, std::string("bad operand for unary ") + e.name + ": " + kind_name(v.kind()));
         if (e.name == "+") return v;
-        return v.kind() == Value::Kind::kFloat ? Value::number(-v.as_float()) : Value::integer(-v.as_int());
+        if (v.kind() == Value::Kind::kFloat) return Value::number(-v.as_float());
+        if (v.as_int() == INT64_MIN) return error_at(StatusCode::kOutOfRange, e.pos, "integer overflow");
+        return Value::integer(-v.as_int());
       }
       case Expr::Kind::kBinary: return eval_binary(e, s);
       case Expr::Kind::kCompare: return eval_compare(e, s);
@@ -497,6 +515,7 @@ class Renderer {
   const RenderLimits& limits_;
   Flow flow_ = Flow::kNormal;
   uint64_t steps_ = 0;
+  const Clock::time_point start_ = Clock::now();
   const uint64_t previous_limit_;
   int call_depth_ = 0;
   const Value* filter_base_ = nullptr;  // the rendered body under a filter block

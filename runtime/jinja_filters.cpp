@@ -37,7 +37,8 @@ Value attr_path(const Value& v, std::string_view path) {
     if (cur.is_mapping()) {
       const Value* next = cur.as_dict().find(part);
       cur = next ? *next : Value::undefined(part);
-    } else if (cur.is_list() && !part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    } else if (cur.is_list() && !part.empty() && part.size() < 10 &&
+               std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; })) {
       const size_t i = std::stoul(part);
       cur = i < cur.as_list().size() ? cur.as_list()[i] : Value::undefined(part);
     } else {
@@ -112,7 +113,8 @@ StatusOr<Value> tojson(const Value& v, const CallArgs& a) {
 
 StatusOr<std::string> indent(const std::string& s, const CallArgs& a) {
   const Value* w = a.get(0, "width");
-  const std::string pad = w && w->is_string() ? w->as_string() : std::string(w && w->is_integer() ? static_cast<size_t>(std::max<int64_t>(0, w->as_int())) : 4, ' ');
+  const int64_t width = w && w->is_integer() ? std::clamp<int64_t>(w->as_int(), 0, 1 << 20) : 4;
+  const std::string pad = w && w->is_string() ? w->as_string() : std::string(static_cast<size_t>(width), ' ');
   const bool first = flag(a, 1, "first");
   const bool blank = flag(a, 2, "blank");
   std::vector<std::string> lines;
@@ -132,7 +134,8 @@ StatusOr<Value> to_int(const Value& v, const CallArgs& a) {
   const Value* def = a.get(0, "default");
   const Value fallback = def ? *def : Value::integer(0);
   if (v.is_integer()) return Value::integer(v.as_int());
-  if (v.kind() == Value::Kind::kFloat) return std::isfinite(v.as_float()) ? Value::integer(static_cast<int64_t>(v.as_float())) : fallback;
+  auto from_double = [&](double d) { return std::fabs(d) < 9.2e18 ? Value::integer(static_cast<int64_t>(d)) : fallback; };
+  if (v.kind() == Value::Kind::kFloat) return from_double(v.as_float());
   if (!v.is_string()) return fallback;
   const std::string& s = v.as_string();
   char* end = nullptr;
@@ -141,7 +144,7 @@ StatusOr<Value> to_int(const Value& v, const CallArgs& a) {
   auto rest_blank = [&](const char* p) { return std::all_of(p, s.c_str() + s.size(), [](char c) { return std::isspace(static_cast<unsigned char>(c)) != 0; }); };
   if (end != s.c_str() && errno == 0 && rest_blank(end)) return Value::integer(i);
   const double d = std::strtod(s.c_str(), &end);
-  if (end != s.c_str() && rest_blank(end) && std::isfinite(d)) return Value::integer(static_cast<int64_t>(d));
+  if (end != s.c_str() && rest_blank(end)) return from_double(d);
   return fallback;
 }
 
@@ -254,6 +257,7 @@ StatusOr<Value> sequence_filter(std::string_view name, const Value& v, const Cal
     return Value::list(std::move(items));
   }
   if (name == "unique") {
+    if (items.size() > (size_t{1} << 16)) return out_of_range("unique: too many items");  // quadratic
     List out;
     for (const Value& x : items) {
       bool seen = false;
@@ -350,7 +354,9 @@ StatusOr<Value> apply_filter(std::string_view name, const Value& v, const CallAr
   }
   if (name == "abs") {
     if (!v.is_number()) return invalid_argument(std::string("abs of ") + kind_name(v.kind()));
-    return v.kind() == Value::Kind::kFloat ? Value::number(std::fabs(v.as_float())) : Value::integer(std::llabs(v.as_int()));
+    if (v.kind() == Value::Kind::kFloat) return Value::number(std::fabs(v.as_float()));
+    if (v.as_int() == INT64_MIN) return out_of_range("integer overflow");
+    return Value::integer(v.as_int() < 0 ? -v.as_int() : v.as_int());
   }
   if (name == "round") {
     if (!v.is_number()) return invalid_argument(std::string("round of ") + kind_name(v.kind()));
@@ -401,7 +407,7 @@ StatusOr<bool> apply_test(std::string_view name, const Value& v, const CallArgs&
     if (name == "divisibleby") {
       MT_RETURN_IF_ERROR(need_arg());
       if (!arg->is_integer() || arg->as_int() == 0) return invalid_argument("divisibleby needs a nonzero integer");
-      return v.as_int() % arg->as_int() == 0;
+      return arg->as_int() == -1 || v.as_int() % arg->as_int() == 0;
     }
     return (v.as_int() % 2 != 0) == (name == "odd");
   }

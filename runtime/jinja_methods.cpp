@@ -1,6 +1,7 @@
 // Methods of strings and dicts, and the global functions (see runtime/jinja_builtins.h).
 #include <time.h>
 
+#include <algorithm>
 #include <cctype>
 #include <ctime>
 
@@ -148,8 +149,8 @@ StatusOr<Value> format(const std::string& s, const CallArgs& a) {
     const Value* v = nullptr;
     if (field.empty()) {
       v = a.get(auto_index++, "");
-    } else if (std::isdigit(static_cast<unsigned char>(field[0]))) {
-      v = a.get(static_cast<size_t>(std::stoul(field)), "");
+    } else if (std::all_of(field.begin(), field.end(), [](char d) { return d >= '0' && d <= '9'; })) {
+      v = field.size() < 9 ? a.get(static_cast<size_t>(std::stoul(field)), "") : nullptr;
     } else {
       v = a.get(a.positional.size(), field);
     }
@@ -278,9 +279,10 @@ StatusOr<Value> range(const CallArgs& a) {
   }
   if (step == 0) return invalid_argument("range step cannot be zero");
   List out;
-  for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
+  for (int64_t i = start; step > 0 ? i < stop : i > stop;) {
     if (static_cast<int64_t>(out.size()) >= kMaxRange) return out_of_range("range too long");
     out.push_back(Value::integer(i));
+    if (__builtin_add_overflow(i, step, &i)) break;
   }
   return Value::list(std::move(out));
 }

@@ -33,10 +33,26 @@ thread_local uint64_t t_bytes_made = 0;
 thread_local uint64_t t_bytes_limit = UINT64_MAX;
 thread_local std::vector<std::weak_ptr<Dict>> t_namespaces;
 
+// Python's // on integers; b != 0 and not (a == INT64_MIN && b == -1).
 int64_t floor_div(int64_t a, int64_t b) {
   int64_t q = a / b;
   if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
   return q;
+}
+
+StatusOr<Value> int_result(bool overflow, int64_t r) {
+  if (overflow) return out_of_range("integer overflow");
+  return Value::integer(r);
+}
+
+StatusOr<Value> int_pow(int64_t base, int64_t exp) {
+  int64_t r = 1;
+  while (exp > 0) {
+    if ((exp & 1) && __builtin_mul_overflow(r, base, &r)) return out_of_range("integer overflow");
+    exp >>= 1;
+    if (exp > 0 && __builtin_mul_overflow(base, base, &base)) return out_of_range("integer overflow");
+  }
+  return Value::integer(r);
 }
 
 Status type_error(const char* op, const Value& a, const Value& b) {
@@ -50,6 +66,7 @@ StatusOr<Value> repeat(const Value& seq, int64_t n) {
   if (unit != 0 && static_cast<uint64_t>(n) > kMaxBuiltBytes / unit) return out_of_range("repetition result too large");
   if (seq.is_string()) {
     std::string out;
+    out.reserve(unit * static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i) out += seq.as_string();
     return Value::string(std::move(out));
   }
@@ -285,7 +302,11 @@ StatusOr<Value> arithmetic(ArithOp op, const Value& a, const Value& b) {
   const bool nums = a.is_number() && b.is_number();
   switch (op) {
     case ArithOp::kAdd:
-      if (ints) return Value::integer(a.as_int() + b.as_int());
+      if (ints) {
+        int64_t r = 0;
+        const bool overflow = __builtin_add_overflow(a.as_int(), b.as_int(), &r);
+        return int_result(overflow, r);
+      }
       if (nums) return Value::number(a.as_float() + b.as_float());
       if ((a.is_string() && b.is_string()) || (a.is_list() && b.is_list())) {
         const size_t n = a.is_string() ? a.as_string().size() + b.as_string().size()
@@ -304,11 +325,19 @@ StatusOr<Value> arithmetic(ArithOp op, const Value& a, const Value& b) {
       }
       return type_error("+", a, b);
     case ArithOp::kSub:
-      if (ints) return Value::integer(a.as_int() - b.as_int());
+      if (ints) {
+        int64_t r = 0;
+        const bool overflow = __builtin_sub_overflow(a.as_int(), b.as_int(), &r);
+        return int_result(overflow, r);
+      }
       if (nums) return Value::number(a.as_float() - b.as_float());
       return type_error("-", a, b);
     case ArithOp::kMul:
-      if (ints) return Value::integer(a.as_int() * b.as_int());
+      if (ints) {
+        int64_t r = 0;
+        const bool overflow = __builtin_mul_overflow(a.as_int(), b.as_int(), &r);
+        return int_result(overflow, r);
+      }
       if (nums) return Value::number(a.as_float() * b.as_float());
       if ((a.is_string() || a.is_list()) && b.is_integer()) return repeat(a, b.as_int());
       if (a.is_integer() && (b.is_string() || b.is_list())) return repeat(b, a.as_int());
@@ -320,12 +349,18 @@ StatusOr<Value> arithmetic(ArithOp op, const Value& a, const Value& b) {
     case ArithOp::kFloorDiv:
       if (!nums) return type_error("//", a, b);
       if (b.as_float() == 0.0) return invalid_argument("division by zero");
-      if (ints) return Value::integer(floor_div(a.as_int(), b.as_int()));
+      if (ints) {
+        if (a.as_int() == INT64_MIN && b.as_int() == -1) return out_of_range("integer overflow");
+        return Value::integer(floor_div(a.as_int(), b.as_int()));
+      }
       return Value::number(std::floor(a.as_float() / b.as_float()));
     case ArithOp::kMod:
       if (!nums) return type_error("%", a, b);
       if (b.as_float() == 0.0) return invalid_argument("modulo by zero");
-      if (ints) return Value::integer(a.as_int() - floor_div(a.as_int(), b.as_int()) * b.as_int());
+      if (ints) {
+        if (b.as_int() == -1) return Value::integer(0);
+        return Value::integer(a.as_int() - floor_div(a.as_int(), b.as_int()) * b.as_int());
+      }
       {
         double r = std::fmod(a.as_float(), b.as_float());
         if (r != 0.0 && ((r < 0) != (b.as_float() < 0))) r += b.as_float();
@@ -333,11 +368,7 @@ StatusOr<Value> arithmetic(ArithOp op, const Value& a, const Value& b) {
       }
     case ArithOp::kPow:
       if (!nums) return type_error("**", a, b);
-      if (ints && b.as_int() >= 0) {
-        int64_t r = 1;
-        for (int64_t i = 0; i < b.as_int() && i < 64; ++i) r *= a.as_int();
-        return Value::integer(r);
-      }
+      if (ints && b.as_int() >= 0) return int_pow(a.as_int(), b.as_int());
       return Value::number(std::pow(a.as_float(), b.as_float()));
   }
   return type_error("?", a, b);

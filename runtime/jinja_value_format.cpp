@@ -79,7 +79,7 @@ void repr_into(const Value& v, std::vector<const void*>& path, std::string& out)
     return;
   }
   if (!v.is_list() && !v.is_mapping()) {
-    out += to_str(v);
+    out += v.is_undefined() ? "Undefined" : to_str(v);
     return;
   }
   const void* id = v.is_list() ? static_cast<const void*>(&v.as_list()) : static_cast<const void*>(&v.as_dict());

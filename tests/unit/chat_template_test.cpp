@@ -119,6 +119,9 @@ TEST(Jinja, MacrosAndCall) {
               "{% call(v) each([1, 2]) %}<{{ v }}>{% endcall %}"),
             "<1><2>");
   EXPECT_EQ(R("{% macro m() %}  x  {% endmacro %}{% set v = m()|trim %}[{{ v }}]"), "[x]");
+  EXPECT_EQ(R("{% set ns = namespace() %}{% macro m() %}{% set ns.c = caller %}{% endmacro %}"
+              "{% for i in [1] %}{% call m() %}{{ i }}{% endcall %}{% endfor %}{{ ns.c() }}"),
+            "ERROR chat template 1:100: caller() used after its call block ended");
 }
 
 TEST(Jinja, Filters) {
@@ -201,6 +204,8 @@ TEST(Jinja, Expressions) {
   EXPECT_EQ(R("{{ 'yes' if 1 else 'no' }}{{ 'yes' if 0 else 'no' }}[{{ 'yes' if 0 }}]{{ 'a' if 0 else 'b' if 1 else 'c' }}"), "yesno[]b");
   EXPECT_EQ(R("{{ true }}{{ none }}{{ 1.0 }}{{ 0.1 + 0.2 }}{{ 1e20 }}{{ [1, 'a', none, \"it's\"] }}{{ {'k': 'v'} }}"),
             "TrueNone1.00.300000000000000041e+20[1, 'a', None, \"it's\"]{'k': 'v'}");
+  EXPECT_EQ(R("{{ 9223372036854775807 + 1 }}"), "ERROR chat template 1:24: integer overflow");
+  EXPECT_EQ(R("{{ (-1) ** 65 }} {{ 2 ** 62 }} {{ 1e300|int }} {{ -7 % 3 }} {{ 7 % -3 }}"), "-1 4611686018427387904 0 2 -2");
   EXPECT_EQ(R("{{ range(3)|list }}{{ range(1, 7, 2)|join(',') }}{{ range(3, 0, -1)|list }}"), "[0, 1, 2]1,3,5[3, 2, 1]");
   EXPECT_EQ(R("{{ strftime_now('%Y-%m-%d %A %d %b') }}"), "2025-06-30 Monday 30 Jun");
   EXPECT_EQ(R("{{ dict(a=1) }}{{ 'abc' 'def' }}"), "{'a': 1}abcdef");
