@@ -21,5 +21,5 @@ BUNDLE=$REPO/.oracle/node_modules/node-llama-cpp/llama/gitRelease.bundle
 tar -C "$LLAMA_DIR" --exclude='ggml/src/ggml-vulkan' --exclude='ggml/src/ggml-sycl' --exclude='ggml/src/ggml-metal' \
   --exclude='ggml/src/ggml-opencl' --exclude='ggml/src/ggml-cann' --exclude='ggml/src/ggml-musa' \
   --exclude='ggml/src/ggml-webgpu' --exclude='ggml/src/ggml-hip' --exclude='ggml/src/ggml-zdnn' --exclude='build' \
-  -cJf "$CARRY/llama-src.tar.xz" CMakeLists.txt cmake common ggml include src tools vendor licenses LICENSE
+  -cJf "$CARRY/llama-src.tar.xz" CMakeLists.txt app cmake common ggml include src tools vendor licenses LICENSE
 du -sh "$CARRY"
