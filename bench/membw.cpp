@@ -21,6 +21,8 @@
 #include <thread>
 #include <vector>
 
+#include "runtime/hw_measure.h"
+
 namespace {
 
 struct Flags {
@@ -45,21 +47,6 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) uint64_t sum_words(
   return s0 + s1 + s2 + s3;
 }
 
-// Last-level cache size from sysfs in bytes (0 when unknown).
-uint64_t llc_bytes() {
-  uint64_t best = 0;
-  for (int idx = 0; idx < 8; ++idx) {
-    std::ifstream in("/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(idx) + "/size");
-    std::string s;
-    if (!(in >> s) || s.empty()) continue;
-    uint64_t v = std::strtoull(s.c_str(), nullptr, 10);
-    if (s.back() == 'K') v <<= 10;
-    if (s.back() == 'M') v <<= 20;
-    best = std::max(best, v);
-  }
-  return best;
-}
-
 struct Words {
   void operator()(uint64_t* p) const { std::free(p); }
 };
@@ -77,7 +64,7 @@ int run(const Flags& f) {
     std::fprintf(stderr, "moetier_membw: cannot allocate %llu MiB\n", static_cast<unsigned long long>(f.size_mib));
     return 1;
   }
-  const uint64_t llc = llc_bytes();
+  const uint64_t llc = mt::last_level_cache_bytes();
   if (llc > 0 && bytes < 4 * llc) {
     std::fprintf(stderr, "moetier_membw: warning: the buffer is less than 4x the last-level cache (%llu MiB)\n",
                  static_cast<unsigned long long>(llc >> 20));

@@ -4,6 +4,8 @@
 #include <cerrno>
 #include <cstdlib>
 
+#include "tokenizer/unicode.h"
+
 namespace mt::jinja {
 
 Status error_at(StatusCode code, SourcePos pos, std::string_view message) {
@@ -17,24 +19,6 @@ bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' |
 bool is_name_start(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; }
 bool is_digit(char c) { return c >= '0' && c <= '9'; }
 bool is_name_char(char c) { return is_name_start(c) || is_digit(c); }
-
-void append_utf8(uint32_t cp, std::string& out) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-}
 
 class Lexer {
  public:
@@ -299,7 +283,7 @@ class Lexer {
         case 'U': {
           const int n = e == 'x' ? 2 : e == 'u' ? 4 : 8;
           if (!hex(j + 1, n, cp) || cp > 0x10FFFF) return syntax_error(pos_of(j - 1), "bad escape in string literal");
-          append_utf8(cp, t.text);
+          tok::append_utf8(t.text, cp);
           j += static_cast<size_t>(n);
           break;
         }
@@ -310,7 +294,7 @@ class Lexer {
               cp = cp * 8 + static_cast<uint32_t>(src_[j] - '0');
             }
             --j;
-            append_utf8(cp, t.text);
+            tok::append_utf8(t.text, cp);
           } else {
             t.text += '\\';
             t.text += e;
