@@ -49,22 +49,9 @@ Value attr_path(const Value& v, std::string_view path) {
 }
 
 StatusOr<List> items_of(const Value& v, std::string_view filter) {
-  switch (v.kind()) {
-    case Value::Kind::kUndefined: return List{};
-    case Value::Kind::kList: return v.as_list();
-    case Value::Kind::kDict: {
-      List keys;
-      for (const auto& [k, unused] : v.as_dict().items()) keys.push_back(k);
-      return keys;
-    }
-    case Value::Kind::kString: {
-      List chars;
-      const auto at = utf8_offsets(v.as_string());
-      for (size_t k = 0; k + 1 < at.size(); ++k) chars.push_back(Value::string(v.as_string().substr(at[k], at[k + 1] - at[k])));
-      return chars;
-    }
-    default: return invalid_argument(std::string(filter) + ": cannot iterate over " + kind_name(v.kind()));
-  }
+  std::optional<List> items = iteration_items(v);
+  if (!items) return invalid_argument(std::string(filter) + ": cannot iterate over " + kind_name(v.kind()));
+  return std::move(*items);
 }
 
 Value lower_if_string(const Value& v, bool case_sensitive) {

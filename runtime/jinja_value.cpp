@@ -408,4 +408,23 @@ size_t utf8_length(std::string_view s) {
   return n;
 }
 
+std::optional<List> iteration_items(const Value& v) {
+  switch (v.kind()) {
+    case Value::Kind::kUndefined: return List{};
+    case Value::Kind::kList: return v.as_list();
+    case Value::Kind::kDict: {
+      List keys;
+      for (const auto& [k, unused] : v.as_dict().items()) keys.push_back(k);
+      return keys;
+    }
+    case Value::Kind::kString: {
+      List chars;
+      const auto at = utf8_offsets(v.as_string());
+      for (size_t k = 0; k + 1 < at.size(); ++k) chars.push_back(Value::string(v.as_string().substr(at[k], at[k + 1] - at[k])));
+      return chars;
+    }
+    default: return std::nullopt;
+  }
+}
+
 }  // namespace mt::jinja

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -155,5 +156,9 @@ uint32_t utf8_next(std::string_view s, size_t& i);
 // s.substr(at[i], at[i + 1] - at[i]). Invalid bytes count as one code point each.
 std::vector<size_t> utf8_offsets(std::string_view s);
 size_t utf8_length(std::string_view s);
+
+// What `for x in v` walks: a list's items, a dict's keys, a string's characters, nothing
+// for undefined; nullopt when v is not iterable (the caller names the error).
+std::optional<List> iteration_items(const Value& v);
 
 }  // namespace mt::jinja
