@@ -3,7 +3,7 @@
 //
 // Dense: one matrix of n_in = 4096 columns and as many rows as fit in --mib (default 256
 // MiB, several times the L2), X = --tokens rows; the timed call is the whole mmvq()
-// (the Q8_1 activation quantization included). Routed (--experts): mmvq_experts over
+// (the activation quantization included). Routed (--experts): mmvq_experts over
 // Qwen3-30B-A3B expert shapes (2048 -> 768), K = 8 distinct experts per call drawn from
 // enough experts to fill --mib, a fresh draw every call. Rates are weight bytes read per
 // second (GB = 1e9 bytes). The reference is cudaMemcpyAsync device to device of the same

@@ -1,14 +1,16 @@
-// moetier_cuda_tune: measures where gemm (dequant + cuBLAS) overtakes mmvq on this GPU, how
-// close the gemm path comes to cuBLAS's own F16 rate, and the dequantizer's bandwidth. The
+// moetier_cuda_tune: measures where mmq (int8 tensor cores) and gemm (dequant + cuBLAS)
+// overtake mmvq on this GPU, where gemm overtakes mmq for dense products, how close mmq
+// and the gemm path come to cuBLAS's own F16 rate, and the dequantizer's bandwidth. The
 // kernel-level numbers behind cuda/dispatch_sm<NN>.inc.
 //
 // Shapes are qwen3-30b-a3b's: dense 2048 -> 4096; experts 128 x (2048 -> 768) (gate/up)
 // and 128 x (768 -> 2048) (down), top-8 routing with random distinct experts per token.
-// Each timing is the median of CUDA-event intervals after warm-up, for n_tokens 1..64 and,
-// for the experts (whose gemm pays for dequantizing every expert it touches), on to 512.
-// The limit printed for a type is the last n_tokens scanned before gemm is first faster
-// than mmvq (the scan's end when it never is); for experts the smaller of the two expert
-// shapes' limits. The table rows print ready to paste.
+// Each timing is the median of CUDA-event intervals after warm-up, for n_tokens 1..64 and
+// then on to 512. The mmvq limit printed for a type is the last n_tokens scanned before
+// the kernel dispatch uses above it (mmq where it supports the type, else gemm) is first
+// faster than mmvq (the scan's end when it never is); for experts the smaller of the two
+// expert shapes' limits. The dense mmq limit is the last n_tokens scanned before gemm is
+// first faster than mmq (kNoLimit when it never is). The table rows print ready to paste.
 #include <cublas_v2.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -26,6 +28,7 @@
 #include "cuda/dispatch.h"
 #include "cuda/matmul.h"
 #include "cuda/memory.h"
+#include "cuda/mmq.h"
 #include "quant/reference.h"
 #include "quant/types.h"
 
@@ -34,8 +37,8 @@ namespace {
 
 constexpr int kWarmup = 3;
 constexpr int kIters = 15;
-constexpr int kDenseScan = 64;   // dense: n_tokens 1..kDenseScan
-constexpr int kMaxTokens = 512;  // experts: then 96, 128, ... up to kMaxTokens
+constexpr int kDenseScan = 64;   // n_tokens 1..kDenseScan, then 96 .. kMaxTokens
+constexpr int kMaxTokens = 512;
 constexpr int kTopK = 8;
 constexpr int kPoolRows = 64;  // distinct random rows, repeated over the matrix
 
@@ -117,42 +120,64 @@ double timed(Bench& b, Fn&& fn) {
   });
 }
 
-std::vector<int> scan(bool experts) {
+std::vector<int> scan() {
   std::vector<int> ts;
   for (int t = 1; t <= kDenseScan; ++t) ts.push_back(t);
-  if (experts) {
-    for (int t : {96, 128, 192, 256, 384, kMaxTokens}) ts.push_back(t);
-  }
+  for (int t : {96, 128, 192, 256, 384, kMaxTokens}) ts.push_back(t);
   return ts;
 }
 
-// mmvq and gemm times for the scanned n_tokens; returns the mmvq limit. Experts read X
-// per token (gate/up) or per slot (down: per_slot).
-int crossover(Bench& b, const DeviceMatrix& w, bool experts, bool per_slot, const char* label) {
-  std::printf("  %-22s  T   mmvq_us   gemm_us\n", label);
-  const std::vector<int> ts = scan(experts);
-  int limit = ts.back();
-  bool crossed = false;
+// The limits one shape gives: mmvq's (against the next kernel) and dense mmq's (against
+// gemm; kNoLimit when gemm is never faster or mmq does not take the type).
+struct Limits {
+  int mmvq = 0;
+  int mmq = kNoLimit;
+};
+
+// mmvq, mmq (where it supports the type) and gemm times for the scanned n_tokens. Experts
+// read X per token (gate/up) or per slot (down: per_slot).
+Limits crossover(Bench& b, const DeviceMatrix& w, bool experts, bool per_slot, const char* label) {
+  const bool has_mmq = mmq_supports(w.type);
+  std::printf("  %-22s  T   mmvq_us    mmq_us   gemm_us\n", label);
+  const std::vector<int> ts = scan();
+  Limits lim;
+  lim.mmvq = ts.back();
+  bool mmvq_crossed = false, mmq_crossed = false;
   for (size_t i = 0; i < ts.size(); ++i) {
     const int t = ts[i];
-    double mm = 0, gg = 0;
+    double mm = 0, mq = 0, gg = 0;
     if (experts) {
       mm = timed(b, [&] { mmvq_experts_chunked(w, b.ids, t, kTopK, b.x, per_slot, b.y, *b.ws, b.stream); });
+      if (has_mmq) mq = timed(b, [&] { mmq_experts(w, b.ids, t, kTopK, b.x, per_slot, b.y, *b.ws, b.stream); });
       gg = timed(b, [&] { gemm_experts(w, b.ids, t, kTopK, b.x, per_slot, b.y, *b.ws, b.stream); });
     } else {
       mm = timed(b, [&] { mmvq_chunked(w, 0, b.x, t, b.y, *b.ws, b.stream); });
+      if (has_mmq) mq = timed(b, [&] { mmq(w, 0, b.x, t, b.y, *b.ws, b.stream); });
       gg = timed(b, [&] { gemm(w, 0, b.x, t, b.y, *b.ws, b.stream); });
     }
-    if (!crossed && gg < mm) {
-      limit = i > 0 ? ts[i - 1] : 0;
-      crossed = true;
+    const double next = has_mmq ? mq : gg;  // what dispatch uses above the mmvq limit
+    if (!mmvq_crossed && next < mm) {
+      lim.mmvq = i > 0 ? ts[i - 1] : 0;
+      mmvq_crossed = true;
+    }
+    if (has_mmq && !experts && !mmq_crossed && gg < mq) {
+      lim.mmq = i > 0 ? ts[i - 1] : 0;
+      mmq_crossed = true;
     }
     if (t <= 16 || t % 8 == 0) {
-      std::printf("  %-22s %3d %9.1f %9.1f%s\n", "", t, 1e3 * mm, 1e3 * gg, gg < mm ? "  gemm" : "");
+      std::printf("  %-22s %3d %9.1f %9.1f %9.1f%s\n", "", t, 1e3 * mm, 1e3 * mq, 1e3 * gg,
+                  next < mm ? (has_mmq ? "  mmq" : "  gemm") : "");
     }
   }
-  std::printf("  -> mmvq up to %d tokens%s\n", limit, crossed ? "" : " (gemm never faster in the scan)");
-  return limit;
+  std::printf("  -> mmvq up to %d tokens%s\n", lim.mmvq, mmvq_crossed ? "" : " (never slower in the scan)");
+  if (has_mmq && !experts) {
+    if (mmq_crossed) {
+      std::printf("  -> mmq up to %d tokens, then gemm\n", lim.mmq);
+    } else {
+      std::printf("  -> mmq up to the scan's end (gemm never faster)\n");
+    }
+  }
+  return lim;
 }
 
 double tflops(double flops, double ms) { return flops / (ms * 1e-3) / 1e12; }
@@ -178,13 +203,19 @@ void rates(Bench& b, cublasHandle_t h, const DeviceMatrix& dense, const DeviceMa
   const double bytes = static_cast<double>(dense.row_bytes * dense.n_out + tile.bytes());
   std::printf("  dequantize %lldx%lld to F16: %.1f us, %.0f GB/s read + written\n", static_cast<long long>(dense.n_out),
               static_cast<long long>(dense.n_in), 1e3 * dq, bytes / (dq * 1e-3) / 1e9);
-  std::printf("  gemm path vs plain cuBLAS F16 (same shape):\n");
+  std::printf("  gemm path (and mmq) vs plain cuBLAS F16 (same shape):\n");
+  const bool has_mmq = mmq_supports(dense.type);
   for (int t : {64, kMaxTokens}) {
     const double flops = 2.0 * t * dense.n_in * dense.n_out;
     const double ours = timed(b, [&] { gemm(dense, 0, b.x, t, b.y, *b.ws, b.stream); });
     const double ref = cublas_f16_ms(b, h, static_cast<int>(dense.n_out), t, static_cast<int>(dense.n_in));
     std::printf("    dense   T=%-4d %7.1f TFLOP/s vs cuBLAS %7.1f TFLOP/s (%.0f%%)\n", t, tflops(flops, ours),
                 tflops(flops, ref), 100.0 * ref / ours);
+    if (has_mmq) {
+      const double mq = timed(b, [&] { mmq(dense, 0, b.x, t, b.y, *b.ws, b.stream); });
+      std::printf("    dense   T=%-4d mmq %7.1f TOP/s, %.1f us (%.0f%% of cuBLAS F16)\n", t, tflops(flops, mq),
+                  1e3 * mq, 100.0 * ref / mq);
+    }
   }
   // t tokens routed to kTopK experts each: the grouped product vs one GEMM of all slots
   // (the same FLOPs, no routing).
@@ -195,6 +226,15 @@ void rates(Bench& b, cublasHandle_t h, const DeviceMatrix& dense, const DeviceMa
     const double ref = cublas_f16_ms(b, h, static_cast<int>(up.n_out), slots, static_cast<int>(up.n_in));
     std::printf("    experts T=%-4d %7.1f TFLOP/s vs cuBLAS (one GEMM of %d slots) %7.1f TFLOP/s (%.0f%%)\n", t,
                 tflops(flops, ours), slots, tflops(flops, ref), 100.0 * ref / ours);
+    if (has_mmq) {  // mmq_experts with its own tile width (0) and each width
+      for (int width : {0, 16, 32, 64}) {
+        const double mq = timed(b, [&] {
+          mmq_experts_tiled(up, b.ids, t, kTopK, b.x, false, b.y, *b.ws, b.stream, width);
+        });
+        std::printf("    experts T=%-4d mmq tile %-4s %7.1f TOP/s, %.1f us (%.1fx the gemm path)\n", t,
+                    width == 0 ? "auto" : std::to_string(width).c_str(), tflops(flops, mq), 1e3 * mq, ours / mq);
+      }
+    }
   }
 }
 
@@ -232,7 +272,7 @@ int run() {
 
   Timer timer(stream);
   std::vector<std::string> rows;
-  for (QuantType type : {QuantType::Q4_K, QuantType::Q6_K, QuantType::Q8_0, QuantType::Q4_0}) {
+  for (QuantType type : {QuantType::Q4_K, QuantType::Q5_K, QuantType::Q6_K, QuantType::Q8_0, QuantType::Q4_0}) {
     std::printf("\n%s\n", type_name(type));
     BenchMatrix dense = make_matrix(type, n_embd, n_dense_out, 1, rng);
     BenchMatrix up = make_matrix(type, n_embd, n_ff, n_expert, rng);
@@ -243,16 +283,19 @@ int run() {
     }
     Workspace ws(ws_bytes);
     Bench b{stream, &ws, &timer, xd.as<float>(), yd.as<float>(), idd.as<int32_t>()};
-    const int d = crossover(b, dense.w, false, false, "dense 2048->4096");
-    const int e_up = crossover(b, up.w, true, false, "experts 2048->768 x128");
-    const int e_down = crossover(b, down.w, true, true, "experts 768->2048 x128");
+    const Limits d = crossover(b, dense.w, false, false, "dense 2048->4096");
+    const Limits e_up = crossover(b, up.w, true, false, "experts 2048->768 x128");
+    const Limits e_down = crossover(b, down.w, true, true, "experts 768->2048 x128");
     rates(b, handle, dense.w, up.w);
     std::string name = type_name(type);
     for (char& c : name) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-    rows.push_back("{" + std::to_string(sm) + ", QuantType::" + name + ", " +
-                   std::to_string(d) + ", " + std::to_string(std::min(e_up, e_down)) + "},");
+    const std::string mmq_limit = d.mmq == kNoLimit ? "kNoLimit" : std::to_string(d.mmq);
+    rows.push_back("{" + std::to_string(sm) + ", QuantType::" + name + ", " + std::to_string(d.mmvq) + ", " +
+                   std::to_string(std::min(e_up.mmvq, e_down.mmvq)) + ", " + mmq_limit + "},");
   }
-  std::printf("\n// cuda/dispatch_sm%d.inc rows: {sm, type, dense_max_tokens, experts_max_tokens}\n", sm);
+  std::printf("\n// cuda/dispatch_sm%d.inc rows: {sm, type, dense_max_tokens, experts_max_tokens, "
+              "dense_mmq_max_tokens}\n",
+              sm);
   for (const std::string& r : rows) std::printf("%s\n", r.c_str());
   MT_CUBLAS_CHECK(cublasDestroy(handle));
   MT_CUDA_CHECK(cudaStreamDestroy(stream));

@@ -10,94 +10,24 @@
 
 #include "core/log.h"
 #include "cuda/check.h"
+#include "cuda/device_weights.h"
 #include "cuda/host_memory.h"
 #include "cuda/matmul.h"
 #include "cuda/memory.h"
 #include "cuda/ops.h"
+#include "cuda/stage_timer.h"
 #include "model/layers.h"
 
 namespace mt::cuda {
-namespace {
-
-struct DevLayer {
-  DeviceMatrix wq, wk, wv, wo;                       // (n_embd -> q_dim / kv_dim), (q_dim -> n_embd)
-  DeviceMatrix router, gate_exps, up_exps, down_exps;  // experts: n_mat = n_expert
-  DeviceMatrix shexp_gate, shexp_up, shexp_down;
-  DeviceMatrix ffn_gate, ffn_up, ffn_down;
-  const float *attn_norm = nullptr, *ffn_norm = nullptr, *q_norm = nullptr, *k_norm = nullptr;
-  const float *bq = nullptr, *bk = nullptr, *bv = nullptr, *shexp_gate_inp = nullptr;
-  bool moe = false;
-};
-
-constexpr uint64_t kAlign = 256;
-uint64_t align_up(uint64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
-
-}  // namespace
-
 struct CudaModel::Impl {
   int device = 0;
   cudaStream_t stream = nullptr;
   HParams hp;
   const ArchInfo* arch = nullptr;
-  DeviceBuffer weights;       // every tensor, each at a 256-byte boundary
-  uint64_t used = 0;
-  DeviceMatrix token_embd, output;
-  const float* output_norm = nullptr;
-  std::vector<DevLayer> layers;
+  DeviceWeights w;
 
   ~Impl() {
     if (stream != nullptr) cudaStreamDestroy(stream);
-  }
-
-  // Bump placement inside `weights` (sized by a first pass with dry = true).
-  template <class T>
-  T* place(const void* host, uint64_t bytes, bool dry) {
-    const uint64_t at = used;
-    used = align_up(used + bytes);
-    if (dry || bytes == 0) return nullptr;
-    uint8_t* dst = weights.as<uint8_t>() + at;
-    MT_CUDA_CHECK(cudaMemcpy(dst, host, bytes, cudaMemcpyHostToDevice));
-    return reinterpret_cast<T*>(dst);
-  }
-  DeviceMatrix matrix(const Tensor& t, bool dry) {
-    DeviceMatrix m;
-    if (!t.present()) return m;
-    m.type = t.type;
-    m.n_in = static_cast<int64_t>(t.ne[0]);
-    m.n_out = static_cast<int64_t>(t.ne[1]);
-    m.n_mat = static_cast<int64_t>(t.ne[2]);
-    m.row_bytes = t.row_bytes;
-    m.matrix_bytes = t.matrix_bytes;
-    m.data = place<uint8_t>(t.data, t.matrix_bytes * t.ne[2], dry);
-    return m;
-  }
-  const float* vec(const std::vector<float>& v, bool dry) {
-    return v.empty() ? nullptr : place<float>(v.data(), v.size() * sizeof(float), dry);
-  }
-  void upload(const Model& model, bool dry) {
-    used = 0;
-    const ModelWeights& w = model.weights();
-    token_embd = matrix(w.token_embd, dry);
-    output = w.output.present() ? matrix(w.output, dry) : token_embd;  // tied: the embedding itself
-    output_norm = vec(model.output_norm(), dry);
-    layers.assign(w.layers.size(), {});
-    for (size_t l = 0; l < w.layers.size(); ++l) {
-      const LayerWeights& lw = w.layers[l];
-      const LayerVectors& lv = model.vectors()[l];
-      DevLayer& d = layers[l];
-      d.wq = matrix(lw.wq, dry), d.wk = matrix(lw.wk, dry), d.wv = matrix(lw.wv, dry), d.wo = matrix(lw.wo, dry);
-      d.router = matrix(lw.router, dry);
-      d.gate_exps = matrix(lw.gate_exps, dry), d.up_exps = matrix(lw.up_exps, dry);
-      d.down_exps = matrix(lw.down_exps, dry);
-      d.shexp_gate = matrix(lw.shexp_gate, dry), d.shexp_up = matrix(lw.shexp_up, dry);
-      d.shexp_down = matrix(lw.shexp_down, dry);
-      d.ffn_gate = matrix(lw.ffn_gate, dry), d.ffn_up = matrix(lw.ffn_up, dry), d.ffn_down = matrix(lw.ffn_down, dry);
-      d.attn_norm = vec(lv.attn_norm, dry), d.ffn_norm = vec(lv.ffn_norm, dry);
-      d.q_norm = vec(lv.q_norm, dry), d.k_norm = vec(lv.k_norm, dry);
-      d.bq = vec(lv.bq, dry), d.bk = vec(lv.bk, dry), d.bv = vec(lv.bv, dry);
-      d.shexp_gate_inp = vec(lv.shexp_gate_inp, dry);
-      d.moe = lw.is_moe();
-    }
   }
 };
 
@@ -121,23 +51,26 @@ class CudaSequence final : public Evaluator {
       k_.emplace_back(kv_row_bytes_ * n_ctx);
       v_.emplace_back(kv_row_bytes_ * n_ctx);
     }
-    // Off unless MOETIER_CUDA_GRAPHS=1: re-capturing every step (the positions are kernel
-    // parameters) measured slower than plain launches on the H200 (qwen3-30b-a3b q4_0
-    // tg128: 129 vs 144 t/s); graphs pay once the step reads its position from the device
-    // and one instantiated graph is replayed unchanged.
+    // Decode tokens replay one instantiated CUDA graph per span of kGraphSpan positions
+    // (the position is read on the device); MOETIER_CUDA_GRAPHS=0 turns it off.
     const char* env = std::getenv("MOETIER_CUDA_GRAPHS");
-    graphs_ = env != nullptr && std::string(env) == "1";
-    if (graphs_ && (cudaHostAlloc(reinterpret_cast<void**>(&pinned_id_), sizeof(int32_t), cudaHostAllocDefault) != cudaSuccess ||
+    graphs_ = env == nullptr || std::string(env) != "0";
+    if (graphs_ && (cudaHostAlloc(reinterpret_cast<void**>(&pinned_step_), 2 * sizeof(uint32_t),
+                                  cudaHostAllocDefault) != cudaSuccess ||
                     cudaHostAlloc(reinterpret_cast<void**>(&pinned_logits_), sizeof(float) * m.hp.n_vocab,
                                   cudaHostAllocDefault) != cudaSuccess)) {
       cudaGetLastError();
       log_warn("CUDA graphs off: cannot allocate their pinned buffers");
       graphs_ = false;
     }
+    step_dev_ = DeviceBuffer(2 * sizeof(uint32_t));
+    if (const char* ub = std::getenv("MOETIER_CUDA_UBATCH"); ub != nullptr && std::atoi(ub) > 0) {
+      micro_batch_ = static_cast<uint32_t>(std::atoi(ub));
+    }
   }
   ~CudaSequence() override {
     if (exec_ != nullptr) cudaGraphExecDestroy(exec_);
-    if (pinned_id_ != nullptr) cudaFreeHost(pinned_id_);
+    if (pinned_step_ != nullptr) cudaFreeHost(pinned_step_);
     if (pinned_logits_ != nullptr) cudaFreeHost(pinned_logits_);
   }
   CudaSequence(const CudaSequence&) = delete;
@@ -163,11 +96,11 @@ class CudaSequence final : public Evaluator {
     if (trace) trace->begin_step();
     MT_CUDA_CHECK(cudaSetDevice(m_.device));
     logits->clear();
-    for (uint32_t c0 = 0; c0 < T; c0 += CudaModel::kMicroBatch) {
-      const uint32_t n = std::min(CudaModel::kMicroBatch, T - c0);
+    for (uint32_t c0 = 0; c0 < T; c0 += micro_batch_) {
+      const uint32_t n = std::min(micro_batch_, T - c0);
       const bool last = c0 + n == T;
       const uint32_t rows = all_logits ? n : (last ? 1 : 0);
-      if (n != 1 || trace != nullptr || !eval_token_graph(tokens[c0], rows, logits)) {
+      if (n != 1 || rows != 1 || trace != nullptr || !eval_token_graph(tokens[c0], logits)) {
         eval_chunk(tokens.subspan(c0, n), rows, logits, trace);
       }
       pos_ += n;
@@ -176,23 +109,21 @@ class CudaSequence final : public Evaluator {
   }
 
  private:
+  static constexpr uint32_t kGraphSpan = 256;  // positions one decode graph serves
+
   size_t workspace_bytes(uint32_t T) const {
     const HParams& hp = m_.hp;
     const size_t E = hp.n_embd, Q = hp.q_dim(), KV = hp.kv_dim(), K = std::max(1u, hp.n_expert_used);
     const size_t n_ff = std::max({hp.n_ff_exp, hp.n_ff, hp.n_ff_shexp, 1u});
-    size_t floats = 4 * T * E + 2 * T * Q + 2 * T * KV + T * std::max(1u, hp.n_expert) + 2 * T * K + 2 * T * K * n_ff +
-                    T * K * E + 2 * T * n_ff + static_cast<size_t>(T) * hp.n_vocab;
-    size_t bytes = floats * sizeof(float) + 64 * kAlign;
+    const size_t floats = 4 * T * E + 2 * T * Q + 2 * T * KV + T * (Q + 2 * KV) + T * std::max(1u, hp.n_expert) +
+                          2 * T * K + 3 * T * K * n_ff + T * K * E + 3 * T * n_ff + static_cast<size_t>(T) * hp.n_vocab +
+                          T * E + T * K * n_ff;  // the last two: h's and u's quants and scales
+    const size_t bytes = floats * sizeof(float) + 64 * 256;
     size_t scratch = attention_workspace_bytes(static_cast<int>(T), static_cast<int>(hp.n_head),
                                                static_cast<int>(hp.head_dim), n_ctx_);
-    auto consider = [&](const DeviceMatrix& w) {
-      if (w.data != nullptr) scratch = std::max(scratch, matmul_workspace_bytes(w, static_cast<int>(T), static_cast<int>(K)));
-    };
-    consider(m_.output);
-    for (const DevLayer& d : m_.layers) {
-      for (const DeviceMatrix* w : {&d.wq, &d.wk, &d.wv, &d.wo, &d.router, &d.gate_exps, &d.up_exps, &d.down_exps,
-                                    &d.shexp_gate, &d.shexp_up, &d.shexp_down, &d.ffn_gate, &d.ffn_up, &d.ffn_down}) {
-        consider(*w);
+    for (const DeviceMatrix* w : m_.w.matrices()) {
+      if (w->data != nullptr) {
+        scratch = std::max(scratch, matmul_workspace_bytes(*w, static_cast<int>(T), static_cast<int>(K)));
       }
     }
     return bytes + scratch;
@@ -209,6 +140,17 @@ class CudaSequence final : public Evaluator {
     matmul_experts(w, ids, n, K, x, per_slot, y, *ws_, m_.stream);
     ws_->rewind(mark);
   }
+  // The same over rows that may be quantized already (cuda/matmul.h ActRows).
+  void mm(const DeviceMatrix& w, const ActRows& x, float* y) {
+    const size_t mark = ws_->mark();
+    matmul(w, x, y, *ws_, m_.stream);
+    ws_->rewind(mark);
+  }
+  void mm_experts(const DeviceMatrix& w, const int32_t* ids, int K, const ActRows& x, float* y, bool per_slot = false) {
+    const size_t mark = ws_->mark();
+    matmul_experts(w, ids, K, x, per_slot, y, *ws_, m_.stream);
+    ws_->rewind(mark);
+  }
 
   void ensure_workspace(uint32_t T) {
     if (T > ws_tokens_) {
@@ -223,100 +165,208 @@ class CudaSequence final : public Evaluator {
     const size_t at = logits->size();
     logits->resize(at + static_cast<size_t>(rows) * m_.hp.n_vocab);
     ensure_workspace(static_cast<uint32_t>(tokens.size()));
-    enqueue(tokens.data(), static_cast<uint32_t>(tokens.size()), rows, logits->data() + at, trace);
+    Step step;
+    step.host_ids = tokens.data();
+    step.T = static_cast<uint32_t>(tokens.size());
+    step.rows = rows;
+    step.host_logits = logits->data() + at;
+    step.trace = trace;
+    enqueue(step);
     MT_CUDA_CHECK(cudaStreamSynchronize(m_.stream));
+    timer_.step_done(step.T);
   }
 
-  // One decode token through a CUDA graph (MOETIER_CUDA_GRAPHS=1): the step's ~30 launches
-  // per layer captured and replayed as one (the previous step's executable graph updated in place when only
-  // parameters changed: positions, split counts). Ids and logits go through pinned
-  // buffers, as a captured copy needs. Returns false (nothing done) when graphs are off.
-  bool eval_token_graph(int32_t token, uint32_t rows, std::vector<float>* logits) {
+  // One decode token by replaying the graph of its span of positions: the step's
+  // launches captured once (token id and position read from step_dev_, copied there from
+  // pinned memory by the graph's first node) and replayed unchanged at every position
+  // of the span; a new span re-captures and updates the executable graph in place.
+  // Returns false (nothing done) when graphs are off.
+  bool eval_token_graph(int32_t token, std::vector<float>* logits) {
     if (!graphs_) return false;
+    const uint32_t cap = std::min(n_ctx_, (pos_ / kGraphSpan + 1) * kGraphSpan);
     ensure_workspace(1);
-    *pinned_id_ = token;
     cudaStream_t s = m_.stream;
-    MT_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-    enqueue(pinned_id_, 1, rows, pinned_logits_, nullptr);
-    cudaGraph_t graph = nullptr;
-    MT_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
-    bool updated = false;
-    if (exec_ != nullptr) {
-      cudaGraphExecUpdateResultInfo info{};
-      updated = cudaGraphExecUpdate(exec_, graph, &info) == cudaSuccess;
-      if (!updated) {
-        cudaGetLastError();
-        MT_CUDA_CHECK(cudaGraphExecDestroy(exec_));
-        exec_ = nullptr;
+    if (exec_ == nullptr || cap != graph_cap_) {
+      Step step;
+      step.T = 1;
+      step.rows = 1;
+      step.host_logits = pinned_logits_;
+      step.graph_n_kv_cap = cap;
+      graph_timer_.forget_marks();
+      MT_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+      enqueue(step);
+      cudaGraph_t graph = nullptr;
+      MT_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
+      bool updated = false;
+      if (exec_ != nullptr) {
+        cudaGraphExecUpdateResultInfo info{};
+        updated = cudaGraphExecUpdate(exec_, graph, &info) == cudaSuccess;
+        if (!updated) {
+          cudaGetLastError();
+          MT_CUDA_CHECK(cudaGraphExecDestroy(exec_));
+          exec_ = nullptr;
+        }
       }
+      if (!updated) MT_CUDA_CHECK(cudaGraphInstantiate(&exec_, graph, 0));
+      MT_CUDA_CHECK(cudaGraphDestroy(graph));
+      graph_cap_ = cap;
     }
-    if (!updated) MT_CUDA_CHECK(cudaGraphInstantiate(&exec_, graph, 0));
-    MT_CUDA_CHECK(cudaGraphDestroy(graph));
+    pinned_step_[0] = static_cast<uint32_t>(token);
+    pinned_step_[1] = pos_;
+    timer_.mark("decode graph", s);
     MT_CUDA_CHECK(cudaGraphLaunch(exec_, s));
+    timer_.mark("end", s);
     MT_CUDA_CHECK(cudaStreamSynchronize(s));
-    logits->assign(pinned_logits_, pinned_logits_ + static_cast<size_t>(rows) * m_.hp.n_vocab);
+    timer_.step_done(1);
+    graph_timer_.replayed(1);
+    logits->assign(pinned_logits_, pinned_logits_ + m_.hp.n_vocab);
     return true;
   }
 
-  // Enqueues a micro-batch: ids copied from host_ids, the last `rows` logits rows copied
-  // to host_logits; no synchronisation unless a trace wants the routing.
-  void enqueue(const int32_t* host_ids, uint32_t T, uint32_t rows, float* host_logits, Trace* trace) {
+  struct Step {
+    const int32_t* host_ids = nullptr;  // (T) ids; null: a graph step (id and position from pinned_step_)
+    uint32_t T = 0, rows = 0;           // tokens, logits rows wanted (the last `rows`)
+    float* host_logits = nullptr;       // (rows, n_vocab)
+    Trace* trace = nullptr;
+    uint32_t graph_n_kv_cap = 0;        // graph step: positions its attention split covers
+  };
+
+  // Enqueues a micro-batch; no synchronisation unless a trace wants the routing.
+  void enqueue(const Step& st) {
     const HParams& hp = m_.hp;
     const ArchInfo& arch = *m_.arch;
+    const DeviceWeights& W = m_.w;
     cudaStream_t s = m_.stream;
+    const uint32_t T = st.T;
     const int Ti = static_cast<int>(T);
+    const bool graph = st.host_ids == nullptr;
     ws_->reset();
+    auto stage = [&](const char* name) { (graph ? graph_timer_ : timer_).mark(name, s); };
+    stage("embed");
     const int E = static_cast<int>(hp.n_embd), Q = static_cast<int>(hp.q_dim()), KVd = static_cast<int>(hp.kv_dim());
     const int K = static_cast<int>(hp.n_expert_used), X = static_cast<int>(hp.n_expert);
     const int hd = static_cast<int>(hp.head_dim);
-    // Step buffers (shapes beside them).
-    int32_t* ids_tok = ws_->take_n<int32_t>(T);       // (T) token ids
-    float* x = ws_->take_n<float>(T * E);             // (T, n_embd) residual stream
-    float* h = ws_->take_n<float>(T * E);             // (T, n_embd) normed
-    float* q = ws_->take_n<float>(T * Q);             // (T, q_dim)
-    float* k = ws_->take_n<float>(T * KVd);           // (T, kv_dim)
-    float* v = ws_->take_n<float>(T * KVd);           // (T, kv_dim)
-    float* att = ws_->take_n<float>(T * Q);           // (T, q_dim)
-    float* y = ws_->take_n<float>(T * E);             // (T, n_embd) sub-block output
-    float* probs = ws_->take_n<float>(T * std::max(1, X));   // (T, n_expert) router logits
-    int32_t* sel = ws_->take_n<int32_t>(T * std::max(1, K));  // (T, K) selected experts
-    float* wts = ws_->take_n<float>(T * std::max(1, K));      // (T, K) their weights
     const size_t n_ff = std::max({hp.n_ff_exp, hp.n_ff, hp.n_ff_shexp, 1u});
-    float* g = ws_->take_n<float>(T * std::max(1, K) * n_ff);  // (T*K, n_ff) gate rows
-    float* u = ws_->take_n<float>(T * std::max(1, K) * n_ff);  // (T*K, n_ff) up rows
-    float* d = ws_->take_n<float>(T * std::max(1, K) * E);     // (T*K, n_embd) down rows
-    float* gs = ws_->take_n<float>(T * n_ff);                  // (T, n_ff_shexp) shared gate
-    float* us = ws_->take_n<float>(T * n_ff);                  // (T, n_ff_shexp) shared up
-    float* ds = ws_->take_n<float>(T * E);                     // (T, n_embd) shared down
-    MT_CUDA_CHECK(cudaMemcpyAsync(ids_tok, host_ids, T * sizeof(int32_t), cudaMemcpyHostToDevice, s));
-    get_rows(m_.token_embd.type, m_.token_embd.data, m_.token_embd.row_bytes, ids_tok, Ti, E, x, s);
+    const size_t Kc = static_cast<size_t>(std::max(1, K));
+    // Step buffers (shapes beside them).
+    float* x = ws_->take_n<float>(T * E);                 // (T, n_embd) residual stream
+    float* h = ws_->take_n<float>(T * E);                 // (T, n_embd) normed
+    float* qkv = ws_->take_n<float>(T * (Q + 2 * KVd));   // (T, q_dim + 2 kv_dim) projections
+    float* q = ws_->take_n<float>(T * Q);                 // (T, q_dim) roped queries
+    float* att = ws_->take_n<float>(T * Q);               // (T, q_dim)
+    float* y = ws_->take_n<float>(T * E);                 // (T, n_embd) sub-block output
+    float* probs = ws_->take_n<float>(T * std::max(1, X));  // (T, n_expert) router logits
+    int32_t* sel = ws_->take_n<int32_t>(T * Kc);          // (T, K) selected experts
+    float* wts = ws_->take_n<float>(T * Kc);              // (T, K) their weights
+    float* gu = ws_->take_n<float>(T * Kc * 2 * n_ff);    // (T*K, 2 n_ff) gate | up rows
+    float* u = ws_->take_n<float>(T * Kc * n_ff);         // (T*K, n_ff) activated rows
+    float* d = ws_->take_n<float>(T * Kc * E);            // (T*K, n_embd) down rows
+    float* gus = ws_->take_n<float>(T * 2 * n_ff);        // (T, 2 n_ff) shared / dense gate | up
+    float* us = ws_->take_n<float>(T * n_ff);             // (T, n_ff)
+    float* ds = ws_->take_n<float>(T * E);                // (T, n_embd) shared down
+    int8_t* hq = ws_->take_n<int8_t>(T * E);              // (T, n_embd) h quantized for its next reader
+    uint2* hm = ws_->take_n<uint2>(T * E / 32 + 1);       // (T, n_embd / 32) their scales and sums
+    int8_t* uq = ws_->take_n<int8_t>(T * Kc * n_ff);      // (T*K, n_ff) u quantized for the down product
+    uint2* um = ws_->take_n<uint2>(T * Kc * n_ff / 32 + 1);  // (T*K, n_ff / 32)
+    // x += y, h = rms_norm(x) * w; for a decode step also h quantized in the mode of the
+    // product that reads it next (one launch instead of a norm and a quantize).
+    // combine set: y is that MoE combine, computed in the same launch (n_embd >= 256).
+    auto norm = [&](const float* add_y, const float* w, const DeviceMatrix& reader,
+                    const MoeCombineIn* combine = nullptr) {
+      ActRows a;
+      a.x = h;
+      a.rows = Ti;
+      const QuantType rt = reader.type;
+      const bool quantized_reader = reader.data != nullptr && T <= static_cast<uint32_t>(kMmvqMaxTokens) &&
+                                    rt != QuantType::F32 && rt != QuantType::F16 && rt != QuantType::BF16 &&
+                                    supports(rt);
+      if (quantized_reader && add_rms_norm_quant_supports(E, act_quant_for(rt))) {
+        a.quantized = true;
+        a.mode = act_quant_for(rt);
+        a.qs = hq;
+        a.meta = hm;
+        if (combine != nullptr) {
+          moe_combine_add_rms_norm(*combine, x, w, hp.rms_eps, Ti, E, h, true, a.mode, hq, hm, s);
+        } else {
+          add_rms_norm_quant(x, add_y, w, hp.rms_eps, Ti, E, h, a.mode, hq, hm, s);
+        }
+      } else if (combine != nullptr) {
+        moe_combine_add_rms_norm(*combine, x, w, hp.rms_eps, Ti, E, h, false, ActQuant::kQ8_0, nullptr, nullptr, s);
+      } else {
+        add_rms_norm(x, add_y, w, hp.rms_eps, Ti, E, h, s);
+      }
+      return a;
+    };
+    auto attn_reader = [&](const DevLayer& L) -> const DeviceMatrix& { return L.wqkv.data ? L.wqkv : L.wq; };
+    auto ffn_reader = [&](const DevLayer& L) -> const DeviceMatrix& {
+      if (L.moe) return L.gate_up_exps.data ? L.gate_up_exps : L.up_exps;
+      return L.ffn_gate_up.data ? L.ffn_gate_up : L.ffn_up;
+    };
+    const int32_t* ids_tok = nullptr;                     // (T) token ids
+    const uint32_t* pos_dev = nullptr;                    // graph step: (1) position
+    if (graph) {
+      MT_CUDA_CHECK(cudaMemcpyAsync(step_dev_.get(), pinned_step_, 2 * sizeof(uint32_t), cudaMemcpyHostToDevice, s));
+      ids_tok = step_dev_.as<int32_t>();
+      pos_dev = step_dev_.as<uint32_t>() + 1;
+    } else {
+      int32_t* ids = ws_->take_n<int32_t>(T);
+      MT_CUDA_CHECK(cudaMemcpyAsync(ids, st.host_ids, T * sizeof(int32_t), cudaMemcpyHostToDevice, s));
+      ids_tok = ids;
+    }
+    get_rows(W.token_embd.type, W.token_embd.data, W.token_embd.row_bytes, ids_tok, Ti, E, x, s);
+    ActRows hx = norm(nullptr, W.layers[0].attn_norm, attn_reader(W.layers[0]));
 
     std::vector<int32_t> host_sel;
     std::vector<float> host_wts;
     for (uint32_t l = 0; l < hp.n_layer; ++l) {
-      const DevLayer& L = m_.layers[l];
-      // Attention: norm, Q/K/V (+bias), q/k norm, RoPE, cache, attention, output.
-      rms_norm(x, E, L.attn_norm, hp.rms_eps, Ti, E, h, E, s);
-      mm(L.wq, h, Ti, q);
-      mm(L.wk, h, Ti, k);
-      mm(L.wv, h, Ti, v);
-      if (L.bq) add_bias(q, L.bq, Ti, Q, s);
-      if (L.bk) add_bias(k, L.bk, Ti, KVd, s);
-      if (L.bv) add_bias(v, L.bv, Ti, KVd, s);
-      if (arch.qk_norm == QkNorm::kPerHead) {
-        rms_norm(q, hd, L.q_norm, hp.rms_eps, Ti * static_cast<int>(hp.n_head), hd, q, hd, s);
-        rms_norm(k, hd, L.k_norm, hp.rms_eps, Ti * static_cast<int>(hp.n_head_kv), hd, k, hd, s);
-      } else if (arch.qk_norm == QkNorm::kFullWidth) {
-        rms_norm(q, Q, L.q_norm, hp.rms_eps, Ti, Q, q, Q, s);
-        rms_norm(k, KVd, L.k_norm, hp.rms_eps, Ti, KVd, k, KVd, s);
+      const DevLayer& L = W.layers[l];
+      // Attention: Q/K/V (one product when stacked), bias + q/k norm + RoPE + cache store
+      // in one launch, attention, output; then the residual add fused with the FFN norm.
+      stage("qkv");
+      AttnPrepArgs pa;
+      if (L.wqkv.data != nullptr) {
+        mm(L.wqkv, hx, qkv);
+        pa.q_src = qkv, pa.k_src = qkv + Q, pa.v_src = qkv + Q + KVd;
+        pa.q_stride = pa.k_stride = pa.v_stride = Q + 2 * KVd;
+      } else {
+        float* qr = qkv;                                   // (T, q_dim)
+        float* kr = qkv + static_cast<size_t>(T) * Q;      // (T, kv_dim)
+        float* vr = kr + static_cast<size_t>(T) * KVd;     // (T, kv_dim)
+        mm(L.wq, hx, qr);
+        mm(L.wk, hx, kr);
+        mm(L.wv, hx, vr);
+        pa.q_src = qr, pa.k_src = kr, pa.v_src = vr;
+        pa.q_stride = Q, pa.k_stride = pa.v_stride = KVd;
       }
-      const bool neox = arch.rope == RopeStyle::kNeox;
-      rope(q, Ti, static_cast<int>(hp.n_head), hd, static_cast<int>(hp.n_rot), pos_, hp.rope_freq_base,
-           hp.rope_freq_scale, neox, s);
-      rope(k, Ti, static_cast<int>(hp.n_head_kv), hd, static_cast<int>(hp.n_rot), pos_, hp.rope_freq_base,
-           hp.rope_freq_scale, neox, s);
-      kv_store(kv_type_, k, Ti, KVd, k_[l].as<uint8_t>(), kv_row_bytes_, pos_, s);
-      kv_store(kv_type_, v, Ti, KVd, v_[l].as<uint8_t>(), kv_row_bytes_, pos_, s);
+      pa.bq = L.bq, pa.bk = L.bk, pa.bv = L.bv;
+      if (arch.qk_norm == QkNorm::kPerHead) {
+        pa.q_norm = L.q_norm, pa.k_norm = L.k_norm;
+      } else if (arch.qk_norm == QkNorm::kFullWidth) {  // over the whole q / k row, after the bias
+        MT_CHECK(L.bq == nullptr && L.bk == nullptr);
+        float* qs = const_cast<float*>(pa.q_src);
+        float* ks = const_cast<float*>(pa.k_src);
+        rms_norm(qs, pa.q_stride, L.q_norm, hp.rms_eps, Ti, Q, qs, pa.q_stride, s);
+        rms_norm(ks, pa.k_stride, L.k_norm, hp.rms_eps, Ti, KVd, ks, pa.k_stride, s);
+      }
+      pa.eps = hp.rms_eps;
+      pa.n_tokens = Ti;
+      pa.n_head = static_cast<int>(hp.n_head);
+      pa.n_head_kv = static_cast<int>(hp.n_head_kv);
+      pa.head_dim = hd;
+      pa.n_rot = static_cast<int>(hp.n_rot);
+      pa.freq_base = hp.rope_freq_base;
+      pa.freq_scale = hp.rope_freq_scale;
+      pa.neox = arch.rope == RopeStyle::kNeox;
+      pa.pos0 = pos_;
+      pa.pos_dev = pos_dev;
+      pa.q_out = q;
+      pa.k_cache = k_[l].as<uint8_t>();
+      pa.v_cache = v_[l].as<uint8_t>();
+      pa.kv_type = kv_type_;
+      pa.row_bytes = kv_row_bytes_;
+      stage("attn prep");
+      attn_prep(pa, s);
+      stage("attention");
       AttentionArgs aa;
       aa.q = q;
       aa.k_cache = k_[l].as<uint8_t>();
@@ -329,62 +379,115 @@ class CudaSequence final : public Evaluator {
       aa.head_dim = hd;
       aa.pos0 = pos_;
       aa.out = att;
+      aa.pos_dev = pos_dev;
+      aa.n_kv_cap = st.graph_n_kv_cap;
       {
         const size_t mark = ws_->mark();
         attention(aa, *ws_, s);
         ws_->rewind(mark);
       }
+      stage("wo");
       mm(L.wo, att, Ti, y);
-      add(x, y, static_cast<int64_t>(T) * E, s);
+      stage("ffn norm");
+      hx = norm(y, L.ffn_norm, ffn_reader(L));
 
-      // FFN: routed experts (+ shared) or dense.
-      rms_norm(x, E, L.ffn_norm, hp.rms_eps, Ti, E, h, E, s);
+      // FFN: routed experts (+ shared) or dense, into y (or, MoE, combined in the next norm).
+      MoeCombineIn combine;
       if (L.moe) {
         const int ff = static_cast<int>(L.up_exps.n_out);
+        stage("router");
         mm(L.router, h, Ti, probs);
+        stage("router top-k");
         router_topk(probs, Ti, X, K, arch.renormalize_topk, sel, wts, s);
-        if (trace) {
+        if (st.trace) {
           host_sel.resize(static_cast<size_t>(T) * K);
           host_wts.resize(static_cast<size_t>(T) * K);
           MT_CUDA_CHECK(cudaMemcpyAsync(host_sel.data(), sel, host_sel.size() * sizeof(int32_t), cudaMemcpyDeviceToHost, s));
           MT_CUDA_CHECK(cudaMemcpyAsync(host_wts.data(), wts, host_wts.size() * sizeof(float), cudaMemcpyDeviceToHost, s));
           MT_CUDA_CHECK(cudaStreamSynchronize(s));
           for (uint32_t t = 0; t < T; ++t) {
-            trace->routing(l, pos_ + t, {&host_sel[static_cast<size_t>(t) * K], static_cast<size_t>(K)},
-                           {&host_wts[static_cast<size_t>(t) * K], static_cast<size_t>(K)});
+            st.trace->routing(l, pos_ + t, {&host_sel[static_cast<size_t>(t) * K], static_cast<size_t>(K)},
+                              {&host_wts[static_cast<size_t>(t) * K], static_cast<size_t>(K)});
           }
         }
-        if (L.gate_exps.data) mm_experts(L.gate_exps, sel, Ti, K, h, false, g);
-        mm_experts(L.up_exps, sel, Ti, K, h, false, u);
-        swiglu(L.gate_exps.data ? g : nullptr, u, static_cast<int64_t>(T) * K * ff, s);
-        mm_experts(L.down_exps, sel, Ti, K, u, true, d);
-        const bool shared = L.shexp_up.data != nullptr;
-        if (shared) {
-          const int ffs = static_cast<int>(L.shexp_up.n_out);
-          mm(L.shexp_gate, h, Ti, gs);
-          mm(L.shexp_up, h, Ti, us);
-          swiglu(gs, us, static_cast<int64_t>(T) * ffs, s);
-          mm(L.shexp_down, us, Ti, ds);
+        const int64_t slots = static_cast<int64_t>(T) * K;
+        stage("experts gate+up");
+        ActRows act;  // (T*K, ff) the down projection's input
+        act.x = u;
+        act.rows = static_cast<int>(slots);
+        const QuantType dt = L.down_exps.type;
+        const bool quant_down = T <= static_cast<uint32_t>(kMmvqMaxTokens) && dt != QuantType::F32 &&
+                                dt != QuantType::F16 && dt != QuantType::BF16 && supports(dt) &&
+                                swiglu_pairs_quant_supports(ff, act_quant_for(dt));
+        if (L.gate_up_exps.data != nullptr && quant_down) {
+          mm_experts(L.gate_up_exps, sel, K, hx, gu);
+          act.quantized = true;
+          act.mode = act_quant_for(dt);
+          act.qs = uq;
+          act.meta = um;
+          swiglu_pairs_quant(gu, slots, ff, u, act.mode, uq, um, s);
+        } else if (L.gate_up_exps.data != nullptr) {
+          mm_experts(L.gate_up_exps, sel, K, hx, gu);
+          swiglu_pairs(gu, slots, ff, u, s);
+        } else {
+          if (L.gate_exps.data) mm_experts(L.gate_exps, sel, K, hx, gu);
+          mm_experts(L.up_exps, sel, K, hx, u);
+          swiglu(L.gate_exps.data ? gu : nullptr, u, slots * ff, s);
         }
-        moe_combine(d, wts, Ti, K, E, shared ? ds : nullptr, L.shexp_gate_inp, h, y, s);
+        stage("experts down");
+        mm_experts(L.down_exps, sel, K, act, d, /*per_slot=*/true);
+        stage("shared + combine");  // moe_combine (+ the shared expert)
+        const bool shared = L.shexp_up.data != nullptr;
+        if (shared) ffn_dense(L.shexp_gate_up, L.shexp_gate, L.shexp_up, L.shexp_down, hx, gus, us, ds);
+        if (E >= 256 && add_rms_norm_quant_supports(E, ActQuant::kQ8_0)) {  // fused into the norm below
+          combine.d = d, combine.weights = wts, combine.K = K;
+          combine.d_sh = shared ? ds : nullptr, combine.gate_inp = L.shexp_gate_inp, combine.h = h;
+        } else {
+          moe_combine(d, wts, Ti, K, E, shared ? ds : nullptr, L.shexp_gate_inp, h, y, s);
+        }
       } else {
-        const int ff = static_cast<int>(L.ffn_up.n_out);
-        if (L.ffn_gate.data) mm(L.ffn_gate, h, Ti, g);
-        mm(L.ffn_up, h, Ti, u);
-        swiglu(L.ffn_gate.data ? g : nullptr, u, static_cast<int64_t>(T) * ff, s);
-        mm(L.ffn_down, u, Ti, y);
+        stage("dense ffn");
+        ffn_dense(L.ffn_gate_up, L.ffn_gate, L.ffn_up, L.ffn_down, hx, gus, us, y);
       }
-      add(x, y, static_cast<int64_t>(T) * E, s);
+      stage("add + norm");
+      // Residual add fused with the next layer's attention norm (the output norm last).
+      const MoeCombineIn* fused = combine.d != nullptr ? &combine : nullptr;
+      if (l + 1 < hp.n_layer) {
+        hx = norm(y, W.layers[l + 1].attn_norm, attn_reader(W.layers[l + 1]), fused);
+      } else {
+        hx = norm(y, W.output_norm, st.rows == T ? W.output : DeviceMatrix{}, fused);
+      }
     }
-    if (rows > 0) {
+    stage("output");
+    if (st.rows > 0) {
       const int V = static_cast<int>(hp.n_vocab);
-      float* hn = ws_->take_n<float>(static_cast<size_t>(rows) * E);
-      float* lg = ws_->take_n<float>(static_cast<size_t>(rows) * V);
-      rms_norm(x + static_cast<size_t>(T - rows) * E, E, m_.output_norm, hp.rms_eps, static_cast<int>(rows), E, hn, E, s);
-      mm(m_.output, hn, static_cast<int>(rows), lg);
-      MT_CUDA_CHECK(cudaMemcpyAsync(host_logits, lg, static_cast<size_t>(rows) * V * sizeof(float),
+      float* lg = ws_->take_n<float>(static_cast<size_t>(st.rows) * V);
+      if (st.rows == T) {
+        mm(W.output, hx, lg);
+      } else {
+        mm(W.output, h + static_cast<size_t>(T - st.rows) * E, static_cast<int>(st.rows), lg);
+      }
+      MT_CUDA_CHECK(cudaMemcpyAsync(st.host_logits, lg, static_cast<size_t>(st.rows) * V * sizeof(float),
                                     cudaMemcpyDeviceToHost, s));
     }
+    stage("end");
+  }
+
+  // out = down(silu(gate h) * up h) for a dense FFN or the shared expert; gu (T, 2 ff)
+  // and act (T, ff) are scratch.
+  void ffn_dense(const DeviceMatrix& gate_up, const DeviceMatrix& gate, const DeviceMatrix& up,
+                 const DeviceMatrix& down, const ActRows& h, float* gu, float* act, float* out) {
+    const int ff = static_cast<int>(up.n_out);
+    const int T = h.rows;
+    if (gate_up.data != nullptr) {
+      mm(gate_up, h, gu);
+      swiglu_pairs(gu, T, ff, act, m_.stream);
+    } else {
+      if (gate.data) mm(gate, h, gu);
+      mm(up, h, act);
+      swiglu(gate.data ? gu : nullptr, act, static_cast<int64_t>(T) * ff, m_.stream);
+    }
+    mm(down, act, T, out);
   }
 
   CudaModel::Impl& m_;
@@ -395,9 +498,14 @@ class CudaSequence final : public Evaluator {
   std::unique_ptr<Workspace> ws_;
   uint32_t ws_tokens_ = 0;
   bool graphs_ = false;                 // decode tokens through CUDA graphs
-  int32_t* pinned_id_ = nullptr;        // (1) pinned
+  uint32_t* pinned_step_ = nullptr;     // (2) pinned: token id, position
   float* pinned_logits_ = nullptr;      // (n_vocab) pinned
+  DeviceBuffer step_dev_;               // (2) the graph's copy of pinned_step_
   cudaGraphExec_t exec_ = nullptr;
+  uint32_t graph_cap_ = 0;              // n_kv_cap exec_ was captured for
+  StageTimer timer_;                    // MOETIER_CUDA_PROFILE=1
+  StageTimer graph_timer_{"cuda stage times in the decode graph"};
+  uint32_t micro_batch_ = CudaModel::kMicroBatch;  // MOETIER_CUDA_UBATCH overrides (tuning)
 };
 
 }  // namespace
@@ -405,7 +513,7 @@ class CudaSequence final : public Evaluator {
 CudaModel::CudaModel(const Model& m, std::unique_ptr<Impl> impl) : model_(m), impl_(std::move(impl)) {}
 CudaModel::~CudaModel() = default;
 
-uint64_t CudaModel::weight_bytes() const { return impl_->used; }
+uint64_t CudaModel::weight_bytes() const { return impl_->w.bytes(); }
 
 StatusOr<std::unique_ptr<CudaModel>> CudaModel::load(const Model& model, const CudaOptions& options) {
   MT_ASSIGN_OR_RETURN(DeviceMemory mem, device_memory(options.device));
@@ -423,14 +531,12 @@ StatusOr<std::unique_ptr<CudaModel>> CudaModel::load(const Model& model, const C
   impl->hp = model.hparams();
   impl->arch = &arch_info(model.hparams().arch);
   MT_CUDA_CHECK(cudaSetDevice(options.device));
-  impl->upload(model, /*dry=*/true);
-  const uint64_t need = impl->used;
+  const uint64_t need = DeviceWeights::bytes_needed(model);
   if (need > mem.free) {
     return out_of_range("the weights need " + std::to_string(need) + " bytes of device memory, " + mem.name + " has " +
                         std::to_string(mem.free) + " free");
   }
-  impl->weights = DeviceBuffer(need);
-  impl->upload(model, /*dry=*/false);
+  impl->w.upload(model);
   MT_CUDA_CHECK(cudaStreamCreateWithFlags(&impl->stream, cudaStreamNonBlocking));
   return std::unique_ptr<CudaModel>(new CudaModel(model, std::move(impl)));
 }

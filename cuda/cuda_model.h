@@ -1,9 +1,12 @@
 // The whole model on one GPU: every weight uploaded in its GGUF layout, the KV cache in
 // device memory, the forward pass as the CPU's (model/) with each step's operations
 // launched on one stream (cuda/ops.h, cuda/matmul.h). A prompt is run in micro-batches of
-// kMicroBatch tokens; logits come back for the rows asked. Decode is launch-bound today
-// (~30 launches per layer); a CUDA-graph path exists behind MOETIER_CUDA_GRAPHS=1. A Trace receives the routing
-// (ids and weights copied back per MoE layer); tensor dumps are CPU-only.
+// kMicroBatch tokens (MOETIER_CUDA_UBATCH overrides it); logits come back for the rows
+// asked. Decode tokens replay a captured CUDA graph (the position read on the device;
+// MOETIER_CUDA_GRAPHS=0 turns it off) over weights laid out for few launches
+// (cuda/device_weights.h) and fused ops (cuda/ops.h). A Trace receives the routing (ids
+// and weights copied back per MoE layer; such steps are not graphed); tensor dumps are
+// CPU-only. MOETIER_CUDA_PROFILE=1 prints where the device time went (cuda/stage_timer.h).
 // Host-only header: callers never see CUDA types.
 #pragma once
 
@@ -22,7 +25,7 @@ struct CudaOptions {
 
 class CudaModel {
  public:
-  static constexpr uint32_t kMicroBatch = 512;
+  static constexpr uint32_t kMicroBatch = 2048;
 
   // Uploads every weight of `model`, which must have been loaded with
   // LoadOptions::interleave = false (the device reads the file's layout). Errors: no

@@ -21,6 +21,7 @@
 #include <cstdint>
 
 #include "cuda/memory.h"
+#include "cuda/mmvq_kernels.h"
 #include "quant/types.h"
 
 namespace mt::cuda {
@@ -51,6 +52,24 @@ void matmul(const DeviceMatrix& w, int64_t mat, const float* x, int n_tokens, fl
             cudaStream_t stream);
 void matmul_experts(const DeviceMatrix& w, const int32_t* ids, int n_tokens, int K, const float* x, bool x_per_slot,
                     float* y, Workspace& ws, cudaStream_t stream);
+
+// Activation rows that may already be quantized (by add_rms_norm_quant, cuda/ops.h): a
+// product whose kernel is mmvq and whose weight type pairs with `mode` (act_quant_for)
+// reads qs / meta instead of quantizing x again; any other product reads x. Same
+// results either way (the quantization is the same function of x).
+struct ActRows {
+  const float* x = nullptr;  // (rows, n_in) f32
+  int rows = 0;
+  bool quantized = false;
+  ActQuant mode = ActQuant::kQ8_0;
+  const int8_t* qs = nullptr;  // (rows, n_in)
+  const uint2* meta = nullptr; // (rows, n_in / 32)
+};
+void matmul(const DeviceMatrix& w, const ActRows& x, float* y, Workspace& ws, cudaStream_t stream);
+// Routed: x_per_slot false, every expert of token t reads row t (x.rows = tokens); true,
+// slot s reads row s (x.rows = tokens * K).
+void matmul_experts(const DeviceMatrix& w, const int32_t* ids, int K, const ActRows& x, bool x_per_slot, float* y,
+                    Workspace& ws, cudaStream_t stream);
 
 // Workspace bytes the calls above may take for these shapes (the executor sizes its
 // workspace with the largest over its matrices).

@@ -54,9 +54,12 @@ void check_matrix(const DeviceMatrix& w) {
 }
 
 // The largest power of two <= 16 dividing the address of every block of every matrix.
+// Float weights are read 8 elements (16 or 32 bytes) at a time from 8-element boundaries,
+// so their element size does not cap it (it did: F32's 4 sent every F32 matrix, routers
+// included, down the one-element-per-lane path).
 int block_alignment(const DeviceMatrix& w) {
-  const uint64_t bits = reinterpret_cast<uintptr_t>(w.data) | w.row_bytes | (w.n_mat > 1 ? w.matrix_bytes : 0) |
-                        type_traits(w.type).block_bytes;
+  const uint64_t unit = is_float(w.type) ? 16 : type_traits(w.type).block_bytes;
+  const uint64_t bits = reinterpret_cast<uintptr_t>(w.data) | w.row_bytes | (w.n_mat > 1 ? w.matrix_bytes : 0) | unit;
   int a = 16;
   while (a > 1 && bits % static_cast<uint64_t>(a) != 0) a /= 2;
   return a;
@@ -64,6 +67,7 @@ int block_alignment(const DeviceMatrix& w) {
 
 uint64_t round_up(uint64_t v, uint64_t m) { return (v + m - 1) / m * m; }
 
+// The quantized activation rows (any ActQuant): qs (rows, n_in) int8, meta (rows, n_in / 32) uint2.
 uint64_t q8_1_qs_bytes(int rows, int64_t n_in) { return static_cast<uint64_t>(rows) * static_cast<uint64_t>(n_in); }
 uint64_t q8_1_meta_bytes(int rows, int64_t n_in) { return q8_1_qs_bytes(rows, n_in) / 32 * sizeof(uint2); }
 
@@ -80,7 +84,8 @@ MmvqArgs base_args(const DeviceMatrix& w, float* y) {
   return a;
 }
 
-// The activation rows as the kernels read them: f32 as given, or Q8_1 in the workspace.
+// The activation rows as the kernels read them: f32 as given, or quantized in the
+// workspace to the format the CPU pairs with the weight type (act_quant_for).
 void set_activations(MmvqArgs& a, QuantType type, const float* x, int rows, Workspace& ws, cudaStream_t stream) {
   a.x = x;
   a.x_aligned16 = reinterpret_cast<uintptr_t>(x) % 16 == 0;
@@ -88,7 +93,7 @@ void set_activations(MmvqArgs& a, QuantType type, const float* x, int rows, Work
   Q8_1Rows q;
   q.qs = static_cast<int8_t*>(ws.take(q8_1_qs_bytes(rows, a.n_in), 256));
   q.meta = static_cast<uint2*>(ws.take(q8_1_meta_bytes(rows, a.n_in), 256));
-  launch_quantize_q8_1(x, rows, a.n_in, q, stream);
+  launch_quantize_act(x, rows, a.n_in, act_quant_for(type), q, stream);
   a.xq = q.qs;
   a.xmeta = q.meta;
 }
@@ -103,10 +108,10 @@ size_t mmvq_workspace_bytes(const DeviceMatrix& w, int n_tokens, int K) {
   return round_up(q8_1_qs_bytes(rows, w.n_in), 256) + round_up(q8_1_meta_bytes(rows, w.n_in), 256) + 256;
 }
 
-void quantize_q8_1(const float* x, int rows, int n_in, int8_t* qs, uint32_t* meta, cudaStream_t stream) {
-  MT_CHECK(rows >= 0 && rows <= kMaxGridY && n_in > 0 && n_in % 32 == 0);
+void quantize_act(const float* x, int rows, int n_in, ActQuant mode, int8_t* qs, uint2* meta, cudaStream_t stream) {
+  MT_CHECK(rows >= 0 && n_in > 0 && n_in % (mode == ActQuant::kQ8_K ? 256 : 32) == 0);
   MT_CHECK(reinterpret_cast<uintptr_t>(qs) % 16 == 0 && reinterpret_cast<uintptr_t>(meta) % 8 == 0);
-  launch_quantize_q8_1(x, rows, n_in, {qs, reinterpret_cast<uint2*>(meta)}, stream);
+  launch_quantize_act(x, rows, n_in, mode, {qs, meta}, stream);
 }
 
 void mmvq(const DeviceMatrix& w, int64_t mat, const float* x, int n_tokens, float* y, Workspace& ws,
@@ -120,6 +125,36 @@ void mmvq(const DeviceMatrix& w, int64_t mat, const float* x, int n_tokens, floa
   a.n_tokens = n_tokens;
   a.n_slots = 1;
   set_activations(a, w.type, x, n_tokens, ws, stream);
+  launcher(w.type)(a, stream);
+}
+
+void mmvq_quantized(const DeviceMatrix& w, int64_t mat, const int8_t* qs, const uint2* meta, int n_tokens, float* y,
+                    cudaStream_t stream) {
+  check_matrix(w);
+  MT_CHECK(!is_float(w.type) && n_tokens >= 0 && n_tokens <= kMmvqMaxTokens && mat >= 0 && mat < w.n_mat);
+  if (n_tokens == 0 || w.n_out == 0) return;
+  MmvqArgs a = base_args(w, y);
+  a.mat = mat;
+  a.n_tokens = n_tokens;
+  a.n_slots = 1;
+  a.xq = qs;
+  a.xmeta = meta;
+  launcher(w.type)(a, stream);
+}
+
+void mmvq_experts_quantized(const DeviceMatrix& w, const int32_t* ids, int n_tokens, int K, const int8_t* qs,
+                            const uint2* meta, bool x_per_slot, float* y, cudaStream_t stream) {
+  check_matrix(w);
+  MT_CHECK(!is_float(w.type) && n_tokens >= 0 && K >= 1 && static_cast<int64_t>(n_tokens) * K <= kMaxGridY);
+  if (n_tokens == 0 || w.n_out == 0) return;
+  MmvqArgs a = base_args(w, y);
+  a.ids = ids;
+  a.K = K;
+  a.x_per_slot = x_per_slot;
+  a.n_tokens = 1;
+  a.n_slots = n_tokens * K;
+  a.xq = qs;
+  a.xmeta = meta;
   launcher(w.type)(a, stream);
 }
 

@@ -5,9 +5,12 @@
 // A weight type plugs in through MmvqType<Block> (cuda/mmvq_simple.cuh, mmvq_kquants.cuh):
 // kBytes, kElems, kTasks (tasks per block, 32 or 64 weights each) and three steps of a
 // task `sub` of a block: decode<A>(block, sub) -> Codes (the weights as int8 codes and
-// scales), load(x, q0, sub) -> Act (the activation quants it meets, q0 = the block's
-// first Q8_1 block) and dot(Codes, Act) -> float. Each lane decodes R = 2 rows' blocks
-// and loads each token's activations once for both: half the L1 traffic of one row.
+// scales), load(x, q0, sub) -> Act (the activation quants it meets and their scales, q0 =
+// the first 32-element activation block under the weight block) and dot(Codes, Act) ->
+// float. The activations are in the format the CPU pairs with the weight type (Q8_0,
+// Q8_1 or Q8_K: cuda/mmvq_kernels.h ActQuant), so a task's integer sums are the CPU's.
+// Each lane decodes R = 2 rows' blocks and loads each token's activations once for
+// both: half the L1 traffic of one row.
 // Consecutive lanes take consecutive tasks, so a warp reads contiguous stretches of its
 // rows. Rows with fewer tasks than a warp has lanes (MoE down projections: 768 inputs)
 // share a warp: L = 16 or 8 lanes per row group, the reduction staying inside each
@@ -34,6 +37,7 @@
 
 #include "cuda/check.h"
 #include "cuda/mmvq_kernels.h"
+#include "quant/fp16.h"
 
 #define MT_HD __host__ __device__ __forceinline__
 
@@ -209,7 +213,7 @@ MT_HD void ld_words(const uint8_t* p, uint32_t (&w)[N]) {
   }
 }
 
-// ---- activations: one token's Q8_1 row (cuda/mmvq_kernels.h Q8_1Rows layout)
+// ---- activations: one token's quantized row (cuda/mmvq_kernels.h Q8_1Rows layout)
 
 struct ActRow {
   const int8_t* qs;
@@ -225,14 +229,36 @@ MT_HD void act_words(const ActRow& x, int e, uint32_t (&a)[N]) {
     a[4 * i] = v.x, a[4 * i + 1] = v.y, a[4 * i + 2] = v.z, a[4 * i + 3] = v.w;
   }
 }
-// Block q's scale d, half-rounded sum s = d * sum(q), and exact int sums of its halves.
+// 32-element block q's scale d (Q8_K: its 256-block's) and the exact int sums of its
+// quants 0..15 and 16..31.
 struct ActMeta {
-  float d, s;
+  float d;
   int sum_lo, sum_hi;
 };
 MT_HD ActMeta act_meta(const ActRow& x, int q) {
   const uint2 m = ldg(x.meta + q);
-  return {h2f(m.x), h2f(m.x >> 16), static_cast<int16_t>(m.y & 0xFFFFu), static_cast<int16_t>(m.y >> 16)};
+  return {bits_to_float(m.x), static_cast<int16_t>(m.y & 0xFFFFu), static_cast<int16_t>(m.y >> 16)};
+}
+// Block q's scale d alone.
+MT_HD float act_d(const ActRow& x, int q) { return bits_to_float(ldg(reinterpret_cast<const uint32_t*>(x.meta + q))); }
+
+// float(fp16(v)), round to nearest even (quant/fp16.h fp32_to_fp16 on the host).
+MT_HD float round_to_half(float v) {
+#ifdef __CUDA_ARCH__
+  return __half2float(__float2half_rn(v));
+#else
+  return h2f(fp32_to_fp16(v));
+#endif
+}
+// The s = d * sum(q) of a Q8_1 block (Q4_1 / Q5_1 add m_w * s), rounded to half as
+// BlockQ8_1 stores it. d here is the meta's half-rounded d, the reference's the f32 d
+// before rounding, so the two can differ by d's rounding (cuda/mmvq_kernels.h).
+MT_HD float act_s(float d, int sum) {
+#ifdef __CUDA_ARCH__
+  return round_to_half(__fmul_rn(static_cast<float>(sum), d));
+#else
+  return round_to_half(static_cast<float>(sum) * d);
+#endif
 }
 
 template <int N>

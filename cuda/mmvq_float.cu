@@ -120,15 +120,63 @@ __global__ void __launch_bounds__(kThreads) mmvq_float_kernel(const MmvqArgs p) 
   }
 }
 
+// Few rows (a router: 128 x 2048 f32): a warp per row would leave most of the GPU idle
+// and walk each row in dependent steps, so here a CTA of kSplitThreads takes one row of
+// a dense product and each thread 8 consecutive weights per step (16-byte loads), the
+// CTA's partial sums added through shared memory. Grid (n_out).
+constexpr int kSplitThreads = 256;
+constexpr int64_t kSplitMaxRows = 1024;
+
+template <class W, int NT>
+__global__ void __launch_bounds__(kSplitThreads) mmvq_float_split_kernel(const MmvqArgs p) {
+  using F = FloatType<W>;
+  __shared__ float part[NT][kSplitThreads / 32];
+  const int64_t row = blockIdx.x;
+  const uint8_t* wrow = p.w + static_cast<uint64_t>(p.mat) * p.matrix_bytes + static_cast<uint64_t>(row) * p.row_bytes;
+  float acc[NT];
+  for (int t = 0; t < NT; ++t) acc[t] = 0.f;
+#pragma unroll 2
+  for (int i = 8 * static_cast<int>(threadIdx.x); i < p.n_in; i += 8 * kSplitThreads) {
+    float w[8];
+    F::eight(wrow, i, w);
+    for (int t = 0; t < NT; ++t) {
+      const float* xr = p.x + static_cast<int64_t>(t) * p.n_in + i;
+      float4 x0 = __ldg(reinterpret_cast<const float4*>(xr));
+      float4 x1 = __ldg(reinterpret_cast<const float4*>(xr) + 1);
+      x0 = {F::act(x0.x), F::act(x0.y), F::act(x0.z), F::act(x0.w)};
+      x1 = {F::act(x1.x), F::act(x1.y), F::act(x1.z), F::act(x1.w)};
+      float sacc = acc[t];
+      sacc = fmaf(w[0], x0.x, sacc), sacc = fmaf(w[1], x0.y, sacc), sacc = fmaf(w[2], x0.z, sacc);
+      sacc = fmaf(w[3], x0.w, sacc), sacc = fmaf(w[4], x1.x, sacc), sacc = fmaf(w[5], x1.y, sacc);
+      sacc = fmaf(w[6], x1.z, sacc), sacc = fmaf(w[7], x1.w, sacc);
+      acc[t] = sacc;
+    }
+  }
+  const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) / 32;
+  for (int t = 0; t < NT; ++t) {
+    const float v = group_sum<32>(acc[t]);
+    if (lane == 0) part[t][warp] = v;
+  }
+  __syncthreads();
+  if (threadIdx.x < NT) {
+    float total = 0.f;
+    for (int w = 0; w < kSplitThreads / 32; ++w) total += part[threadIdx.x][w];
+    p.y[static_cast<int64_t>(threadIdx.x) * p.n_out + row] = total;
+  }
+}
+
 // Vector path (16), element-aligned scalar path (kBytes), or byte loads (1).
 template <class W>
 void launch_float(const MmvqArgs& a, cudaStream_t stream) {
   constexpr int kNatural = FloatType<W>::kBytes;
   const bool vec = a.align >= 16 && a.n_in % 8 == 0 && a.x_aligned16;
   const bool natural = a.align >= kNatural;
+  const bool split = vec && a.ids == nullptr && a.n_slots == 1 && a.n_out <= kSplitMaxRows;
   with_tokens(a.n_tokens, [&](auto nt) {
     constexpr int NT = decltype(nt)::value;
-    if (vec) {
+    if (split) {
+      mmvq_float_split_kernel<W, NT><<<static_cast<unsigned>(a.n_out), kSplitThreads, 0, stream>>>(a);
+    } else if (vec) {
       mmvq_float_kernel<W, 16, NT><<<mmvq_grid(a, 32, FloatType<W>::kRows), kThreads, 0, stream>>>(a);
     } else if (natural) {
       mmvq_float_kernel<W, kNatural, NT><<<mmvq_grid(a, 32, FloatType<W>::kRows), kThreads, 0, stream>>>(a);

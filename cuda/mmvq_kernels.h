@@ -1,5 +1,5 @@
 // The launch interface between cuda/mmvq.cpp (host dispatch, C++20) and the kernel files
-// cuda/mmvq_*.cu (compiled as CUDA C++17, so this header includes nothing newer).
+// cuda/mmvq_*.cu (CUDA C++20).
 //
 // One MmvqArgs describes either a dense product (ids == nullptr: matrix `mat`, n_tokens
 // activation rows, Y rows 0..n_tokens-1, each weight row read once for all tokens) or a
@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "quant/blocks.h"
+#include "quant/types.h"
 
 namespace mt::cuda {
 
@@ -22,12 +23,27 @@ struct WeightF32 {};
 struct WeightF16 {};
 struct WeightBF16 {};
 
-// Activations quantized to Q8_1, stored as two arrays per row (structure of arrays, so
+// Activations quantized to int8, stored as two arrays per row (structure of arrays, so
 // the int8 quants of every row are 16-byte aligned for vector loads):
 //   qs:   (rows, n_in) int8, row r at qs + r * n_in
-//   meta: (rows, n_in / 32) uint2 per 32-element block: x = half d | half s << 16
-//         (s = d * sum of the block's quants, exactly quant/'s reference Q8_1 block),
-//         y = the exact int16 sums of quants 0..15 | 16..31 << 16 (the K-quant min terms).
+//   meta: (rows, n_in / 32) uint2 per 32-element block:
+//         x = the f32 bits of the block's scale d (the value = d * q),
+//         y = the exact int16 sums of quants 0..15 | 16..31 << 16.
+// The quants and d are bit-exact with the activation type the CPU pairs with the weight
+// type (cpu/kernels.h), so the integer dot products equal the CPU's:
+//   kQ8_0 (Q4_0, Q5_0, Q8_0, IQ4_NL, MXFP4): per 32, d = float(fp16(amax / 127)),
+//          q = roundf(x * (1 / (amax / 127))) clamped to +-127, i.e. from the f32 d
+//          before its rounding (quant/ quantize_block(BlockQ8_0)); NaN counts as 0;
+//   kQ8_1 (Q4_1, Q5_1): the same quants and d; a kernel that wants the block's s uses
+//          float(fp16(d * sum)), sum = the two int16 halves added, as BlockQ8_1 stores
+//          it. Not bit-exact: BlockQ8_1 multiplies the f32 d before its rounding to
+//          half, so this s is off by d's rounding (relative <= 2^-11, more once d is
+//          a half subnormal, amax < 127 * 2^-14), usually zero or one half ulp;
+//   kQ8_K (Q2_K..Q6_K, IQ4_XS): per 256, iscale = -127 / (the signed value of largest
+//          magnitude), q = nearest_int(iscale * x) clamped to -128..127, d = 1 / iscale
+//          (f32), the same d in the 8 entries of the 256 block (BlockQ8_K).
+// A float weight type (F32, F16, BF16) reads f32 activations instead.
+enum class ActQuant { kQ8_0, kQ8_1, kQ8_K };
 struct Q8_1Rows {
   int8_t* qs = nullptr;
   uint2* meta = nullptr;
@@ -74,7 +90,10 @@ template <> void launch_mmvq<BlockQ5_K>(const MmvqArgs&, cudaStream_t);
 template <> void launch_mmvq<BlockQ6_K>(const MmvqArgs&, cudaStream_t);
 template <> void launch_mmvq<BlockIQ4_XS>(const MmvqArgs&, cudaStream_t);
 
-// x (rows, n_in) f32 -> Q8_1Rows; n_in a multiple of 32.
-void launch_quantize_q8_1(const float* x, int rows, int n_in, Q8_1Rows out, cudaStream_t stream);
+// The activation quantization paired with a quantized weight type (cpu/kernels.h).
+ActQuant act_quant_for(QuantType weight);
+// x (rows, n_in) f32 -> Q8_1Rows in `mode`; n_in a multiple of 32 (kQ8_K: of 256); any
+// number of rows; qs and meta 8-byte aligned.
+void launch_quantize_act(const float* x, int rows, int n_in, ActQuant mode, Q8_1Rows out, cudaStream_t stream);
 
 }  // namespace mt::cuda

@@ -1,13 +1,14 @@
 // MMVQ per-task dot products of the 256-element super-blocks (Q2_K, Q3_K, Q4_K, Q5_K,
 // Q6_K, IQ4_XS): four tasks of 64 weights per block, each task a contiguous 16 or 32
-// bytes of the block's quants, matched against the Q8_1 activation blocks those weights
-// fall in.
+// bytes of the block's quants, matched against the Q8_K activations (one d per 256
+// elements, cuda/mmvq_kernels.h) those weights meet.
 //
-// The arithmetic is cpu/k_quants_scalar.cpp's with a per-32 activation scale: per
-// (sub-block scale, activation block) the int32 dot of codes and quants times the
-// sub-block scale, times d_a, summed in float, times d_w; minus dmin * d_a * min * (the
-// exact int sum of those activation quants, stored by the quantizer) for Q2_K, Q4_K and
-// Q5_K. Packed scales are unpacked branch-free four at a time (as cpu/k_quants_scales.h).
+// The arithmetic is cpu/k_quants_scalar.cpp's, cut into tasks: per task the int32 sum
+// over its sub-blocks of scale x dot(codes, quants) and (Q2_K, Q4_K, Q5_K) the int32 sum
+// of min x (the exact int sum of those activation quants, the CPU's bsums), then
+// d_a * d_w * float(sumi) - d_a * dmin * float(summ) in float. The CPU forms the same
+// int sums over the whole super-block; the two differ only in float summation order.
+// Packed scales are unpacked branch-free four at a time (as cpu/k_quants_scales.h).
 // Task maps (element indices inside the super-block, layouts as
 // shared/reference/quant_formats.md):
 //   Q2_K/Q3_K  task = (half h, 16-byte half g): bytes qs[32h + 16g, +16) hold, for shift
@@ -32,37 +33,57 @@ namespace mt::cuda::mmvq_detail {
 MT_HD int byte_at(uint32_t w, int k) { return static_cast<int>((w >> (8 * k)) & 0xFFu); }
 MT_HD int sbyte_at(uint32_t w, int k) { return static_cast<int8_t>(w >> (8 * k)); }
 
-// Q2_K / Q3_K activations of a task: for shift k, 16 quants of block q1 + k at 16g.
+// Q2_K / Q3_K activations of a task: for shift k, 16 quants of 32-block q1 + k at 16g;
+// d is the super-block's. kSums (Q2_K): also the exact sum of each of those 16.
 struct Act16x4 {
   uint32_t a[4][4];
-  float d[4];
-  int sum[4];  // the exact sum of those 16 quants
+  float d;
+  int sum[4];  // kSums only
 };
+template <bool kSums>
 MT_HD Act16x4 load_16x4(const ActRow& x, int q1, int g) {
   Act16x4 r;
-  for (int k = 0; k < 4; ++k) {
-    act_words<4>(x, 32 * (q1 + k) + 16 * g, r.a[k]);
-    const ActMeta m = act_meta(x, q1 + k);
-    r.d[k] = m.d;
-    r.sum[k] = g != 0 ? m.sum_hi : m.sum_lo;
+  for (int k = 0; k < 4; ++k) act_words<4>(x, 32 * (q1 + k) + 16 * g, r.a[k]);
+  if constexpr (kSums) {
+    for (int k = 0; k < 4; ++k) {
+      const ActMeta m = act_meta(x, q1 + k);
+      r.sum[k] = g != 0 ? m.sum_hi : m.sum_lo;
+      if (k == 0) r.d = m.d;
+    }
+  } else {
+    r.d = act_d(x, q1);
+    for (int k = 0; k < 4; ++k) r.sum[k] = 0;
   }
   return r;
 }
 
-// Q4_K, Q5_K, Q6_K, IQ4_XS activations of a task: whole Q8_1 blocks qa and qb.
+// Q4_K, Q5_K, Q6_K, IQ4_XS activations of a task: whole 32-blocks qa and qb of one
+// super-block (d its scale). kSums (Q4_K, Q5_K): also the exact sums of their quants.
 struct Act2x32 {
   uint32_t a[8], b[8];
-  float da, db;
-  int suma, sumb;
+  float d;
+  int suma, sumb;  // kSums only
 };
+template <bool kSums>
 MT_HD Act2x32 load_2x32(const ActRow& x, int qa, int qb) {
   Act2x32 r;
   act_words<8>(x, 32 * qa, r.a);
   act_words<8>(x, 32 * qb, r.b);
-  const ActMeta ma = act_meta(x, qa), mb = act_meta(x, qb);
-  r.da = ma.d, r.db = mb.d;
-  r.suma = ma.sum_lo + ma.sum_hi, r.sumb = mb.sum_lo + mb.sum_hi;
+  if constexpr (kSums) {
+    const ActMeta ma = act_meta(x, qa), mb = act_meta(x, qb);
+    r.d = ma.d;
+    r.suma = ma.sum_lo + ma.sum_hi, r.sumb = mb.sum_lo + mb.sum_hi;
+  } else {
+    r.d = act_d(x, qa);
+    r.suma = r.sumb = 0;
+  }
   return r;
+}
+
+// A task's share of cpu/k_quants_scalar.cpp block_sum.
+MT_HD float task_sum(float da, float d, int sumi) { return da * d * static_cast<float>(sumi); }
+MT_HD float task_sum(float da, float d, float dmin, int sumi, int summ) {
+  return da * d * static_cast<float>(sumi) - da * dmin * static_cast<float>(summ);
 }
 
 template <>
@@ -89,15 +110,15 @@ struct MmvqType<BlockQ2_K> {  // scales@0 qs@16 d@80 dmin@82
     r.dmin = h2f(ld_u16<align_at(A, 82)>(b + 82));
     return r;
   }
-  MT_HD static Act load(const ActRow& x, int q0, int t) { return load_16x4(x, q0 + 4 * (t >> 1), t & 1); }
+  MT_HD static Act load(const ActRow& x, int q0, int t) { return load_16x4<true>(x, q0 + 4 * (t >> 1), t & 1); }
   MT_HD static float dot(const Codes& c, const Act& a) {
-    float sd = 0.f, sm = 0.f;
+    int sumi = 0, summ = 0;
     for (int k = 0; k < 4; ++k) {
       const int sc = byte_at(c.sc, k);
-      sd += a.d[k] * static_cast<float>(dot_words<4>(c.v[k], a.a[k]) * (sc & 0xF));
-      sm += a.d[k] * static_cast<float>(a.sum[k] * (sc >> 4));
+      sumi += dot_words<4>(c.v[k], a.a[k]) * (sc & 0xF);
+      summ += a.sum[k] * (sc >> 4);
     }
-    return c.d * sd - c.dmin * sm;
+    return task_sum(a.d, c.d, c.dmin, sumi, summ);
   }
 };
 
@@ -133,13 +154,11 @@ struct MmvqType<BlockQ3_K> {  // hmask@0 qs@32 scales@96 d@108
     r.d = h2f(ld_u16<align_at(A, 108)>(b + 108));
     return r;
   }
-  MT_HD static Act load(const ActRow& x, int q0, int t) { return load_16x4(x, q0 + 4 * (t >> 1), t & 1); }
+  MT_HD static Act load(const ActRow& x, int q0, int t) { return load_16x4<false>(x, q0 + 4 * (t >> 1), t & 1); }
   MT_HD static float dot(const Codes& c, const Act& a) {
-    float sd = 0.f;
-    for (int k = 0; k < 4; ++k) {
-      sd += a.d[k] * static_cast<float>(dot_words<4>(c.v[k], a.a[k]) * (byte_at(c.sc, k) - 32));
-    }
-    return c.d * sd;
+    int sumi = 0;
+    for (int k = 0; k < 4; ++k) sumi += dot_words<4>(c.v[k], a.a[k]) * (byte_at(c.sc, k) - 32);
+    return task_sum(a.d, c.d, sumi);
   }
 };
 
@@ -158,10 +177,9 @@ MT_HD uint32_t scale_min_pair(const uint32_t (&u)[3], int c) {
   return byte_perm(sw, mw, (c & 1) != 0 ? 0x7632u : 0x5410u);
 }
 MT_HD float dot_q45(const CodesQ45& c, const Act2x32& a) {
-  const float sd = a.da * static_cast<float>(dot_words<8>(c.lo, a.a) * byte_at(c.sm, 0)) +
-                   a.db * static_cast<float>(dot_words<8>(c.hi, a.b) * byte_at(c.sm, 1));
-  const float sm = a.da * static_cast<float>(a.suma * byte_at(c.sm, 2)) + a.db * static_cast<float>(a.sumb * byte_at(c.sm, 3));
-  return c.d * sd - c.dmin * sm;
+  const int sumi = dot_words<8>(c.lo, a.a) * byte_at(c.sm, 0) + dot_words<8>(c.hi, a.b) * byte_at(c.sm, 1);
+  const int summ = a.suma * byte_at(c.sm, 2) + a.sumb * byte_at(c.sm, 3);
+  return task_sum(a.d, c.d, c.dmin, sumi, summ);
 }
 
 template <>
@@ -185,7 +203,7 @@ struct MmvqType<BlockQ4_K> {  // d@0 dmin@2 scales@4 qs@16
     r.dmin = h2f(dm[0] >> 16);
     return r;
   }
-  MT_HD static Act load(const ActRow& x, int q0, int c) { return load_2x32(x, q0 + 2 * c, q0 + 2 * c + 1); }
+  MT_HD static Act load(const ActRow& x, int q0, int c) { return load_2x32<true>(x, q0 + 2 * c, q0 + 2 * c + 1); }
   MT_HD static float dot(const Codes& c, const Act& a) { return dot_q45(c, a); }
 };
 
@@ -211,7 +229,7 @@ struct MmvqType<BlockQ5_K> {  // d@0 dmin@2 scales@4 qh@16 qs@48
     r.dmin = h2f(dm[0] >> 16);
     return r;
   }
-  MT_HD static Act load(const ActRow& x, int q0, int c) { return load_2x32(x, q0 + 2 * c, q0 + 2 * c + 1); }
+  MT_HD static Act load(const ActRow& x, int q0, int c) { return load_2x32<true>(x, q0 + 2 * c, q0 + 2 * c + 1); }
   MT_HD static float dot(const Codes& c, const Act& a) { return dot_q45(c, a); }
 };
 
@@ -241,12 +259,12 @@ struct MmvqType<BlockQ6_K> {  // ql@0 qh@128 scales@192 d@208
   }
   MT_HD static Act load(const ActRow& x, int q0, int t) {
     const int qa = q0 + 4 * (t >> 1) + (t & 1);
-    return load_2x32(x, qa, qa + 2);
+    return load_2x32<false>(x, qa, qa + 2);
   }
   MT_HD static float dot(const Codes& c, const Act& a) {
     const int ia = dot_words<4>(c.lo, a.a) * sbyte_at(c.sc, 0) + dot_words<4>(c.lo + 4, a.a + 4) * sbyte_at(c.sc, 1);
     const int ib = dot_words<4>(c.hi, a.b) * sbyte_at(c.sc, 2) + dot_words<4>(c.hi + 4, a.b + 4) * sbyte_at(c.sc, 3);
-    return c.d * (a.da * static_cast<float>(ia) + a.db * static_cast<float>(ib));
+    return task_sum(a.d, c.d, ia + ib);
   }
 };
 
@@ -272,10 +290,9 @@ struct MmvqType<BlockIQ4_XS> {  // d@0 scales_h@2 scales_l@4 qs@8
     r.d = h2f(hdr[0]);
     return r;
   }
-  MT_HD static Act load(const ActRow& x, int q0, int t) { return load_2x32(x, q0 + 2 * t, q0 + 2 * t + 1); }
+  MT_HD static Act load(const ActRow& x, int q0, int t) { return load_2x32<false>(x, q0 + 2 * t, q0 + 2 * t + 1); }
   MT_HD static float dot(const Codes& c, const Act& a) {
-    return c.d * (a.da * static_cast<float>(dot_words<8>(c.c, a.a) * c.ls0) +
-                  a.db * static_cast<float>(dot_words<8>(c.c + 8, a.b) * c.ls1));
+    return task_sum(a.d, c.d, dot_words<8>(c.c, a.a) * c.ls0 + dot_words<8>(c.c + 8, a.b) * c.ls1);
   }
 };
 

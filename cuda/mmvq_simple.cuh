@@ -1,8 +1,10 @@
 // MMVQ per-task dot products of the 32-element formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
-// IQ4_NL, MXFP4): one task is one block against one Q8_1 activation block.
+// IQ4_NL, MXFP4): one task is one block against one 32-element activation block (Q8_0;
+// Q8_1 for Q4_1 / Q5_1: the same quants and d, cuda/mmvq_kernels.h).
 //
 // The arithmetic is cpu/simple_scalar.cpp's: per block the int32 sum of weight code x
-// activation quant, times float(d_w) * float(d_a), plus m_w * s_a for Q4_1 / Q5_1.
+// activation quant, times float(d_w) * float(d_a), plus m_w * s_a for Q4_1 / Q5_1 with
+// s_a = float(fp16(d_a * sum of the block's quants)) (act_s).
 // Codes are built four at a time in a word (nibbles masked out; the fifth bits of Q5_x
 // spread into bit 4 of each byte; offsets removed per byte; the non-linear tables looked
 // up with byte permutes) and dotted with __dp4a. Field offsets follow quant/blocks.h.
@@ -55,7 +57,7 @@ MT_HD void table_codes(const uint32_t (&w)[N], uint32_t (&c)[2 * N]) {
   for (int i = 0; i < N; ++i) lookup_word<Table>(w[i], c[(i / 4) * 8 + i % 4], c[(i / 4) * 8 + 4 + i % 4]);
 }
 
-// What every 32-element type shares: its codes against one Q8_1 block.
+// What every 32-element type shares: its codes against one activation block.
 template <bool kMin>
 struct Simple32 {
   static constexpr int kElems = 32, kTasks = 1;
@@ -65,14 +67,19 @@ struct Simple32 {
   };
   struct Act {
     uint32_t a[8];
-    float d, s;
+    float d, s;  // s: Q4_1 / Q5_1 only
   };
   MT_HD static Act load(const ActRow& x, int q0, int) {
     Act r;
     act_words<8>(x, 32 * q0, r.a);
-    const ActMeta m = act_meta(x, q0);
-    r.d = m.d;
-    r.s = m.s;
+    if constexpr (kMin) {
+      const ActMeta m = act_meta(x, q0);
+      r.d = m.d;
+      r.s = act_s(m.d, m.sum_lo + m.sum_hi);
+    } else {
+      r.d = act_d(x, q0);
+      r.s = 0.f;
+    }
     return r;
   }
   MT_HD static float dot(const Codes& c, const Act& a) {

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "cuda/memory.h"
+#include "cuda/mmvq_kernels.h"
 #include "quant/types.h"
 
 namespace mt::cuda {
@@ -46,6 +47,9 @@ void kv_store(QuantType type, const float* rows, int n_tokens, int kv_dim, uint8
 // out (n_tokens, n_head * head_dim). Decode (few tokens): split-K flash decoding
 // (partial max/sum/accumulators per KV chunk, then a reduction); prefill: tiled, the
 // score matrix never materialised whole.
+// pos_dev: when set, pos0 is read on the device from *pos_dev (a CUDA graph replays the
+// same launches at every step); the decode split is then sized for n_kv_cap positions
+// and chunks past the real n_kv do nothing (pos0 + n_tokens must stay <= n_kv_cap).
 struct AttentionArgs {
   const float* q = nullptr;
   const uint8_t* k_cache = nullptr;  // (n_ctx, kv_dim) rows of kv_type
@@ -55,6 +59,8 @@ struct AttentionArgs {
   int n_tokens = 0, n_head = 0, n_head_kv = 0, head_dim = 0;
   uint32_t pos0 = 0;
   float* out = nullptr;
+  const uint32_t* pos_dev = nullptr;
+  uint32_t n_kv_cap = 0;
 };
 void attention(const AttentionArgs& a, Workspace& ws, cudaStream_t stream);
 // Workspace bytes attention() takes (the decode partials; prefill takes none), enough for
@@ -76,5 +82,65 @@ void swiglu(const float* g, float* u, int64_t n, cudaStream_t stream);
 // with d_sh non-null: the shared expert added ungated.
 void moe_combine(const float* d, const float* weights, int n_tokens, int K, int n, const float* d_sh,
                  const float* shexp_gate_inp, const float* h, float* out, cudaStream_t stream);
+
+// Fused sequences of the decode step (cuda/ops_fused.cu), each equal to its parts:
+// x += y (y null: x unchanged), then out = rms_norm(x) * w; rows of n, contiguous.
+void add_rms_norm(float* x, const float* y, const float* w, float eps, int rows, int n, float* out,
+                  cudaStream_t stream);
+
+// add_rms_norm, plus the normed rows quantized for the products that read them next
+// (qs (rows, n) int8, meta (rows, n / 32): cuda/mmvq_kernels.h's format in `mode`, the
+// bytes quantize_act() would write). Only where add_rms_norm_quant_supports(n, mode).
+void add_rms_norm_quant(float* x, const float* y, const float* w, float eps, int rows, int n, float* out, ActQuant mode,
+                        int8_t* qs, uint2* meta, cudaStream_t stream);
+bool add_rms_norm_quant_supports(int n, ActQuant mode);
+
+// moe_combine (below) + add_rms_norm(_quant) in one launch: y = the weighted sum of the
+// row's experts (+ the gated shared expert, its gate from h = the FFN input rows, which
+// must be `out`: read before it is overwritten), x += y, out = rms_norm(x) * w, quantized
+// when asked. n_embd >= 256 (one CTA of 256 threads per row, as add_rms_norm).
+struct MoeCombineIn {
+  const float* d = nullptr;        // (T*K, n) expert rows
+  const float* weights = nullptr;  // (T, K)
+  int K = 0;
+  const float* d_sh = nullptr;     // (T, n) shared expert rows, or null
+  const float* gate_inp = nullptr; // (n) the shared expert's gate, or null (ungated)
+  const float* h = nullptr;        // (T, n) FFN input rows (= out)
+};
+void moe_combine_add_rms_norm(const MoeCombineIn& c, float* x, const float* w, float eps, int rows, int n, float* out,
+                              bool quantize, ActQuant mode, int8_t* qs, uint2* meta, cudaStream_t stream);
+
+// The attention block between the Q/K/V products and attention(): per token and head,
+// + bias, the per-head q/k RMSNorm (weights of head_dim; null: none), RoPE at position
+// pos + t (pos = *pos_dev when set, else pos0), q heads to q_out (n_tokens, n_head,
+// head_dim), k and v heads stored in the caches' rows as kv_store() stores them.
+// Q/K/V rows are read at q_src + t * q_stride (and k_, v_), so one (T, q_dim + 2 kv_dim)
+// product or three separate ones both serve. kv_type F16, F32 or Q8_0; head_dim <= 256.
+struct AttnPrepArgs {
+  const float *q_src = nullptr, *k_src = nullptr, *v_src = nullptr;
+  int64_t q_stride = 0, k_stride = 0, v_stride = 0;
+  const float *bq = nullptr, *bk = nullptr, *bv = nullptr;
+  const float *q_norm = nullptr, *k_norm = nullptr;
+  float eps = 1e-6f;
+  int n_tokens = 0, n_head = 0, n_head_kv = 0, head_dim = 0, n_rot = 0;
+  float freq_base = 10000.0f, freq_scale = 1.0f;
+  bool neox = true;
+  uint32_t pos0 = 0;
+  const uint32_t* pos_dev = nullptr;
+  float* q_out = nullptr;
+  uint8_t *k_cache = nullptr, *v_cache = nullptr;  // (n_ctx, n_head_kv * head_dim) rows
+  QuantType kv_type = QuantType::F16;
+  uint64_t row_bytes = 0;
+};
+void attn_prep(const AttnPrepArgs& a, cudaStream_t stream);
+
+// gu (n_rows, 2 * ff) = [gate | up] rows (a fused gate+up product) -> out (n_rows, ff) =
+// silu(gate) * up, as swiglu() computes it.
+void swiglu_pairs(const float* gu, int64_t n_rows, int ff, float* out, cudaStream_t stream);
+// The same, plus out quantized in `mode` (qs (n_rows, ff), meta (n_rows, ff / 32)) for the
+// product that reads it next; where swiglu_pairs_quant_supports(ff, mode).
+void swiglu_pairs_quant(const float* gu, int64_t n_rows, int ff, float* out, ActQuant mode, int8_t* qs, uint2* meta,
+                        cudaStream_t stream);
+bool swiglu_pairs_quant_supports(int ff, ActQuant mode);
 
 }  // namespace mt::cuda

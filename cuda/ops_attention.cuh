@@ -55,6 +55,8 @@ struct AttnGeom {
   uint32_t pos0;
   float scale;         // 1 / sqrt(D)
   float* out;          // (n_tokens, n_head, D)
+  const uint32_t* pos_dev = nullptr;  // set: pos0 is *pos_dev, read on the device (decode)
+  uint32_t n_kv_cap = 0;              // with pos_dev: the decode split is sized for this
 };
 
 // The split-K decode path (ops_attention_decode.cu), n_tokens <= kAttnDecodeMaxTokens,

@@ -106,6 +106,16 @@ __device__ __forceinline__ void kv_load_n(const uint8_t* row, int e, float* out)
   }
 }
 
+// Positions query t sees: [0, pos0 + t + 1), pos0 read on the device when the step is a
+// replayed graph (then the split was sized for n_kv_cap; more positions than its chunks
+// cover is a broken invariant).
+__device__ __forceinline__ uint32_t query_n_kv(const AttnGeom& g, int t, int chunk_len, int n_chunks) {
+  const uint32_t pos0 = g.pos_dev != nullptr ? *g.pos_dev : g.pos0;
+  const uint32_t n_kv = pos0 + static_cast<uint32_t>(t) + 1;
+  if (n_kv > static_cast<uint32_t>(chunk_len) * static_cast<uint32_t>(n_chunks)) __trap();
+  return n_kv;
+}
+
 // Grid (n_chunks, n_head_kv * n_gb, n_tokens), n_gb = ceil(group / kGB). Partial
 // p = (t * n_head + h) * n_chunks + c: ml[p] = (m, l), acc (p, D). A chunk past the
 // query's causal end writes l = 0 (the combine skips it).
@@ -129,7 +139,7 @@ __global__ void __launch_bounds__(kThreads)
   const int Gb = min(kGB, g.group - gb * kGB);             // its query heads
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int64_t part0 = (static_cast<int64_t>(t) * g.n_head + h0) * n_chunks + c;  // head h0 + i: + i * n_chunks
-  const uint32_t n_kv = g.pos0 + static_cast<uint32_t>(t) + 1;
+  const uint32_t n_kv = query_n_kv(g, t, chunk_len, n_chunks);
   const uint32_t j0 = static_cast<uint32_t>(c) * static_cast<uint32_t>(chunk_len);
   if (j0 >= n_kv) {  // uniform over the block, before any barrier
     if (tid < Gb) ml[part0 + static_cast<int64_t>(tid) * n_chunks] = make_float2(-INFINITY, 0.0f);
@@ -237,7 +247,7 @@ __global__ void __launch_bounds__(kThreads)
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int D = g.D;
   const int64_t part = (static_cast<int64_t>(t) * g.n_head + h) * n_chunks + c;
-  const uint32_t n_kv = g.pos0 + static_cast<uint32_t>(t) + 1;  // this query sees [0, n_kv)
+  const uint32_t n_kv = query_n_kv(g, t, chunk_len, n_chunks);  // this query sees [0, n_kv)
   const uint32_t j0 = static_cast<uint32_t>(c) * static_cast<uint32_t>(chunk_len);
   if (j0 >= n_kv) {  // uniform over the block, before any barrier
     if (tid == 0) ml[part] = make_float2(-INFINITY, 0.0f);
@@ -343,7 +353,8 @@ size_t attention_decode_workspace_bytes(int n_tokens, int n_head, int head_dim, 
 
 void attention_decode(QuantType kv_type, const AttnGeom& g, Workspace& ws, cudaStream_t stream) {
   MT_CHECK(g.n_tokens > 0 && g.n_tokens <= kAttnDecodeMaxTokens && g.D > 0 && g.D <= kMaxHeadDim);
-  const uint32_t n_kv = g.pos0 + static_cast<uint32_t>(g.n_tokens);
+  const uint32_t n_kv = g.pos_dev != nullptr ? g.n_kv_cap : g.pos0 + static_cast<uint32_t>(g.n_tokens);
+  MT_CHECK(n_kv > 0);
   const DecodeSplit s = decode_split(g.n_tokens, g.n_head, n_kv);
   const size_t parts = static_cast<size_t>(g.n_tokens) * g.n_head * s.n_chunks;
   auto* ml = static_cast<float2*>(ws.take(parts * sizeof(float2)));

@@ -1,16 +1,21 @@
-// Tiled causal attention for prompt batches (cuda/ops.h attention, n_tokens above the
-// decode limit): flash attention in f32 on the CUDA cores.
+// Prompt batches (cuda/ops.h attention, n_tokens above the decode limit): the choice
+// between the two prefill kernels (cuda/ops_attention_tc.cuh: tensor cores where they
+// fit, ops_attention_tc.cu) and the f32 tiled flash attention on the CUDA cores, which
+// takes the rest (F32 and Q8_0 caches, other head dims).
 //
-// One block of 4 warps per (tile of kBq = 32 queries, head); warp w owns queries
-// 8w .. 8w + 7 of the tile. The block streams over the KV positions the tile's last
+// The f32 kernel: one block of 4 warps per (tile of kBq = 32 queries, head); warp w owns
+// queries 8w .. 8w + 7 of the tile. The block streams over the KV positions the tile's last
 // query sees, kBk = 32 at a time: the K and V tiles are dequantized into shared memory
 // (f32, the head padded with zeros to Dp = 32 * NE), each lane scores one key against
 // the warp's 8 queries, the causal mask and an online softmax (running max m, sum l,
 // accumulator rescaled by e^(m_old - m_new)) update per-query state kept in registers
 // (lane l holds elements l, l + 32, ... of each accumulator). The score matrix exists
 // only as one 32 x 32 tile per warp; the output is acc / l.
+#include <cmath>
+
 #include "core/check.h"
 #include "cuda/ops_attention.cuh"
+#include "cuda/ops_attention_tc.cuh"
 #include "cuda/ops_reduce.cuh"
 
 namespace mt::cuda::detail {
@@ -165,7 +170,7 @@ void launch_prefill_dim(const AttnGeom& g, cudaStream_t stream) {
 
 }  // namespace
 
-void attention_prefill(QuantType kv_type, const AttnGeom& g, cudaStream_t stream) {
+void attention_prefill_simt(QuantType kv_type, const AttnGeom& g, cudaStream_t stream) {
   MT_CHECK(g.D > 0 && g.D <= kMaxHeadDim);
   switch (kv_type) {
     case QuantType::F16: launch_prefill_dim<QuantType::F16>(g, stream); break;
@@ -175,4 +180,49 @@ void attention_prefill(QuantType kv_type, const AttnGeom& g, cudaStream_t stream
   }
 }
 
+void attention_prefill(QuantType kv_type, const AttnGeom& g, cudaStream_t stream) {
+  if (attention_prefill_tc_fits(kv_type, g)) {
+    attention_prefill_tc(g, stream);
+  } else {
+    attention_prefill_simt(kv_type, g, stream);
+  }
+}
+
 }  // namespace mt::cuda::detail
+
+namespace mt::cuda {
+namespace {
+
+// attention()'s shape checks and per-head byte geometry (cuda/ops_kv_attention.cu).
+detail::AttnGeom prefill_geom(const AttentionArgs& a) {
+  MT_CHECK(a.n_tokens > 0 && a.n_head > 0 && a.n_head_kv > 0 && a.n_head % a.n_head_kv == 0);
+  MT_CHECK(a.head_dim > 0 && a.head_dim <= detail::kMaxHeadDim);
+  const auto head_bytes = mt::row_bytes(a.kv_type, static_cast<uint64_t>(a.head_dim));
+  MT_CHECK_MSG(head_bytes.has_value(), "attention: head_dim is not a whole number of KV cache blocks");
+  MT_CHECK(a.kv_row_bytes >= *head_bytes * static_cast<uint64_t>(a.n_head_kv));
+  MT_CHECK_MSG(a.pos_dev == nullptr, "attention: the prefill kernels take pos0 from the host");
+  const float scale = 1.0f / std::sqrt(static_cast<float>(a.head_dim));
+  return detail::AttnGeom{a.q,        a.k_cache, a.v_cache, a.kv_row_bytes, *head_bytes, a.n_tokens, a.n_head,
+                          a.n_head / a.n_head_kv, a.head_dim, a.pos0,     scale,       a.out};
+}
+
+}  // namespace
+
+bool attention_prefill_tc_fits(const AttentionArgs& a) {
+  return detail::attention_prefill_tc_fits(a.kv_type, prefill_geom(a));
+}
+
+void attention_prefill_with(PrefillKernel kernel, const AttentionArgs& a, cudaStream_t stream) {
+  const detail::AttnGeom g = prefill_geom(a);
+  if (kernel == PrefillKernel::kSimt) {
+    detail::attention_prefill_simt(a.kv_type, g, stream);
+    return;
+  }
+  MT_CHECK_MSG(detail::attention_prefill_tc_fits(a.kv_type, g), "attention: the tensor-core kernel does not fit");
+  const int block_rows = kernel == PrefillKernel::kTensorCore64Rows    ? 64
+                         : kernel == PrefillKernel::kTensorCore128Rows ? 128
+                                                                      : 0;
+  detail::attention_prefill_tc(g, stream, block_rows);
+}
+
+}  // namespace mt::cuda

@@ -30,7 +30,9 @@ int main(int argc, char** argv) {
       mt::cli::add_simulate);
   add("analyze-routing", "granule trade curve of a routing record: waste, resident and transfer MiB",
       mt::cli::add_analyze_routing);
+#ifdef MOETIER_HAVE_SERVER
   add("serve", "OpenAI-compatible HTTP server: chat and text completions, streamed, batched", mt::cli::add_serve);
+#endif
   // llama.cpp's single-dash `-ngl N` (CLI11 takes one-letter short options only).
   std::vector<std::string> args(argv, argv + argc);
   for (std::string& a : args) {

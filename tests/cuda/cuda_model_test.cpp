@@ -3,15 +3,23 @@
 // tokens through MMVQ and a CUDA graph) and on the CPU (Session):
 //  * the selected experts equal at >= 99% of (layer, position) pairs; where they differ
 //    it is a near tie (the two sides' last selected weights within 2e-2);
-//  * logits within max|d| / max|logit| <= 2e-2 (quantized) or 1e-3 (F32/F16/BF16) and
-//    argmax equal at >= 99%, at every position before a model's first near-tie flip (a
-//    flipped expert legitimately changes that token and, through the KV cache, the
-//    ones after it; those positions are counted and printed, not bounded).
+//  * logits within max|d| / max|logit| <= 2e-2 (quantized) or 1e-3 (F32/F16) at every
+//    position before a model's first near-tie flip (a flipped expert legitimately changes
+//    that token and, through the KV cache, the ones after it; those positions are counted
+//    and printed, not bounded). BF16: 4e-3. Both sides round activations to bf16 before
+//    each dot (as llama.cpp does); where the f32 inputs agree to ~1e-7 an element within
+//    that distance of a rounding boundary rounds to neighbouring bf16 values on the two
+//    sides, a 2^-8 relative step that moves the logits by up to ~3e-3 (the same gap and
+//    reasoning as tests/oracle/compare_synth.py's 2.5e-3 for the CPU against llama.cpp);
+//  * argmax: at every compared position where the CPU's top two logits are further apart
+//    than the logit bound, equal (>= 99% asserted, every mismatch must be a near tie);
+//    the raw agreement over all compared positions, near ties included, is printed.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <set>
 
@@ -47,6 +55,7 @@ std::vector<float> run(Evaluator& e, const std::vector<int32_t>& ids, Trace* tra
 TEST(CudaModel, LogitsAndRoutingMatchTheCpuOnEveryArchitectureAndType) {
   MT_SKIP_WITHOUT_DEVICE();
   uint64_t positions = 0, argmax_equal = 0, routes = 0, routes_equal = 0, positions_all = 0, argmax_equal_all = 0;
+  uint64_t decisive = 0, decisive_equal = 0;
   for (Arch arch : {Arch::kQwen3Moe, Arch::kQwen2Moe, Arch::kLlama, Arch::kOlmoe}) {
     for (const char* quant : {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q2_k", "q3_k", "q4_k",
                               "q5_k", "q6_k", "iq4_nl", "iq4_xs", "mxfp4", "q4_k_m"}) {
@@ -90,6 +99,8 @@ TEST(CudaModel, LogitsAndRoutingMatchTheCpuOnEveryArchitectureAndType) {
           EXPECT_NEAR(cs.second.back(), gs.second.back(), 2e-2) << "not a near tie: layer " << key.first << " pos " << key.second;
         }
       }
+      const bool exact_type = std::string(quant) == "f32" || std::string(quant) == "f16";
+      const double bound = exact_type ? 1e-3 : std::string(quant) == "bf16" ? 4e-3 : 2e-2;
       double worst = 0, worst_all = 0;
       for (size_t p = 0; p < n_pos; ++p) {
         const float* a = &ref[p * V];
@@ -108,18 +119,28 @@ TEST(CudaModel, LogitsAndRoutingMatchTheCpuOnEveryArchitectureAndType) {
         worst = std::max(worst, rel);
         ++positions;
         argmax_equal += same;
+        std::vector<float> top(a, a + V);
+        std::partial_sort(top.begin(), top.begin() + 2, top.end(), std::greater<float>());
+        const bool near_tie = top[0] - top[1] < bound * scale;
+        EXPECT_TRUE(same || near_tie) << "argmax differs at position " << p << " where the CPU's top-2 gap "
+                                      << top[0] - top[1] << " is not a near tie";
+        if (!near_tie) {
+          ++decisive;
+          decisive_equal += same;
+        }
       }
-      const bool exact_type = std::string(quant) == "f32" || std::string(quant) == "f16" || std::string(quant) == "bf16";
-      EXPECT_LE(worst, exact_type ? 1e-3 : 2e-2);
+      EXPECT_LE(worst, bound);
       std::printf("  %-22s max rel %.2e before pos %zu (first routing flip), %.2e over all %zu\n", name.c_str(), worst,
                   first_flip, worst_all, n_pos);
     }
   }
-  std::printf("argmax equal %llu/%llu before flips (%llu/%llu at all positions), routing equal %llu/%llu\n",
+  std::printf("argmax equal %llu/%llu where the top-2 gap exceeds the bound; %llu/%llu before flips, near ties included "
+              "(%llu/%llu at all positions), routing equal %llu/%llu\n",
+              static_cast<unsigned long long>(decisive_equal), static_cast<unsigned long long>(decisive),
               static_cast<unsigned long long>(argmax_equal), static_cast<unsigned long long>(positions),
               static_cast<unsigned long long>(argmax_equal_all), static_cast<unsigned long long>(positions_all),
               static_cast<unsigned long long>(routes_equal), static_cast<unsigned long long>(routes));
-  EXPECT_GE(static_cast<double>(argmax_equal), 0.99 * static_cast<double>(positions));
+  EXPECT_GE(static_cast<double>(decisive_equal), 0.99 * static_cast<double>(decisive));
   EXPECT_GE(static_cast<double>(routes_equal), 0.99 * static_cast<double>(routes));
 }
 

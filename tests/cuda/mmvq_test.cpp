@@ -1,25 +1,40 @@
-// cuda/mmvq.h on the device against two host references, for every supported type:
-//  * exact: W dequantized by quant/, X as the kernel sees it (quant/'s reference Q8_1
-//    round trip for quantized weights, raw f32 for float weights; Q4_1 / Q5_1 with the
-//    half-rounded s the int8 dot uses), dot products in double. Only float rounding
-//    order separates the kernel from it: max|d| within 1e-4 of max(max|ref|, the largest
-//    sqrt(sum (w_i x_i)^2)), so every index or layout slip shows.
-//  * parity: model/linear.h matmul_reference (X rounded as the CPU rounds it: Q8_K for
-//    the K-quants, Q8_0 / Q8_1 for the others, F16 / BF16 for those weights) over n_out
-//    512 x 8 tokens, max|d| / max|ref| within 2e-2 for quantized types (the activation
-//    formats differ: measured ~1e-2 for the K-quants), 1e-3 for F32 / F16, 4e-3 for BF16.
-// Also: the device Q8_1 quantizer equals quant/'s byte for byte, misaligned weight bases
-// take the byte-safe loads, and the routed form (ids on the device, repeated experts,
-// x_per_slot both ways, a skipped slot) equals the per-slot reference.
+// cuda/mmvq.h on the device against host references, for every supported type:
+//  * the activation quantizer (quantize_act, each ActQuant) equals quant/'s reference
+//    quantize_row of Q8_0, Q8_1 and Q8_K byte for byte (quants, d, the int sums of each
+//    16), over random rows and edge cases (zero, huge, infinite, NaN, subnormal blocks,
+//    ties of magnitude, rounding midpoints), from aligned and misaligned X (the NaNs
+//    with payloads expect the host FPU's NaN propagation, as x86 and ARM do it);
+//  * cpu: every quantized type, dense and routed, against cpu/'s scalar vec_dot on the
+//    activation blocks the CPU itself makes (Q4_1 / Q5_1: with s rounded as the device
+//    rounds it, from the half d: cuda/mmvq_kernels.h): |d| <= 1e-5 * sum_i (|a_i| +
+//    |b_i|) |x_i|, a and b the weights' scale and min parts, x the quantized
+//    activations; the integer dots are the CPU's, only float summation order differs;
+//  * exact: W dequantized by quant/, X as the kernel sees it (the paired activation
+//    type's reference round trip for quantized weights, raw f32 for float weights; Q4_1
+//    / Q5_1 with the device's half-rounded s), dot products in double: max|d| within
+//    1e-4 of max(max|ref|, the largest sqrt(sum (w_i x_i)^2)), so every index or layout
+//    slip shows;
+//  * parity: model/linear.h matmul_reference (X rounded as the CPU rounds it) over n_out
+//    512 x 8 tokens, max|d| / max|ref| within 1e-4 for quantized types (the activations
+//    are the CPU's), 2e-3 for Q4_1 / Q5_1 (the reference takes m * d * sum(q) for the
+//    half-rounded s), 1e-3 for F32 / F16 / BF16.
+// Also: misaligned weight bases take the byte-safe loads, and the routed form (ids on
+// the device, repeated experts, x_per_slot both ways, a skipped slot) equals the
+// per-slot reference.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <vector>
 
 #include "core/parallel.h"
+#include "cpu/isa.h"
+#include "cpu/kernels.h"
 #include "cuda/mmvq.h"
 #include "cuda_test_util.h"
 #include "model/linear.h"
@@ -41,6 +56,14 @@ const QuantType kTypes[] = {QuantType::F32,  QuantType::F16,   QuantType::BF16, 
 bool is_float(QuantType t) { return t == QuantType::F32 || t == QuantType::F16 || t == QuantType::BF16; }
 bool has_min_s(QuantType t) { return t == QuantType::Q4_1 || t == QuantType::Q5_1; }
 
+// The s = d * sum(q) the device uses for a Q8_1 block: from the half-rounded d
+// (cuda/mmvq_kernels.h), where quant/ rounds d * sum from the f32 d.
+half_bits device_s(const BlockQ8_1& b) {
+  int sum = 0;
+  for (int8_t v : b.qs) sum += v;
+  return fp32_to_fp16(static_cast<float>(sum) * fp16_to_fp32(b.d));
+}
+
 // n_mat matrices (n_out, n_in) of random weights in `type`, and their dequantized rows.
 struct HostMatrix {
   QuantType type;
@@ -57,6 +80,9 @@ struct HostMatrix {
     t.row_bytes = row_bytes;
     t.matrix_bytes = matrix_bytes;
     return t;
+  }
+  const uint8_t* row(int64_t mat, int64_t r) const {
+    return bytes.data() + static_cast<uint64_t>(mat) * matrix_bytes + static_cast<uint64_t>(r) * row_bytes;
   }
 };
 
@@ -94,13 +120,19 @@ KernelX kernel_x(QuantType type, const float* x, int64_t n) {
     for (float& v : k.x) v = type == QuantType::F16 ? fp16_to_fp32(fp32_to_fp16(v)) : bf16_to_fp32(fp32_to_bf16(v));
   }
   if (is_float(type)) return k;
-  std::vector<BlockQ8_1> q(static_cast<size_t>(n / 32));
-  quantize_row(QuantType::Q8_1, x, q.data(), n);
-  dequantize_row(QuantType::Q8_1, q.data(), k.x.data(), n);
-  for (const BlockQ8_1& b : q) {
-    int sum = 0;
-    for (int8_t v : b.qs) sum += v;
-    k.s_excess.push_back(static_cast<double>(fp16_to_fp32(b.s)) - static_cast<double>(fp16_to_fp32(b.d)) * sum);
+  const QuantType act = cpu::activation_type(type);  // Q8_0, Q8_1 or Q8_K
+  std::vector<uint8_t> q(cpu::activation_row_bytes(type, n));
+  quantize_row(act, x, q.data(), n);
+  dequantize_row(act, q.data(), k.x.data(), n);
+  if (act == QuantType::Q8_1) {
+    for (int64_t b = 0; b < n / 32; ++b) {
+      BlockQ8_1 blk;
+      std::memcpy(&blk, q.data() + b * sizeof(BlockQ8_1), sizeof(blk));
+      int sum = 0;
+      for (int8_t v : blk.qs) sum += v;
+      k.s_excess.push_back(static_cast<double>(fp16_to_fp32(device_s(blk))) -
+                           static_cast<double>(fp16_to_fp32(blk.d)) * sum);
+    }
   }
   return k;
 }
@@ -142,7 +174,8 @@ struct Diff {
 constexpr double kExactTol = 1e-4;
 
 double parity_tol(QuantType t) {
-  return is_float(t) ? 1e-3 : 2e-2;
+  if (is_float(t)) return 1e-3;
+  return has_min_s(t) ? 2e-3 : 1e-4;
 }
 
 // The device copy of a host matrix, its base `offset` bytes into the allocation.
@@ -180,32 +213,346 @@ TEST(Mmvq, SupportsEveryTypeTheCpuComputes) {
   EXPECT_FALSE(supports(QuantType::IQ2_XXS));
 }
 
-TEST(Mmvq, Q8_1ActivationsEqualTheReferenceQuantizer) {
+// ---- the activation quantizer
+
+float bits(uint32_t u) { return std::bit_cast<float>(u); }
+
+// Rows of n (a multiple of 256): row 0 holds one edge case per 256-block (the rest of
+// its blocks random), the other rows random at a magnitude drawn per 256-block.
+std::vector<float> quantizer_rows(int rows, int n, std::mt19937& rng) {
+  std::normal_distribution<float> g(0.f, 1.f);
+  std::uniform_real_distribution<float> u(-0.99f, 0.99f);
+  std::uniform_int_distribution<int> pick(0, 4);
+  static const float kMagnitudes[] = {0.f, 1e-3f, 1.f, 40.f, 3e4f};
+  std::vector<float> x(static_cast<size_t>(rows) * n);
+  for (int r = 0; r < rows; ++r) {
+    for (int b = 0; b < n / 256; ++b) {
+      const float mag = r == 0 ? 1.f : kMagnitudes[pick(rng)];
+      for (int j = 0; j < 256; ++j) x[static_cast<size_t>(r) * n + 256 * b + j] = mag * g(rng);
+    }
+  }
+  auto block = [&](int b) { return &x[static_cast<size_t>(256) * b]; };
+  float* p = block(0);  // all zero, some of them -0
+  for (int j = 0; j < 256; ++j) p[j] = j % 3 == 0 ? -0.f : 0.f;
+  block(1)[77] = 3e38f;  // one huge value
+  p = block(2);          // a negative maximum
+  for (int j = 0; j < 256; ++j) p[j] = u(rng);
+  p[130] = -50.f;
+  p = block(3);  // equal magnitudes: the first (negative) one wins
+  for (int j = 0; j < 256; ++j) p[j] = 6.f * u(rng);
+  p[5] = -7.f, p[20] = 7.f;
+  p = block(4);  // the same with the positive one first
+  for (int j = 0; j < 256; ++j) p[j] = 6.f * u(rng);
+  p[5] = 7.f, p[200] = -7.f;
+  p = block(5);  // rounding midpoints: every |max| 127, so Q8_0's d = 1 and Q8_K's iscale = 1
+  for (int k = 0; k < 8; ++k) {
+    p[32 * k] = k % 2 == 0 ? -127.f : 127.f;
+    for (int i = 1; i < 32; ++i) p[32 * k + i] = static_cast<float>(i - 16) + 0.5f;
+  }
+  p = block(6);  // NaNs: quiet, negative, with payloads (never the maximum)
+  p[0] = std::numeric_limits<float>::quiet_NaN();
+  p[3] = bits(0xFFC00000u);
+  p[40] = bits(0x7FC00005u);
+  p[41] = bits(0xFFC0002Au);
+  p = block(7);  // infinities: Q8_K gives a zero block, Q8_0 an infinite d with zero quants
+  p[9] = std::numeric_limits<float>::infinity();
+  p[100] = -std::numeric_limits<float>::infinity();
+  p = block(8);  // only subnormals: 127 / max overflows, the block quantizes to zero
+  for (int j = 0; j < 256; ++j) p[j] = 1e-40f * (0.5f + 0.5f * std::fabs(u(rng))) * (j % 2 == 0 ? 1.f : -1.f);
+  p = block(9);  // a tiny maximum: Q8_K's d is an f32 subnormal; some subnormal inputs
+  for (int j = 0; j < 256; ++j) p[j] = 1e-37f * u(rng);
+  p[0] = 1e-36f;
+  p[10] = 3e-40f, p[11] = -2e-39f;
+  p = block(10);  // every magnitude equal, alternating sign: the first (+3) wins
+  for (int j = 0; j < 256; ++j) p[j] = j % 2 == 0 ? 3.f : -3.f;
+  p = block(11);  // the maximum at the last element
+  for (int j = 0; j < 256; ++j) p[j] = u(rng);
+  p[255] = -9.f;
+  p = block(12);  // one value everywhere: every quant -127, sums -2032 per 16
+  for (int j = 0; j < 256; ++j) p[j] = 0.37f;
+  p = block(13);  // d beyond half range (Q8_0: d = inf), finite for Q8_K
+  for (int j = 0; j < 256; ++j) p[j] = 1e7f * u(rng);
+  p[17] = 2e7f;
+  return x;
+}
+
+struct QuantizedRows {
+  std::vector<int8_t> qs;  // (rows, n)
+  std::vector<uint2> meta; // (rows, n / 32)
+};
+// quantize_act on the device with X `offset` floats into its allocation.
+QuantizedRows device_quantize(const std::vector<float>& x, int rows, int n, ActQuant mode, size_t offset) {
+  DeviceBuffer dx((x.size() + offset) * sizeof(float));
+  MT_CUDA_CHECK(cudaMemcpy(dx.as<float>() + offset, x.data(), x.size() * sizeof(float), cudaMemcpyHostToDevice));
+  DeviceBuffer qs(static_cast<size_t>(rows) * n), meta(static_cast<size_t>(rows) * n / 32 * sizeof(uint2));
+  quantize_act(dx.as<float>() + offset, rows, n, mode, qs.as<int8_t>(), meta.as<uint2>(), nullptr);
+  MT_CUDA_CHECK(cudaGetLastError());
+  return {to_host<int8_t>(qs, static_cast<size_t>(rows) * n), to_host<uint2>(meta, static_cast<size_t>(rows) * n / 32)};
+}
+
+int sum_of(const int8_t* q, int n) {
+  int s = 0;
+  for (int i = 0; i < n; ++i) s += q[i];
+  return s;
+}
+
+TEST(Mmvq, ActivationQuantizersEqualTheReferenceBlocks) {
   MT_SKIP_WITHOUT_DEVICE();
   std::mt19937 rng(3);
-  const int rows = 3, n = 4352;
-  std::vector<float> x = random_rows(rows, n, rng);
-  for (int i = 64; i < 96; ++i) x[static_cast<size_t>(i)] = 0.f;  // an all-zero block
-  x[200] = 1e4f;
-  x[n + 7] = -3e-6f;
-  const DeviceBuffer dx = to_device(x);
-  DeviceBuffer qs(static_cast<size_t>(rows) * n), meta(static_cast<size_t>(rows) * n / 32 * 2 * sizeof(uint32_t));
-  quantize_q8_1(dx.as<float>(), rows, n, qs.as<int8_t>(), meta.as<uint32_t>(), nullptr);
-  const std::vector<int8_t> got_qs = to_host<int8_t>(qs, static_cast<size_t>(rows) * n);
-  const std::vector<uint32_t> got_meta = to_host<uint32_t>(meta, static_cast<size_t>(rows) * n / 32 * 2);
-  for (int r = 0; r < rows; ++r) {
-    std::vector<BlockQ8_1> ref(n / 32);
-    quantize_row(QuantType::Q8_1, &x[static_cast<size_t>(r) * n], ref.data(), n);
-    for (int b = 0; b < n / 32; ++b) {
-      SCOPED_TRACE(testing::Message() << "row " << r << " block " << b);
-      const size_t at = static_cast<size_t>(r) * (n / 32) + b;
-      ASSERT_EQ(got_meta[2 * at] & 0xFFFFu, ref[b].d);
-      ASSERT_EQ(got_meta[2 * at] >> 16, ref[b].s);
-      ASSERT_EQ(0, std::memcmp(&got_qs[at * 32], ref[b].qs, 32));
-      int lo = 0, hi = 0;
-      for (int j = 0; j < 16; ++j) lo += ref[b].qs[j], hi += ref[b].qs[16 + j];
-      ASSERT_EQ(static_cast<int16_t>(got_meta[2 * at + 1] & 0xFFFFu), lo);
-      ASSERT_EQ(static_cast<int16_t>(got_meta[2 * at + 1] >> 16), hi);
+  const int rows = 4, n = 4352;  // 17 blocks of 256
+  const std::vector<float> x = quantizer_rows(rows, n, rng);
+  for (size_t offset : {size_t{0}, size_t{1}}) {  // 1: X not 16-byte aligned (the scalar loads)
+    for (ActQuant mode : {ActQuant::kQ8_0, ActQuant::kQ8_1, ActQuant::kQ8_K}) {
+      const QuantizedRows got = device_quantize(x, rows, n, mode, offset);
+      for (int r = 0; r < rows; ++r) {
+        const float* xr = &x[static_cast<size_t>(r) * n];
+        const int8_t* qr = &got.qs[static_cast<size_t>(r) * n];
+        const uint2* mr = &got.meta[static_cast<size_t>(r) * (n / 32)];
+        if (mode == ActQuant::kQ8_K) {
+          std::vector<BlockQ8_K> ref(n / 256);
+          quantize_row(QuantType::Q8_K, xr, ref.data(), n);
+          for (int b = 0; b < n / 256; ++b) {
+            SCOPED_TRACE(testing::Message() << "Q8_K offset " << offset << " row " << r << " block " << b);
+            ASSERT_EQ(0, std::memcmp(qr + 256 * b, ref[b].qs, 256));
+            for (int k = 0; k < 8; ++k) {
+              const uint2 m = mr[8 * b + k];
+              ASSERT_EQ(m.x, std::bit_cast<uint32_t>(ref[b].d)) << "entry " << k;
+              ASSERT_EQ(static_cast<int16_t>(m.y & 0xFFFFu), ref[b].bsums[2 * k]) << "entry " << k;
+              ASSERT_EQ(static_cast<int16_t>(m.y >> 16), ref[b].bsums[2 * k + 1]) << "entry " << k;
+            }
+          }
+          continue;
+        }
+        // kQ8_0 and kQ8_1: the quants and d of BlockQ8_0 / BlockQ8_1 (which agree).
+        std::vector<BlockQ8_0> ref0(n / 32);
+        std::vector<BlockQ8_1> ref1(n / 32);
+        quantize_row(QuantType::Q8_0, xr, ref0.data(), n);
+        quantize_row(QuantType::Q8_1, xr, ref1.data(), n);
+        for (int b = 0; b < n / 32; ++b) {
+          SCOPED_TRACE(testing::Message() << (mode == ActQuant::kQ8_0 ? "Q8_0" : "Q8_1") << " offset " << offset
+                                          << " row " << r << " block " << b);
+          const half_bits d = mode == ActQuant::kQ8_0 ? ref0[b].d : ref1[b].d;
+          const int8_t* ref_qs = mode == ActQuant::kQ8_0 ? ref0[b].qs : ref1[b].qs;
+          ASSERT_EQ(0, std::memcmp(qr + 32 * b, ref_qs, 32));
+          ASSERT_EQ(mr[b].x, std::bit_cast<uint32_t>(fp16_to_fp32(d)));
+          ASSERT_EQ(static_cast<int16_t>(mr[b].y & 0xFFFFu), sum_of(ref_qs, 16));
+          ASSERT_EQ(static_cast<int16_t>(mr[b].y >> 16), sum_of(ref_qs + 16, 16));
+        }
+      }
+    }
+  }
+}
+
+TEST(Mmvq, ActQuantPairsEveryQuantizedTypeAsTheCpu) {
+  for (QuantType t : kTypes) {
+    if (is_float(t)) continue;
+    const QuantType want = cpu::activation_type(t);
+    const ActQuant got = act_quant_for(t);
+    const QuantType as_type = got == ActQuant::kQ8_0   ? QuantType::Q8_0
+                              : got == ActQuant::kQ8_1 ? QuantType::Q8_1
+                                                       : QuantType::Q8_K;
+    EXPECT_EQ(want, as_type) << type_name(t);
+  }
+}
+
+// ---- against cpu/'s scalar dot
+
+// Byte offsets of a block's scale d and (Q4_1, Q5_1, Q2_K, Q4_K, Q5_K) min scale;
+// min == d: none.
+struct ScaleFields {
+  size_t d, min;
+};
+ScaleFields scale_fields(QuantType t) {
+  switch (t) {
+    case QuantType::Q4_1: return {offsetof(BlockQ4_1, d), offsetof(BlockQ4_1, m)};
+    case QuantType::Q5_1: return {offsetof(BlockQ5_1, d), offsetof(BlockQ5_1, m)};
+    case QuantType::Q2_K: return {offsetof(BlockQ2_K, d), offsetof(BlockQ2_K, dmin)};
+    case QuantType::Q3_K: return {offsetof(BlockQ3_K, d), offsetof(BlockQ3_K, d)};
+    case QuantType::Q4_K: return {offsetof(BlockQ4_K, d), offsetof(BlockQ4_K, dmin)};
+    case QuantType::Q5_K: return {offsetof(BlockQ5_K, d), offsetof(BlockQ5_K, dmin)};
+    case QuantType::Q6_K: return {offsetof(BlockQ6_K, d), offsetof(BlockQ6_K, d)};
+    case QuantType::MXFP4: return {offsetof(BlockMXFP4, e), offsetof(BlockMXFP4, e)};
+    default: return {0, 0};  // Q4_0, Q5_0, Q8_0, IQ4_NL, IQ4_XS: d first
+  }
+}
+
+// Every byte random, then finite block scales (MXFP4: an exponent near 1), so every
+// code, packed scale and sign pattern of the format occurs.
+HostMatrix raw_matrix(QuantType type, int64_t n_in, int64_t n_out, int64_t n_mat, std::mt19937& rng) {
+  HostMatrix m{type, n_in, n_out, n_mat, *row_bytes(type, static_cast<uint64_t>(n_in)), 0, {}, {}};
+  m.matrix_bytes = m.row_bytes * static_cast<uint64_t>(n_out);
+  m.bytes.resize(m.matrix_bytes * static_cast<uint64_t>(n_mat));
+  std::uniform_int_distribution<int> byte(0, 255), exponent(118, 132);
+  std::uniform_real_distribution<float> scale(-0.02f, 0.02f);
+  for (uint8_t& b : m.bytes) b = static_cast<uint8_t>(byte(rng));
+  const TypeTraits& tr = type_traits(type);
+  const ScaleFields f = scale_fields(type);
+  for (size_t at = 0; at < m.bytes.size(); at += tr.block_bytes) {
+    if (type == QuantType::MXFP4) {
+      m.bytes[at] = static_cast<uint8_t>(exponent(rng));
+      continue;
+    }
+    const half_bits d = fp32_to_fp16(scale(rng)), mn = fp32_to_fp16(scale(rng));
+    std::memcpy(&m.bytes[at + f.d], &d, sizeof(d));
+    if (f.min != f.d) std::memcpy(&m.bytes[at + f.min], &mn, sizeof(mn));
+  }
+  m.rows.resize(static_cast<size_t>(n_mat * n_out * n_in));
+  for (int64_t r = 0; r < n_mat * n_out; ++r) {
+    const uint8_t* src = m.bytes.data() + static_cast<uint64_t>(r) * m.row_bytes;
+    dequantize_row(type, src, &m.rows[static_cast<size_t>(r * n_in)], n_in);
+  }
+  return m;
+}
+
+// Activation rows: per 256-block a magnitude (zero included), some outliers.
+std::vector<float> activation_rows(int64_t rows, int64_t n, std::mt19937& rng) {
+  std::normal_distribution<float> g(0.f, 1.f);
+  std::uniform_int_distribution<int> pick(0, 15);
+  static const float kMagnitudes[] = {1.f, 1.f, 1.f, 0.f, 1e-3f, 40.f, 1.f, 1.f};
+  std::vector<float> x(static_cast<size_t>(rows * n));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t i = 0; i < n; ++i) {
+      const float mag = kMagnitudes[((r * n + i) / 256 * 7 + r) % 8];
+      x[static_cast<size_t>(r * n + i)] = mag * g(rng) * (pick(rng) == 0 ? 30.f : 1.f);
+    }
+  }
+  return x;
+}
+
+// One activation row as the CPU quantizes it (cpu/kernels.h pairing, quant/'s reference
+// quantizer), Q8_1's s as the device rounds it; and its dequantized values.
+struct CpuActivation {
+  std::vector<uint8_t> blocks;
+  std::vector<float> x;
+};
+CpuActivation cpu_activation(QuantType type, const float* x, int64_t n) {
+  const QuantType act = cpu::activation_type(type);
+  CpuActivation a{std::vector<uint8_t>(cpu::activation_row_bytes(type, n)), std::vector<float>(static_cast<size_t>(n))};
+  quantize_row(act, x, a.blocks.data(), n);
+  if (act == QuantType::Q8_1) {
+    for (int64_t b = 0; b < n / 32; ++b) {
+      BlockQ8_1 blk;
+      std::memcpy(&blk, a.blocks.data() + b * sizeof(BlockQ8_1), sizeof(blk));
+      blk.s = device_s(blk);
+      std::memcpy(a.blocks.data() + b * sizeof(BlockQ8_1), &blk, sizeof(blk));
+    }
+  }
+  dequantize_row(act, a.blocks.data(), a.x.data(), n);
+  return a;
+}
+
+// A weight row's scale part and min part (the row dequantized with the min scale, then
+// the scale, zeroed): the magnitudes the dot's float products are formed from.
+struct RowParts {
+  std::vector<float> scale, min;
+};
+RowParts row_parts(const HostMatrix& m, int64_t mat, int64_t r) {
+  const size_t n = static_cast<size_t>(m.n_in);
+  RowParts p{std::vector<float>(n), std::vector<float>(n, 0.f)};
+  const ScaleFields f = scale_fields(m.type);
+  std::vector<uint8_t> row(m.row(mat, r), m.row(mat, r) + m.row_bytes);
+  if (f.min == f.d) {
+    dequantize_row(m.type, row.data(), p.scale.data(), m.n_in);
+    return p;
+  }
+  const size_t block = type_traits(m.type).block_bytes;
+  std::vector<uint8_t> no_min = row, no_scale = row;
+  for (size_t at = 0; at < row.size(); at += block) {
+    std::memset(&no_min[at + f.min], 0, sizeof(half_bits));
+    std::memset(&no_scale[at + f.d], 0, sizeof(half_bits));
+  }
+  dequantize_row(m.type, no_min.data(), p.scale.data(), m.n_in);
+  dequantize_row(m.type, no_scale.data(), p.min.data(), m.n_in);
+  return p;
+}
+
+constexpr double kCpuTol = 1e-5;
+
+// Checks got (device) against cpu/'s scalar vec_dot of weight row (mat, r), whose
+// parts are p, and `act`.
+void expect_cpu_dot(const HostMatrix& m, int64_t mat, int64_t r, const RowParts& p, const CpuActivation& act,
+                    float got) {
+  const cpu::VecDotFn dot = cpu::kernels_for(cpu::Isa::kScalar).vec_dot[static_cast<int>(m.type)];
+  ASSERT_NE(dot, nullptr);
+  const float want = dot(m.n_in, m.row(mat, r), act.blocks.data());
+  double magnitude = 0;
+  for (size_t i = 0; i < p.scale.size(); ++i) {
+    magnitude += (std::fabs(static_cast<double>(p.scale[i])) + std::fabs(static_cast<double>(p.min[i]))) *
+                 std::fabs(static_cast<double>(act.x[i]));
+  }
+  EXPECT_LE(std::fabs(static_cast<double>(got) - want), kCpuTol * magnitude)
+      << "matrix " << mat << " row " << r << ": device " << got << " cpu " << want << " magnitude " << magnitude;
+}
+
+bool is_quantized(QuantType t) { return !is_float(t); }
+
+std::vector<int64_t> cpu_widths(QuantType t) {
+  // 256 / 768: rows of 8 or 16 lanes (one token); then whole warps.
+  if (type_traits(t).block_elems == 256) return {256, 768, 2048, 4352};
+  return {256, 768, 2048, 2880};
+}
+
+TEST(Mmvq, EveryQuantizedTypeEqualsTheCpuScalarDot) {
+  MT_SKIP_WITHOUT_DEVICE();
+  std::mt19937 rng(5);
+  const int64_t n_out = 37;  // odd: the last row group has one row
+  for (QuantType type : kTypes) {
+    if (!is_quantized(type)) continue;
+    for (bool raw : {false, true}) {
+      for (int64_t n_in : cpu_widths(type)) {
+        SCOPED_TRACE(testing::Message() << type_name(type) << (raw ? " raw bytes" : " quantized") << " n_in " << n_in);
+        const HostMatrix m = raw ? raw_matrix(type, n_in, n_out, 1, rng) : make_matrix(type, n_in, n_out, 1, rng);
+        const DeviceCopy c = upload(m, n_out, 0);
+        const std::vector<float> x = activation_rows(kMmvqMaxTokens, n_in, rng);
+        std::vector<RowParts> parts;
+        for (int64_t r = 0; r < n_out; ++r) parts.push_back(row_parts(m, 0, r));
+        std::vector<CpuActivation> acts;
+        for (int t = 0; t < kMmvqMaxTokens; ++t) {
+          acts.push_back(cpu_activation(type, &x[static_cast<size_t>(t * n_in)], n_in));
+        }
+        for (int T : {1, 2, kMmvqMaxTokens}) {
+          SCOPED_TRACE(testing::Message() << "tokens " << T);
+          const std::vector<float> y = run_mmvq(c.w, 0, x, T);
+          for (int t = 0; t < T; ++t) {
+            for (int64_t r = 0; r < n_out; ++r) {
+              expect_cpu_dot(m, 0, r, parts[r], acts[t], y[static_cast<size_t>(t * n_out + r)]);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(MmvqExperts, EveryQuantizedTypeEqualsTheCpuScalarDot) {
+  MT_SKIP_WITHOUT_DEVICE();
+  std::mt19937 rng(7);
+  const int64_t n_out = 21, n_mat = 4;
+  const int T = 2, K = 3, slots = T * K;
+  for (QuantType type : kTypes) {
+    if (!is_quantized(type)) continue;
+    for (int64_t n_in : {int64_t{768}, type_traits(type).block_elems == 256 ? int64_t{2048} : int64_t{2880}}) {
+      const HostMatrix m = raw_matrix(type, n_in, n_out, n_mat, rng);
+      const DeviceCopy c = upload(m, n_out, 0);
+      for (bool x_per_slot : {false, true}) {
+        SCOPED_TRACE(testing::Message() << type_name(type) << " n_in " << n_in << " x_per_slot " << x_per_slot);
+        const std::vector<int32_t> ids = {3, 0, 3, 1, 2, 1};  // repeats within and across tokens
+        const int x_rows = x_per_slot ? slots : T;
+        const std::vector<float> x = activation_rows(x_rows, n_in, rng);
+        const DeviceBuffer dids = to_device(ids), dx = to_device(x);
+        DeviceBuffer dy(static_cast<size_t>(slots * n_out) * sizeof(float));
+        Workspace ws(mmvq_workspace_bytes(c.w, T, K));
+        mmvq_experts(c.w, dids.as<int32_t>(), T, K, dx.as<float>(), x_per_slot, dy.as<float>(), ws, nullptr);
+        MT_CUDA_CHECK(cudaGetLastError());
+        const std::vector<float> y = to_host<float>(dy, static_cast<size_t>(slots * n_out));
+        for (int s = 0; s < slots; ++s) {
+          const int xr = x_per_slot ? s : s / K;
+          const CpuActivation act = cpu_activation(type, &x[static_cast<size_t>(xr * n_in)], n_in);
+          for (int64_t r = 0; r < n_out; ++r) {
+            expect_cpu_dot(m, ids[s], r, row_parts(m, ids[s], r), act, y[static_cast<size_t>(s * n_out + r)]);
+          }
+        }
+      }
     }
   }
 }

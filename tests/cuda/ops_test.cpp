@@ -253,8 +253,13 @@ void check_attention(QuantType type, int D, int T, uint32_t pos0, int n_head, in
       double omax = 0.0;
       for (int e = 0; e < D; ++e) omax = std::max(omax, std::fabs(o[e]));
       const float* g = &got[(static_cast<size_t>(t) * n_head + h) * D];
+      // F16-cache prefill with head_dim 64/128/256 runs on tensor cores with q and the
+      // softmax weights rounded to f16 (as the CPU's F16 path rounds q): its bound against
+      // this unrounded double softmax is attention_tc_test.cpp's reasoning, 5e-3 per row.
+      const bool tensor_cores = type == QuantType::F16 && T > 8 && (D == 64 || D == 128 || D == 256);
+      const double tol = tensor_cores ? 5e-3 : 1e-4;
       for (int e = 0; e < D; ++e) {
-        if (!(std::fabs(g[e] - o[e]) <= 1e-4 * omax + 1e-7)) {
+        if (!(std::fabs(g[e] - o[e]) <= tol * omax + 1e-7)) {
           ADD_FAILURE() << "token " << t << " head " << h << " [" << e << "]: got " << g[e] << " want " << o[e];
           ++bad;
           break;

@@ -12,6 +12,7 @@
 #                              source carried in .gpu-carry/llama-src.tar.xz and run it on
 #                              the same files (-ngl 99 -fa 1 -p 512,4096 -n 128)
 #   tools/gpu/check.sh cpu     the whole CPU test suite with this machine's compiler
+#   tools/gpu/check.sh all     test, then bench
 # Carry .gpu-carry (made here by tools/gpu/prepare.sh): the Debian packages of the header
 # and test libraries (the machine has none and no network), test data, llama.cpp source.
 set -uo pipefail
@@ -35,7 +36,7 @@ run() {  # name command...
 }
 build() {
   [ -f build-gpu/build.ninja ] || cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOETIER_CUDA=ON \
-    -DCMAKE_CUDA_ARCHITECTURES=90 -DMOETIER_WERROR=ON -DCMAKE_PREFIX_PATH="$SYSROOT/usr" \
+    -DCMAKE_CUDA_ARCHITECTURES=90 -DMOETIER_WERROR=ON -DMOETIER_SERVER=OFF -DCMAKE_PREFIX_PATH="$SYSROOT/usr" \
     -DMOETIER_TESTDATA_DIR="$TESTDATA" >"$OUT/configure.log" 2>&1
   run compile cmake --build build-gpu -j "$JOBS"
 }
@@ -43,6 +44,13 @@ M=build-gpu/moetier
 SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 
 case $MODE in
+all)  # test then bench in one call (a fresh machine costs minutes)
+  "$0" test
+  t=$?
+  "$0" bench
+  b=$?
+  exit $((t | b))
+  ;;
 test)
   build
   run info $M info
@@ -65,10 +73,20 @@ bench)
     run "bench_$q" $M bench -m "$F" --device cuda -p 512 -n 128 -r 3 -o json
     run "bench4096_$q" $M bench -m "$F" --device cuda -p 4096 -n 0 -r 2 -o json
   done
-  [ -x build-gpu/moetier_cuda_mmvq ] && run mmvq_bench ./build-gpu/moetier_cuda_mmvq
-  [ -x build-gpu/moetier_cuda_tune ] && run tune ./build-gpu/moetier_cuda_tune
+  # Where the time goes (cuda/stage_timer.h): a pp512 micro-batch, and decode without
+  # graphs (per stage) and with (the whole step); pp4096 at a larger micro-batch.
+  F=/tmp/q30-q4_k_m.gguf
+  MOETIER_CUDA_PROFILE=1 run profile_pp512 $M bench -m "$F" --device cuda -p 512 -n 0 -r 2
+  MOETIER_CUDA_PROFILE=1 MOETIER_CUDA_GRAPHS=0 run profile_tg_plain $M bench -m "$F" --device cuda -p 0 -n 64 -r 1
+  MOETIER_CUDA_PROFILE=1 run profile_tg_graph $M bench -m "$F" --device cuda -p 0 -n 64 -r 1
+  MOETIER_CUDA_UBATCH=512 run bench4096_ub512 $M bench -m "$F" --device cuda -p 4096 -n 0 -r 2
+  if [ -z "${SKIP_KERNEL_BENCH:-}" ]; then  # the kernel-level benchmarks (~1 min)
+    [ -x build-gpu/moetier_cuda_attention ] && run attention_bench ./build-gpu/moetier_cuda_attention
+    [ -x build-gpu/moetier_cuda_mmvq ] && run mmvq_bench ./build-gpu/moetier_cuda_mmvq
+    [ -x build-gpu/moetier_cuda_tune ] && run tune ./build-gpu/moetier_cuda_tune
+  fi
   run hwprofile $M hwprofile -o "$OUT/hwprofile.json"
-  for f in "$OUT"/bench*.log "$OUT"/mmvq_bench.log "$OUT"/tune.log; do [ -f "$f" ] && { echo "--- $f"; tail -40 "$f"; }; done
+  for f in "$OUT"/bench*.log "$OUT"/profile*.log "$OUT"/attention_bench.log "$OUT"/mmvq_bench.log "$OUT"/tune.log; do [ -f "$f" ] && { echo "--- $f"; tail -40 "$f"; }; done
   ;;
 llama)
   L=/tmp/llama.cpp
@@ -90,9 +108,14 @@ cpu)
   run unit ctest --test-dir build-gpu --output-on-failure -j "$JOBS" -LE "kjv|cuda"
   ;;
 *)
-  echo "usage: tools/gpu/check.sh test|bench|llama|cpu"
+  echo "usage: tools/gpu/check.sh test|bench|all|llama|cpu"
   exit 2
   ;;
 esac
 nvidia-smi >"$OUT/nvidia-smi.log" 2>&1 || true
+# The device tool brings back only a few files: every log in one archive.
+if [ "$MODE" != all ]; then
+  (cd "$OUT" && tar -czf "logs-$MODE.tgz" --exclude='*.tgz' --exclude='*.gguf' --exclude='*.f32' -- * 2>/dev/null &&
+    find . -maxdepth 1 -type f ! -name '*.tgz' -delete)
+fi
 exit $status

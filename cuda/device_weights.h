@@ -1,0 +1,64 @@
+// The model's weights in device memory, laid out so the decode step needs few launches:
+// every tensor keeps its GGUF rows byte for byte, but matrices one step multiplies by the
+// same activations sit next to each other, so a single product covers them:
+//   wq | wk | wv rows back to back (when the three share type and row bytes): wqkv, one
+//       (n_embd -> q_dim + 2 kv_dim) matrix;
+//   per expert e: gate[e] rows then up[e] rows, so gate_exps and up_exps are views with
+//       the matrix stride of the pair, and gate_up_exps is one (n_embd -> 2 n_ff) matrix
+//       per expert; the shared expert's and dense FFN's gate | up likewise.
+// A combined view has data == nullptr when its parts cannot share one product.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "cuda/matmul.h"
+#include "cuda/memory.h"
+#include "model/model.h"
+
+namespace mt::cuda {
+
+struct DevLayer {
+  DeviceMatrix wq, wk, wv, wo;  // (n_embd -> q_dim / kv_dim), (q_dim -> n_embd)
+  DeviceMatrix wqkv;            // (n_embd -> q_dim + 2 kv_dim) over wq | wk | wv, or none
+  DeviceMatrix router, gate_exps, up_exps, down_exps;  // experts: n_mat = n_expert
+  DeviceMatrix gate_up_exps;                           // (n_embd -> 2 n_ff_exp) per expert, or none
+  DeviceMatrix shexp_gate, shexp_up, shexp_down, shexp_gate_up;
+  DeviceMatrix ffn_gate, ffn_up, ffn_down, ffn_gate_up;
+  const float *attn_norm = nullptr, *ffn_norm = nullptr, *q_norm = nullptr, *k_norm = nullptr;
+  const float *bq = nullptr, *bk = nullptr, *bv = nullptr, *shexp_gate_inp = nullptr;
+  bool moe = false;
+};
+
+class DeviceWeights {
+ public:
+  // Bytes of device memory upload() will take for `model`.
+  static uint64_t bytes_needed(const Model& model);
+  // Copies every weight of `model` (loaded with interleave off) to the device.
+  void upload(const Model& model);
+
+  DeviceMatrix token_embd, output;
+  const float* output_norm = nullptr;
+  std::vector<DevLayer> layers;
+  uint64_t bytes() const { return used_; }
+
+  // Every matrix view (for workspace sizing).
+  std::vector<const DeviceMatrix*> matrices() const;
+
+ private:
+  void place_all(const Model& model, bool dry);
+  uint8_t* reserve(uint64_t bytes, bool dry);
+  DeviceMatrix matrix(const Tensor& t, bool dry);
+  const float* vec(const std::vector<float>& v, bool dry);
+  // wq | wk | wv style: n dense tensors back to back; views into *out, the combined view
+  // returned (data null when they cannot be one matrix, each then placed on its own).
+  DeviceMatrix stacked(std::initializer_list<const Tensor*> parts, std::initializer_list<DeviceMatrix*> out, bool dry);
+  // gate | up per expert (see above); data null when not combinable.
+  DeviceMatrix paired_experts(const Tensor& gate, const Tensor& up, DeviceMatrix* gate_out, DeviceMatrix* up_out,
+                              bool dry);
+
+  DeviceBuffer buffer_;
+  uint64_t used_ = 0;
+};
+
+}  // namespace mt::cuda

@@ -1,0 +1,104 @@
+// MMQ weight decoding of the 32-element formats Q4_0, Q5_0, Q8_0 (cuda/mmq_common.cuh):
+// half h of stage st is blocks 8 st + 4h .. +3 of the row, contiguous bytes read as
+// little-endian words; block bb's codes go to q[8bb .. 8bb + 7] (element 4i .. 4i + 3
+// of the block in q[8bb + i]) as signed int8, its scale d to sc[bb]. Activation mode
+// kQ8_0 (per-32 d); the offsets (-8, -16) are applied to the codes, so no min terms.
+// Layouts as quant/blocks.h: Q4_0 = d, qs[16] (byte j: element j low nibble, j + 16
+// high); Q5_0 = d, qh[4] (bit j: element j's fifth bit), qs[16]; Q8_0 = d, qs[32].
+#include "cuda/mmq_common.cuh"
+
+namespace mt::cuda {
+namespace mmq_detail {
+namespace {
+
+// Bits 0..3 of b to bit 4 of bytes 0..3: the multiply puts copies of b at bits 0, 7, 14
+// and 21 (no two set bits meet, so no carries), bit k of copy k landing at bit 8k.
+__device__ __forceinline__ uint32_t bit4_to_bytes(uint32_t b) {
+  return (((b & 0xFu) * 0x00204081u) & 0x01010101u) << 4;
+}
+
+// The half's blocks as words: kBlock bytes each, nb - 4h of them valid (0..4).
+template <int kBlock, int N>
+__device__ __forceinline__ void load_half(const uint8_t* row, int st, int h, int nb, uint32_t (&w)[N]) {
+  static_assert(4 * N >= 4 * kBlock, "four blocks");
+  const int first = kStageBlocks * st + 4 * h;
+  const int valid = max(0, min(4, nb - 4 * h));
+  load_words<N>(row + static_cast<int64_t>(first) * kBlock, valid * kBlock, w);
+}
+
+struct TrQ4_0 {
+  static constexpr bool kMin = false, kHalf16 = false;
+  __device__ static void decode(const uint8_t* row, int st, int h, int nb, uint32_t (&q)[32], float (&sc)[4],
+                                float (&)[4]) {
+    uint32_t w[18];  // 4 x 18 bytes
+    load_half<18>(row, st, h, nb, w);
+    static_for<0, 4>([&](auto bb_) {
+      constexpr int bb = decltype(bb_)::value, at = 18 * bb;
+      sc[bb] = h2f(word_at<at>(w));
+      static_for<0, 4>([&](auto i_) {
+        constexpr int i = decltype(i_)::value;
+        const uint32_t v = word_at<at + 2 + 4 * i>(w);
+        q[8 * bb + i] = __vsub4(v & 0x0F0F0F0Fu, 0x08080808u);
+        q[8 * bb + 4 + i] = __vsub4((v >> 4) & 0x0F0F0F0Fu, 0x08080808u);
+      });
+    });
+  }
+};
+
+struct TrQ5_0 {
+  static constexpr bool kMin = false, kHalf16 = false;
+  __device__ static void decode(const uint8_t* row, int st, int h, int nb, uint32_t (&q)[32], float (&sc)[4],
+                                float (&)[4]) {
+    uint32_t w[22];  // 4 x 22 bytes
+    load_half<22>(row, st, h, nb, w);
+    static_for<0, 4>([&](auto bb_) {
+      constexpr int bb = decltype(bb_)::value, at = 22 * bb;
+      sc[bb] = h2f(word_at<at>(w));
+      const uint32_t qh = word_at<at + 2>(w);
+      static_for<0, 4>([&](auto i_) {
+        constexpr int i = decltype(i_)::value;
+        const uint32_t v = word_at<at + 6 + 4 * i>(w);
+        q[8 * bb + i] = __vsub4((v & 0x0F0F0F0Fu) | bit4_to_bytes(qh >> (4 * i)), 0x10101010u);
+        q[8 * bb + 4 + i] = __vsub4(((v >> 4) & 0x0F0F0F0Fu) | bit4_to_bytes(qh >> (16 + 4 * i)), 0x10101010u);
+      });
+    });
+  }
+};
+
+struct TrQ8_0 {
+  static constexpr bool kMin = false, kHalf16 = false;
+  __device__ static void decode(const uint8_t* row, int st, int h, int nb, uint32_t (&q)[32], float (&sc)[4],
+                                float (&)[4]) {
+    uint32_t w[34];  // 4 x 34 bytes
+    load_half<34>(row, st, h, nb, w);
+    static_for<0, 4>([&](auto bb_) {
+      constexpr int bb = decltype(bb_)::value, at = 34 * bb;
+      sc[bb] = h2f(word_at<at>(w));
+      static_for<0, 8>([&](auto i_) {
+        constexpr int i = decltype(i_)::value;
+        q[8 * bb + i] = word_at<at + 2 + 4 * i>(w);
+      });
+    });
+  }
+};
+
+}  // namespace
+}  // namespace mmq_detail
+
+#define MT_MMQ_DEFINE(Block, Tr, BN)                                             \
+  template <>                                                                    \
+  void launch_mmq<Block, BN>(const MmqArgs& a, dim3 grid, cudaStream_t stream) { \
+    mmq_detail::launch<mmq_detail::Tr, BN>(a, grid, stream);                     \
+  }
+MT_MMQ_DEFINE(BlockQ4_0, TrQ4_0, 16)
+MT_MMQ_DEFINE(BlockQ4_0, TrQ4_0, 32)
+MT_MMQ_DEFINE(BlockQ4_0, TrQ4_0, 64)
+MT_MMQ_DEFINE(BlockQ5_0, TrQ5_0, 16)
+MT_MMQ_DEFINE(BlockQ5_0, TrQ5_0, 32)
+MT_MMQ_DEFINE(BlockQ5_0, TrQ5_0, 64)
+MT_MMQ_DEFINE(BlockQ8_0, TrQ8_0, 16)
+MT_MMQ_DEFINE(BlockQ8_0, TrQ8_0, 32)
+MT_MMQ_DEFINE(BlockQ8_0, TrQ8_0, 64)
+#undef MT_MMQ_DEFINE
+
+}  // namespace mt::cuda

@@ -1,0 +1,307 @@
+// Fused forms of ops the decode step runs back to back (cuda/ops.h): each kernel computes
+// exactly what its unfused sequence computes (the same float operations in the same
+// order: rms_norm_kernel's double square sum, rope_kernel's angle and rotation,
+// kv_store's roundings), in one launch instead of several, because a decode step is
+// bound by launches, not by these kernels' bytes.
+#include <cuda_fp16.h>
+
+#include <cmath>
+
+#include "core/check.h"
+#include "cuda/act_quant.cuh"
+#include "cuda/ops.h"
+#include "cuda/ops_reduce.cuh"
+
+namespace mt::cuda {
+namespace {
+
+constexpr int kMaxHead = 256;  // head_dim the prep kernel takes (one thread per element)
+constexpr int kMaxFusedRow = 12288;  // floats of a row add_rms_norm_quant keeps in shared memory (48 KiB)
+
+__device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
+
+// One block per row: x += y, then out = rms_norm(x) * w as rms_norm_kernel computes it.
+__global__ void add_rms_norm_kernel(float* x, const float* y, const float* w, float eps, int n, float* out) {
+  __shared__ double scratch[32];
+  float* xr = x + static_cast<int64_t>(blockIdx.x) * n;
+  const float* yr = y != nullptr ? y + static_cast<int64_t>(blockIdx.x) * n : nullptr;
+  float* orow = out + static_cast<int64_t>(blockIdx.x) * n;
+  double sum = 0.0;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    const float v = yr != nullptr ? xr[i] + yr[i] : xr[i];
+    xr[i] = v;
+    const double vd = v;
+    sum += vd * vd;
+  }
+  sum = detail::block_sum(sum, scratch);
+  const float mean = static_cast<float>(sum / static_cast<double>(n));
+  const float scale = 1.0f / sqrtf(mean + eps);
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    const float v = xr[i] * scale;  // this thread's own write above
+    orow[i] = w != nullptr ? v * w[i] : v;
+  }
+}
+
+// add_rms_norm_kernel, then the normed row (kept in shared memory, n floats) quantized
+// in `mode` as cuda/mmvq_quantize.cu does: blockDim 256 (8 warps), n >= 256.
+// With c.d set, y is the MoE combine of the row's experts (moe_combine_kernel's math: the
+// shared expert's gate from the FFN input row, which is `out`'s row, read before any
+// write), computed here instead of read; qs null: no quantization.
+__global__ void __launch_bounds__(256) add_rms_norm_quant_kernel(float* x, const float* y, MoeCombineIn c,
+                                                                 const float* w, float eps, int n, float* out,
+                                                                 ActQuant mode, int8_t* qs, uint2* meta) {
+  extern __shared__ float row_sh[];  // (n)
+  __shared__ double scratch[32];
+  __shared__ float scratch_f[32];
+  const int64_t r = blockIdx.x;
+  float* xr = x + r * n;
+  const float* yr = y != nullptr ? y + r * n : nullptr;
+  float* orow = out + r * n;
+  float gate = 1.0f;
+  if (c.d != nullptr && c.d_sh != nullptr && c.gate_inp != nullptr) {  // uniform over the block
+    float z = 0.0f;
+    for (int j = threadIdx.x; j < n; j += blockDim.x) z += c.gate_inp[j] * orow[j];
+    z = detail::block_sum(z, scratch_f);  // its barriers: every read of orow is done
+    gate = 1.0f / (1.0f + expf(-z));
+  }
+  const float* cw = c.d != nullptr ? c.weights + r * c.K : nullptr;
+  // Restrict-qualified views: the loads of later elements may be issued before this
+  // element's store (one CTA per row walks it in n / 256 steps; decode is latency-bound).
+  const float* __restrict__ dd = c.d;
+  const float* __restrict__ dsh = c.d_sh;
+  const float* __restrict__ ya = yr;
+  float* __restrict__ xw = xr;
+  double sum = 0.0;
+#pragma unroll 4
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    float yv = 0.0f;
+    if (dd != nullptr) {
+      for (int k = 0; k < c.K; ++k) yv = __fadd_rn(yv, __fmul_rn(dd[(r * c.K + k) * n + i], cw[k]));
+      if (dsh != nullptr) yv = __fadd_rn(yv, __fmul_rn(dsh[r * n + i], gate));
+    }
+    const float v = dd != nullptr ? xw[i] + yv : (ya != nullptr ? xw[i] + ya[i] : xw[i]);
+    xw[i] = v;
+    const double vd = v;
+    sum += vd * vd;
+  }
+  sum = detail::block_sum(sum, scratch);
+  const float mean = static_cast<float>(sum / static_cast<double>(n));
+  const float scale = 1.0f / sqrtf(mean + eps);
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    const float v = xr[i] * scale;
+    const float o = w != nullptr ? v * w[i] : v;
+    orow[i] = o;
+    row_sh[i] = o;
+  }
+  if (qs == nullptr) return;
+  __syncthreads();
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
+  int8_t* qrow = qs + r * n;
+  uint2* mrow = meta + r * (n / 32);
+  if (mode == ActQuant::kQ8_K) {
+    for (int b = warp; b < n / 256; b += n_warps) {
+      float v[8];
+      for (int i = 0; i < 8; ++i) v[i] = row_sh[b * 256 + 8 * lane + i];
+      act_detail::quantize_q8_k_warp(v, lane, qrow + b * 256, mrow + b * 8);
+    }
+  } else {
+    for (int e = threadIdx.x; e < n; e += blockDim.x) {  // n % 32 == 0: whole warps
+      act_detail::quantize_q8_0_warp(row_sh[e], lane, qrow + e, mrow + e / 32);
+    }
+  }
+}
+
+// Grid (n_head + 2 * n_head_kv, n_tokens), one thread per element of a head (blockDim a
+// multiple of 32 >= D). Block y = token t, x = a q head, a k head or a v head.
+__global__ void attn_prep_kernel(AttnPrepArgs a, float theta_scale) {
+  __shared__ double scratch[32];
+  __shared__ float head_sh[kMaxHead];
+  const int t = blockIdx.y, e = threadIdx.x, D = a.head_dim;
+  const int hb = blockIdx.x;
+  const bool is_q = hb < a.n_head, is_k = !is_q && hb < a.n_head + a.n_head_kv;
+  const int h = is_q ? hb : (is_k ? hb - a.n_head : hb - a.n_head - a.n_head_kv);
+  const float* src = is_q ? a.q_src + t * a.q_stride : (is_k ? a.k_src + t * a.k_stride : a.v_src + t * a.v_stride);
+  const float* bias = is_q ? a.bq : (is_k ? a.bk : a.bv);
+  const uint32_t pos = (a.pos_dev != nullptr ? *a.pos_dev : a.pos0) + static_cast<uint32_t>(t);
+  const bool live = e < D;
+  float v = 0.0f;
+  if (live) {
+    v = src[h * D + e];
+    if (bias != nullptr) v += bias[h * D + e];  // add_bias: y += b
+  }
+  const float* norm_w = is_q ? a.q_norm : (is_k ? a.k_norm : nullptr);
+  if (norm_w != nullptr) {  // uniform over the block
+    const double vd = v;
+    const double sum = detail::block_sum(live ? vd * vd : 0.0, scratch);
+    const float mean = static_cast<float>(sum / static_cast<double>(D));
+    const float scale = 1.0f / sqrtf(mean + a.eps);
+    if (live) v = v * scale * norm_w[e];
+  }
+  if ((is_q || is_k) && a.n_rot > 0) {  // uniform over the block
+    if (live) head_sh[e] = v;
+    __syncthreads();
+    const int half = a.n_rot / 2;
+    if (live && e < a.n_rot) {
+      const bool first = a.neox ? e < half : (e % 2 == 0);
+      const int k = a.neox ? (first ? e : e - half) : e / 2;
+      const int i0 = a.neox ? k : 2 * k;
+      const int i1 = a.neox ? k + half : 2 * k + 1;
+      float theta = static_cast<float>(pos) * a.freq_scale;
+      for (int j = 0; j < k; ++j) theta = __fmul_rn(theta, theta_scale);
+      double s = 0.0, c = 0.0;
+      sincos(static_cast<double>(theta), &s, &c);
+      const float sf = static_cast<float>(s), cf = static_cast<float>(c);
+      const float x0 = head_sh[i0], x1 = head_sh[i1];
+      v = first ? __fsub_rn(__fmul_rn(x0, cf), __fmul_rn(x1, sf)) : __fadd_rn(__fmul_rn(x0, sf), __fmul_rn(x1, cf));
+    }
+  }
+  if (is_q) {
+    if (live) a.q_out[(static_cast<int64_t>(t) * a.n_head + h) * D + e] = v;
+    return;
+  }
+  uint8_t* row = (is_k ? a.k_cache : a.v_cache) + static_cast<uint64_t>(pos) * a.row_bytes;
+  const int col = h * D + e;  // element of the cache row
+  switch (a.kv_type) {
+    case QuantType::F16:
+      if (live) reinterpret_cast<__half*>(row)[col] = __float2half_rn(v);
+      break;
+    case QuantType::F32:
+      if (live) reinterpret_cast<float*>(row)[col] = v;
+      break;
+    default: {  // Q8_0: a warp is one 32-element block (D and h * D multiples of 32)
+      if (e >= ((D + 31) / 32) * 32) return;  // whole warps past the head
+      const float ax = fabsf(v);
+      const float amax = detail::warp_max(ax > 0.0f ? ax : 0.0f);
+      const float d = amax / 127;
+      float id = 0.0f;
+      if (d != 0.0f) {
+        id = 1.0f / d;
+        if (!isfinite(id)) id = 0.0f;
+      }
+      const float r = roundf(v * id);
+      const int q = r == r ? static_cast<int>(fminf(fmaxf(r, -127.0f), 127.0f)) : 0;
+      uint8_t* blk = row + (col / 32) * 34;
+      if ((e & 31) == 0) *reinterpret_cast<__half*>(blk) = __float2half_rn(d);
+      if (live) blk[2 + (e & 31)] = static_cast<uint8_t>(static_cast<int8_t>(q));
+    }
+  }
+}
+
+// rows (n_rows, 2 * ff) = [gate | up] -> out (n_rows, ff) = silu(gate) * up.
+__global__ void swiglu_pairs_kernel(const float* gu, int64_t n_rows, int ff, float* out) {
+  const int64_t n = n_rows * ff;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = i / ff, c = i % ff;
+    const float* row = gu + r * 2 * ff;
+    out[i] = silu(row[c]) * row[ff + c];
+  }
+}
+
+// swiglu_pairs_kernel's rows, then quantized in `mode` as cuda/mmvq_quantize.cu does: a
+// warp per 256 elements (kQ8_K, lane j: elements 8j..8j+7) or per 32 (kQ8_0 / kQ8_1).
+__global__ void swiglu_pairs_quant_kernel(const float* gu, int64_t n_rows, int ff, float* out, ActQuant mode,
+                                          int8_t* qs, uint2* meta) {
+  const int lane = threadIdx.x & 31;
+  const int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
+  const int per = mode == ActQuant::kQ8_K ? 256 : 32;  // elements per warp
+  const int64_t blocks_per_row = ff / per;
+  if (warp >= n_rows * blocks_per_row) return;  // whole warps
+  const int64_t r = warp / blocks_per_row, b = warp % blocks_per_row;
+  const float* row = gu + r * 2 * ff;
+  const int64_t first = r * ff + b * per;  // element of out / qs
+  if (mode == ActQuant::kQ8_K) {
+    float v[8];
+    for (int i = 0; i < 8; ++i) {
+      const int c = static_cast<int>(b * 256) + 8 * lane + i;
+      v[i] = silu(row[c]) * row[ff + c];
+      out[first + 8 * lane + i] = v[i];
+    }
+    act_detail::quantize_q8_k_warp(v, lane, qs + first, meta + first / 32);
+  } else {
+    const int c = static_cast<int>(b * 32) + lane;
+    const float v = silu(row[c]) * row[ff + c];
+    out[first + lane] = v;
+    act_detail::quantize_q8_0_warp(v, lane, qs + first + lane, meta + first / 32);
+  }
+}
+
+}  // namespace
+
+void swiglu_pairs_quant(const float* gu, int64_t n_rows, int ff, float* out, ActQuant mode, int8_t* qs, uint2* meta,
+                        cudaStream_t stream) {
+  MT_CHECK(swiglu_pairs_quant_supports(ff, mode) && n_rows >= 0);
+  MT_CHECK(reinterpret_cast<uintptr_t>(qs) % 8 == 0 && reinterpret_cast<uintptr_t>(meta) % 8 == 0);
+  const int per = mode == ActQuant::kQ8_K ? 256 : 32;
+  const int64_t warps = n_rows * (ff / per);
+  if (warps == 0) return;
+  constexpr int kThreads = 256;
+  const int64_t blocks = (warps * 32 + kThreads - 1) / kThreads;
+  MT_CHECK(blocks < (int64_t{1} << 31));
+  swiglu_pairs_quant_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(gu, n_rows, ff, out, mode, qs, meta);
+  MT_CUDA_CHECK_LAUNCH();
+}
+
+bool swiglu_pairs_quant_supports(int ff, ActQuant mode) { return ff > 0 && ff % (mode == ActQuant::kQ8_K ? 256 : 32) == 0; }
+
+void add_rms_norm(float* x, const float* y, const float* w, float eps, int rows, int n, float* out,
+                  cudaStream_t stream) {
+  MT_CHECK(n > 0 && rows >= 0);
+  if (rows == 0) return;
+  int threads = (n + 31) / 32 * 32;
+  threads = threads < 256 ? threads : 256;
+  add_rms_norm_kernel<<<rows, threads, 0, stream>>>(x, y, w, eps, n, out);
+  MT_CUDA_CHECK_LAUNCH();
+}
+
+void add_rms_norm_quant(float* x, const float* y, const float* w, float eps, int rows, int n, float* out, ActQuant mode,
+                        int8_t* qs, uint2* meta, cudaStream_t stream) {
+  MT_CHECK(add_rms_norm_quant_supports(n, mode) && rows >= 0);
+  MT_CHECK(reinterpret_cast<uintptr_t>(qs) % 8 == 0 && reinterpret_cast<uintptr_t>(meta) % 8 == 0);
+  if (rows == 0) return;
+  const size_t smem = static_cast<size_t>(n) * sizeof(float);
+  add_rms_norm_quant_kernel<<<rows, 256, smem, stream>>>(x, y, MoeCombineIn{}, w, eps, n, out, mode, qs, meta);
+  MT_CUDA_CHECK_LAUNCH();
+}
+
+void moe_combine_add_rms_norm(const MoeCombineIn& c, float* x, const float* w, float eps, int rows, int n, float* out,
+                              bool quantize, ActQuant mode, int8_t* qs, uint2* meta, cudaStream_t stream) {
+  MT_CHECK(c.d != nullptr && c.weights != nullptr && c.K > 0 && rows >= 0);
+  MT_CHECK(n >= 256 && n <= kMaxFusedRow && (!quantize || add_rms_norm_quant_supports(n, mode)));
+  MT_CHECK(c.d_sh == nullptr || c.gate_inp == nullptr || c.h == out);
+  if (rows == 0) return;
+  const size_t smem = static_cast<size_t>(n) * sizeof(float);
+  add_rms_norm_quant_kernel<<<rows, 256, smem, stream>>>(x, nullptr, c, w, eps, n, out, mode, quantize ? qs : nullptr,
+                                                         quantize ? meta : nullptr);
+  MT_CUDA_CHECK_LAUNCH();
+}
+
+bool add_rms_norm_quant_supports(int n, ActQuant mode) {
+  return n >= 256 && n <= kMaxFusedRow && n % (mode == ActQuant::kQ8_K ? 256 : 32) == 0;
+}
+
+void attn_prep(const AttnPrepArgs& a, cudaStream_t stream) {
+  MT_CHECK(a.n_tokens >= 0 && a.n_head > 0 && a.n_head_kv > 0);
+  MT_CHECK(a.head_dim > 0 && a.head_dim <= kMaxHead && a.n_rot >= 0 && a.n_rot <= a.head_dim && a.n_rot % 2 == 0);
+  MT_CHECK(a.kv_type == QuantType::F16 || a.kv_type == QuantType::F32 ||
+           (a.kv_type == QuantType::Q8_0 && a.head_dim % 32 == 0));
+  if (a.n_tokens == 0) return;
+  // The CPU's float expression (model/attention.cpp rope_angles), as rope() takes it.
+  const float theta_scale = a.n_rot > 0 ? std::pow(a.freq_base, -2.0f / static_cast<float>(a.n_rot)) : 1.0f;
+  const int threads = (a.head_dim + 31) / 32 * 32;
+  const dim3 grid(static_cast<unsigned>(a.n_head + 2 * a.n_head_kv), static_cast<unsigned>(a.n_tokens));
+  attn_prep_kernel<<<grid, threads, 0, stream>>>(a, theta_scale);
+  MT_CUDA_CHECK_LAUNCH();
+}
+
+void swiglu_pairs(const float* gu, int64_t n_rows, int ff, float* out, cudaStream_t stream) {
+  MT_CHECK(ff > 0 && n_rows >= 0);
+  const int64_t n = n_rows * ff;
+  if (n == 0) return;
+  constexpr int kThreads = 256;
+  const int64_t b = (n + kThreads - 1) / kThreads;
+  swiglu_pairs_kernel<<<static_cast<int>(b < 65536 ? b : 65536), kThreads, 0, stream>>>(gu, n_rows, ff, out);
+  MT_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace mt::cuda
