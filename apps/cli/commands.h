@@ -27,6 +27,7 @@ Runner add_profile(CLI::App& app);
 Runner add_simulate(CLI::App& app);
 Runner add_analyze_routing(CLI::App& app);
 Runner add_serve(CLI::App& app);
+Runner add_tune(CLI::App& app);
 
 // One routing decision as a JSON line, the format of `logits --routing` and
 // `run --record-routing` (experts/routing_trace.h reads it):

@@ -30,6 +30,7 @@ int main(int argc, char** argv) {
       mt::cli::add_simulate);
   add("analyze-routing", "granule trade curve of a routing record: waste, resident and transfer MiB",
       mt::cli::add_analyze_routing);
+  add("tune", "measure the GPU's mmvq / mmq / gemm crossovers and write the kernel-choice table", mt::cli::add_tune);
 #ifdef MOETIER_HAVE_SERVER
   add("serve", "OpenAI-compatible HTTP server: chat and text completions, streamed, batched", mt::cli::add_serve);
 #endif

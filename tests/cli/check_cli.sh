@@ -71,6 +71,11 @@ expect_error 1 "cannot open" -- "$MOETIER" synth --vocab "$WORK/missing.gguf" -o
 expect_error 1 "cannot create" -- "$MOETIER" synth -o "$WORK/no/such/dir/x.gguf"
 expect_error 2 "required" -- "$MOETIER" synth
 expect_error 2 "" -- "$MOETIER" frobnicate
+# tune without a GPU (CI): one line naming why; a bad policy is refused first.
+if ! command -v nvidia-smi >/dev/null 2>&1; then
+  expect_error 1 "no CUDA device|no CUDA backend" -- "$MOETIER" tune
+fi
+expect_error 1 "dense-mmq must be" -- "$MOETIER" tune --dense-mmq sometimes
 
 # The text output names the geometry groups.
 "$MOETIER" inspect "$WORK/laguna-s.gguf" | grep -q "bf16/bf16/bf16.*18.00 MiB per expert, 8 layers" ||
