@@ -11,6 +11,11 @@
 // (active_bytes_per_token: every non-expert tensor the token touches, one embedding row,
 // and n_expert_used experts per MoE layer) and the bandwidth that implies; with --membw
 // (from bench/moetier_membw) the fraction of that roofline reached.
+//
+// With --expert-cache (and the other tiering flags of `run`) the experts are tiered
+// through the simulated device (model/offload.h), one fresh expert cache per test (its
+// warm-up run warms it); each test reports the tiering counters of its warm-up and timed
+// runs: JSON "tiering" (experts/stats.h's schema), and a line per test in markdown.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -25,9 +30,13 @@
 
 #include "apps/cli/commands.h"
 #include "apps/cli/engine.h"
+#include "apps/cli/sizes.h"
+#include "apps/cli/tiering_flags.h"
 #include "core/log.h"
 #include "experts/geometry.h"
+#include "experts/stats.h"
 #include "model/model.h"
+#include "model/offload.h"
 
 namespace mt::cli {
 namespace {
@@ -38,6 +47,8 @@ struct BenchFlags {
   bool no_interleave = false;
   double membw_gbps = 0;  // 0: no roofline column (on CUDA: the device bandwidth)
   DeviceFlags device;
+  TieringFlags tiering;    // --expert-cache ...: experts through the simulated device
+  std::string pin_budget = "0";
 };
 
 struct ModelFacts {
@@ -53,6 +64,8 @@ struct TestResult {
   std::vector<uint64_t> samples_ns;
   std::vector<double> samples_ts;
   double avg_ts = 0, stddev_ts = 0, avg_ns = 0;
+  std::string tiering_json;  // with --expert-cache: experts/stats.h's JSON of this test
+  std::string tiering_text;  // its overall line
   std::string name() const { return n_prompt > 0 ? "pp" + std::to_string(n_prompt) : "tg" + std::to_string(n_gen); }
 };
 
@@ -106,13 +119,18 @@ double stddev(const std::vector<double>& v) {
 
 class Bench {
  public:
-  Bench(const Engine& engine, const BenchFlags& f) : engine_(engine), model_(engine.model()), f_(f), rng_(1234) {}
+  Bench(const Engine& engine, const BenchFlags& f, const TieringSetup* tiering, uint64_t pin_budget)
+      : engine_(engine), model_(engine.model()), f_(f), tiering_(tiering), pin_budget_(pin_budget), rng_(1234) {}
 
   // One test: a warm-up, then f_.reps timed runs. Exactly one of n_prompt, n_gen is > 0.
   StatusOr<TestResult> run_test(int n_prompt, int n_gen) {
     TestResult r;
     r.n_prompt = n_prompt;
     r.n_gen = n_gen;
+    if (tiering_ != nullptr) {  // a fresh expert cache for this test
+      MT_ASSIGN_OR_RETURN(offload_, make_offload(model_.weights(), tiering_->geometry, tiering_->plan,
+                                                 tiering_->cache, tiering_->scheduler, pin_budget_));
+    }
     Progress progress("bench " + r.name(), static_cast<uint64_t>(f_.reps) + 1, f_.output != "json");
     progress.update(0);
     MT_ASSIGN_OR_RETURN(double warm_ns, run_once(n_prompt, n_prompt > 0 ? 0 : 1));
@@ -128,6 +146,12 @@ class Bench {
     for (uint64_t ns : r.samples_ns) r.avg_ns += static_cast<double>(ns) / static_cast<double>(r.samples_ns.size());
     r.avg_ts = mean(r.samples_ts);
     r.stddev_ts = stddev(r.samples_ts);
+    if (offload_ != nullptr) {
+      r.tiering_json = stats_json(*offload_->scheduler, tiering_->policy, tiering_->budget);
+      const std::string text = stats_text(*offload_->scheduler, tiering_->policy, tiering_->budget);
+      r.tiering_text = text.substr(0, text.find('\n'));
+      offload_.reset();
+    }
     return r;
   }
 
@@ -140,6 +164,7 @@ class Bench {
   StatusOr<double> run_once(int n_prompt, int n_gen) {
     const uint32_t n_ctx = static_cast<uint32_t>(std::max(1, n_prompt + n_gen));
     MT_ASSIGN_OR_RETURN(std::unique_ptr<Evaluator> session, engine_.new_sequence(n_ctx));
+    if (offload_ != nullptr) static_cast<Session*>(session.get())->set_offload(&offload_->offload);
     std::vector<int32_t> prompt(static_cast<size_t>(n_prompt));
     for (int32_t& t : prompt) t = random_token();
     int32_t token = random_token();
@@ -155,6 +180,9 @@ class Bench {
   const Engine& engine_;
   const Model& model_;
   const BenchFlags& f_;
+  const TieringSetup* tiering_;             // null: no tiering
+  uint64_t pin_budget_;
+  std::unique_ptr<OffloadState> offload_;   // the current test's (tiering only)
   std::mt19937 rng_;
   std::vector<float> logits_;
 };
@@ -182,6 +210,7 @@ void print_json(const ModelFacts& m, const BenchFlags& f, int threads, const std
     j["stddev_ts"] = r.stddev_ts;
     j["samples_ns"] = r.samples_ns;
     j["samples_ts"] = r.samples_ts;
+    if (!r.tiering_json.empty()) j["tiering"] = nlohmann::ordered_json::parse(r.tiering_json);
     if (r.n_gen > 0) {
       j["gb_per_s"] = gb_per_s(m, r);
       if (f.membw_gbps > 0) {
@@ -213,6 +242,9 @@ void print_markdown(const ModelFacts& m, const BenchFlags& f, int threads, const
                 human_bytes(m.active_bytes_per_token).c_str(), threads, r.name().c_str(), r.avg_ts, r.stddev_ts,
                 gbs.c_str(), roof ? (" " + frac + " |").c_str() : "");
   }
+  for (const TestResult& r : results) {
+    if (!r.tiering_text.empty()) std::printf("%s tiering: %s\n", r.name().c_str(), r.tiering_text.c_str());
+  }
 }
 
 int run(const BenchFlags& f) {
@@ -240,7 +272,19 @@ int run(const BenchFlags& f) {
   m.active_bytes_per_token = *active;
   const int threads = model->pool().size();
 
-  Bench bench(**engine, f);
+  TieringSetup tiering;
+  uint64_t pin_budget = 0;
+  const bool tiered = !f.tiering.expert_cache.empty();
+  if (tiered) {
+    if ((*engine)->on_gpu()) return fail(unimplemented("--expert-cache with --device cuda comes with the GPU tiering"));
+    auto setup = make_tiering_setup(model->file(), f.tiering);
+    if (!setup.ok()) return fail(setup.status());
+    tiering = std::move(*setup);
+    auto pins = parse_size(f.pin_budget, "--pin-budget");
+    if (!pins.ok()) return fail(pins.status());
+    pin_budget = *pins;
+  }
+  Bench bench(**engine, f, tiered ? &tiering : nullptr, pin_budget);
   std::vector<TestResult> results;
   for (auto [p, n] : {std::pair{f.n_prompt, 0}, std::pair{0, f.n_gen}}) {
     if (p + n == 0) continue;
@@ -270,6 +314,8 @@ Runner add_bench(CLI::App& app) {
   app.add_option("-o,--output", f->output, "output format: md (default) or json")->check(CLI::IsMember({"md", "json"}));
   add_device_flags(app, &f->device);
   app.add_option("--membw", f->membw_gbps, "host memory read bandwidth in GB/s (moetier_membw): adds tg's roofline fraction");
+  add_tiering_flags(app, &f->tiering);
+  app.add_option("--pin-budget", f->pin_budget, "with --expert-cache: host bytes of expert layers to pin (as run)");
   return [f] { return run(*f); };
 }
 

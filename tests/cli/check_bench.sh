@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# bench: moetier bench's JSON keys and arithmetic on a tiny olmoe model, its errors,
+# bench: moetier bench's JSON keys and arithmetic on a tiny olmoe model, its errors, the
+# tiering counters with --expert-cache,
 # --no-interleave, and moetier_membw's JSON. Speed itself is measured by bench/compare_llamacpp.sh, not here.
 #   * active_bytes_per_token = non-expert tensors + one embedding row + top-k experts per
 #     MoE layer, recomputed here from `inspect --json`
@@ -47,6 +48,31 @@ assert abs(tg["gb_per_s"] - active * tg["avg_ts"] / 1e9) <= 1e-9 * tg["gb_per_s"
 assert abs(tg["roofline_fraction"] - tg["gb_per_s"] / 10) <= 1e-9, tg
 print(f"bench: active {active} B/token, pp8 {pp['avg_ts']:.1f} t/s, tg4 {tg['avg_ts']:.1f} t/s")
 PY
+# --expert-cache: experts through the simulated device, each test its own cache; the
+# tiering counters of its warm-up and timed runs in the JSON (experts/stats.h's schema).
+"$MOETIER" bench -m "$M" -p 8 -n 4 -t 2 -r 2 --expert-cache 25% -o json >"$WORK/bench_tiered.json" ||
+  fail "bench --expert-cache -o json"
+"$PY" - "$WORK/bench_tiered.json" "$WORK/bench.json" <<'PY' || fail "bench tiering JSON"
+import json, sys
+b, plain = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+assert all("tiering" not in t for t in plain), "tiering without --expert-cache"
+pp, tg = b
+# tokens: the warm-up (pp: the prompt, tg: one token) plus two timed runs
+assert pp["tiering"]["tokens"] == 8 + 2 * 8, pp["tiering"]["tokens"]
+assert tg["tiering"]["tokens"] == 1 + 2 * 4, tg["tiering"]["tokens"]
+for t in b:
+    tier = t["tiering"]
+    assert tier["mode"] == "hybrid" and tier["policy"] == "lru" and tier["budget_bytes"] > 0, tier
+    tot = tier["total"]
+    for key in ("hits", "misses", "admissions", "evictions", "bytes_copied", "device_experts", "cpu_experts"):
+        assert tot[key] == sum(l[key] for l in tier["layers"]), key
+    assert tot["hits"] + tot["misses"] > 0 and tot["device_experts"] + tot["cpu_experts"] == tot["hits"] + tot["misses"], tot
+print(f"bench tiering: pp hit rate {pp['tiering']['total']['hit_rate']:.3f}, tg {tg['tiering']['total']['hit_rate']:.3f}")
+PY
+"$MOETIER" bench -m "$M" -p 4 -n 2 -r 1 --expert-cache 25% | grep -q "^tg2 tiering: experts (hybrid, lru" ||
+  fail "bench markdown lacks the tiering line"
+"$MOETIER" bench -m "$M" -p 4 -n 0 -r 1 --expert-cache lots >/dev/null 2>&1 && fail "bench accepted --expert-cache lots"
+
 out=$("$MOETIER" bench -m "$M" -p 4 -n 2 -r 1)
 grep -q '| tg2 |' <<<"$out" && grep -q '| pp4 |' <<<"$out" || fail "markdown table: $out"
 
