@@ -7,9 +7,14 @@
 namespace mt::server {
 namespace {
 
+// Whole numbers (counters, byte totals) exactly; others to 9 significant digits.
 std::string number(double v) {
   char buf[48];
-  std::snprintf(buf, sizeof buf, "%.9g", v);
+  if (v == std::floor(v) && std::fabs(v) < 9e15) {
+    std::snprintf(buf, sizeof buf, "%lld", static_cast<long long>(v));
+  } else {
+    std::snprintf(buf, sizeof buf, "%.9g", v);
+  }
   return buf;
 }
 
@@ -132,29 +137,35 @@ std::string ServerMetrics::render(const SchedulerMetrics& s) const {
          "moetier_kv_cache_tokens_used / moetier_kv_cache_tokens_budget.",
          s.kv_tokens_budget ? static_cast<double>(s.kv_tokens_used) / static_cast<double>(s.kv_tokens_budget) : 0.0);
 
-  // Expert tiering, per geometry group. serve runs every expert on the CPU today, so these
-  // stay at zero until the GPU expert tiering is wired into it.
+  // Expert tiering, per geometry group: the sums over the group's layers of the scheduler's
+  // snapshot (serve --expert-cache: the simulated device today); 0 without tiering.
   struct Counter {
     const char* name;
     const char* help;
+    uint64_t ExpertLayerCounters::*field;
   };
   const Counter counters[] = {
-      {"moetier_expert_cache_hits_total", "Expert lookups found in the GPU expert cache."},
-      {"moetier_expert_cache_misses_total", "Expert lookups not in the GPU expert cache."},
-      {"moetier_expert_cache_evictions_total", "Experts evicted from the GPU expert cache."},
-      {"moetier_expert_h2d_bytes_total", "Expert bytes copied host to device (admissions and staging)."},
-      {"moetier_expert_cpu_computed_total", "Experts computed on the CPU instead of the GPU."},
+      {"moetier_expert_cache_hits_total", "Expert lookups found in the expert cache.", &ExpertLayerCounters::hits},
+      {"moetier_expert_cache_misses_total", "Expert lookups not in the expert cache.", &ExpertLayerCounters::misses},
+      {"moetier_expert_cache_evictions_total", "Experts evicted from the expert cache.",
+       &ExpertLayerCounters::evictions},
+      {"moetier_expert_h2d_bytes_total", "Expert bytes copied host to device (admissions and staging).",
+       &ExpertLayerCounters::h2d_bytes},
+      {"moetier_expert_cpu_computed_total", "Experts computed on the CPU instead of the device.",
+       &ExpertLayerCounters::cpu_experts},
   };
   for (const Counter& c : counters) {
     header(&out, c.name, "counter",
-           std::string(c.help) +
-               " Per geometry group; reads 0 until the GPU expert tiering lands in serve "
-               "(today every expert runs on the CPU).");
+           std::string(c.help) + " Per geometry group; 0 unless serve runs with --expert-cache.");
     for (size_t g = 0; g < expert_groups_.size(); ++g) {
+      uint64_t total = 0;
+      for (uint32_t l : expert_groups_[g].layer_ids) {
+        if (l < s.expert_layers.size()) total += s.expert_layers[l].*c.field;
+      }
       sample(&out, c.name,
              "group=\"" + std::to_string(g) + "\",layers=\"" + label_value(expert_groups_[g].layers) + "\",types=\"" +
                  label_value(expert_groups_[g].types) + "\"",
-             0);
+             static_cast<double>(total));
     }
   }
   return out;

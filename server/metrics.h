@@ -37,6 +37,7 @@ class Histogram {
 struct ExpertGroupLabel {
   std::string layers;  // "0-23" or "0-3,8-11"
   std::string types;   // "q4_K/q4_K/q6_K" (gate/up/down)
+  std::vector<uint32_t> layer_ids;  // the layers (SchedulerMetrics::expert_layers indices)
 };
 
 class ServerMetrics {

@@ -10,6 +10,7 @@
 
 #include "core/check.h"
 #include "model/kv_cache.h"
+#include "model/offload.h"
 #include "tokenizer/stream_decoder.h"
 
 namespace mt {
@@ -209,10 +210,20 @@ struct Scheduler::Impl {
     }
     if (batch.empty()) return;
     std::vector<float> logits;
-    const Status s = model.eval_batch(batch, &logits);
+    const Status s = model.eval_batch(batch, &logits, nullptr, o.offload);
     {
       std::lock_guard<std::mutex> lock(mu);
       ++m.steps;
+      if (o.offload != nullptr) {  // a snapshot for /metrics (the HTTP thread reads it under mu)
+        const ExpertScheduler& es = *o.offload->scheduler;
+        const uint32_t n = static_cast<uint32_t>(es.cache().n_layers());
+        m.expert_layers.resize(n);
+        for (uint32_t l = 0; l < n; ++l) {
+          const CacheCounters& c = es.cache().counters(l);
+          const SchedulerCounters& k = es.counters(l);
+          m.expert_layers[l] = {c.hits, c.misses, c.evictions, c.bytes_copied + k.staged_bytes, k.cpu_experts};
+        }
+      }
     }
     if (!s.ok()) {
       for (Running* r : owners) {

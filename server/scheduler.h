@@ -50,6 +50,14 @@ struct ServingOptions {
   uint64_t kv_budget_tokens = 0;    // all running requests' contexts together; 0: max_running * n_ctx
   uint32_t prefill_chunk = 256;     // prompt tokens per step per request
   QuantType kv_type = QuantType::F16;
+  // Experts tiered through this offload (model/offload.h; the serve command owns it);
+  // null: every expert on the CPU. Only the scheduler thread touches it.
+  MoeOffload* offload = nullptr;
+};
+
+// One MoE layer's expert-tiering counters since the start (experts/scheduler.h).
+struct ExpertLayerCounters {
+  uint64_t hits = 0, misses = 0, evictions = 0, h2d_bytes = 0, cpu_experts = 0;
 };
 
 struct SchedulerMetrics {
@@ -59,6 +67,7 @@ struct SchedulerMetrics {
   uint64_t kv_tokens_used = 0, kv_tokens_budget = 0;
   std::vector<double> ttft_seconds;         // time to first token of finished requests (last 1024)
   std::vector<double> token_seconds;        // per-token latency samples (last 4096)
+  std::vector<ExpertLayerCounters> expert_layers;  // per layer (with an offload), after the last step
 };
 
 class Scheduler {

@@ -1,6 +1,8 @@
 // moetier serve: an OpenAI-compatible HTTP server for one model (server/http.h): chat and
 // text completions, streamed or not, from requests batched by the Scheduler; /v1/models,
-// /health and Prometheus /metrics. SIGINT / SIGTERM stop it cleanly.
+// /health and Prometheus /metrics. SIGINT / SIGTERM stop it cleanly. With --expert-cache
+// (run's tiering flags) the experts are tiered through the simulated device and /metrics
+// reports the cache counters per geometry group.
 #include <CLI/CLI.hpp>
 #include <pthread.h>
 
@@ -15,9 +17,12 @@
 #endif
 
 #include "apps/cli/commands.h"
+#include "apps/cli/sizes.h"
+#include "apps/cli/tiering_flags.h"
 #include "core/log.h"
 #include "experts/geometry.h"
 #include "model/model.h"
+#include "model/offload.h"
 #include "server/chat_prompt.h"
 #include "server/http.h"
 #include "server/scheduler.h"
@@ -32,6 +37,8 @@ struct ServeFlags {
   uint32_t max_running = 8, n_ctx = 0, http_threads = 0;
   bool no_interleave = false;
   double request_timeout_s = 0;
+  TieringFlags tiering;
+  std::string pin_budget = "0";
 };
 
 int fail(const Status& s) {
@@ -43,7 +50,7 @@ std::vector<server::ExpertGroupLabel> expert_groups(const gguf::GgufFile& file) 
   std::vector<server::ExpertGroupLabel> out;
   auto geometry = read_expert_geometry(file);
   if (!geometry.ok()) return out;
-  for (const GeometryGroup& g : geometry->groups) out.push_back({server::layer_ranges(g.layers), g.types});
+  for (const GeometryGroup& g : geometry->groups) out.push_back({server::layer_ranges(g.layers), g.types, g.layers});
   return out;
 }
 
@@ -112,6 +119,20 @@ int serve(const ServeFlags& f) {
   options.max_running = f.max_running;
   options.n_ctx = f.n_ctx ? f.n_ctx : std::min<uint32_t>(hp.n_ctx_train ? hp.n_ctx_train : 4096, 4096);
   options.kv_type = *kv_type;
+  std::unique_ptr<OffloadState> offload;  // --expert-cache: outlives the scheduler (declared first)
+  std::string tiering_note;
+  if (!f.tiering.expert_cache.empty()) {
+    auto setup = make_tiering_setup((*model)->file(), f.tiering);
+    if (!setup.ok()) return fail(setup.status());
+    auto pins = parse_size(f.pin_budget, "--pin-budget");
+    if (!pins.ok()) return fail(pins.status());
+    auto state = make_offload((*model)->weights(), setup->geometry, setup->plan, setup->cache, setup->scheduler, *pins);
+    if (!state.ok()) return fail(state.status());
+    offload = std::move(*state);
+    options.offload = &offload->offload;
+    tiering_note = "; experts tiered (" + f.tiering.moe_mode + ", " + f.tiering.policy + ", cache " +
+                   human_bytes(setup->budget) + ")";
+  }
   Scheduler scheduler(**model, *tokenizer, options);
 
   server::HttpOptions http_options;
@@ -128,10 +149,10 @@ int serve(const ServeFlags& f) {
   signals.start(&http);
   std::fprintf(stderr,
                "moetier serve: model '%s' (%s, %u layers, %u experts top-%u) on cpu, %d threads; context %u per "
-               "request, up to %u running; chat format %s\n",
+               "request, up to %u running; chat format %s%s\n",
                http_options.model_name.c_str(), std::string(arch_info(hp.arch).name).c_str(), hp.n_layer, hp.n_expert,
                hp.n_expert_used, (*model)->pool().size(), options.n_ctx, options.max_running,
-               chat.description().c_str());
+               chat.description().c_str(), tiering_note.c_str());
   std::fprintf(stderr, "moetier serve: listening on http://%s:%d\n", f.host.c_str(), *port);
   std::fflush(stderr);
   http.run();
@@ -159,6 +180,8 @@ Runner add_serve(CLI::App& app) {
                  "connections served at once (default max(64, 2 x --max-running)); more wait to be accepted");
   app.add_option("--kv-type", f->kv_type, "KV cache type: f16 (default), q8_0, f32");
   app.add_flag("--no-interleave", f->no_interleave, "keep every weight in the memory map (less memory, slower)");
+  add_tiering_flags(app, &f->tiering);
+  app.add_option("--pin-budget", f->pin_budget, "with --expert-cache: host bytes of expert layers to pin (as run)");
   return [f] { return serve(*f); };
 }
 

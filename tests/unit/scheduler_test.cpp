@@ -9,7 +9,10 @@
 #include <fstream>
 #include <mutex>
 
+#include "experts/geometry.h"
+#include "experts/pools.h"
 #include "model/model.h"
+#include "model/offload.h"
 #include "server/scheduler.h"
 #include "test_util.h"
 #include "tokenizer/tokenizer.h"
@@ -91,6 +94,47 @@ TEST_F(SchedulerTest, ConcurrentRequestsGiveTheReferenceGreedyContinuations) {
   EXPECT_EQ(m.requests_finished, out.size());
   EXPECT_EQ(m.kv_tokens_used, 0u);
   EXPECT_LT(m.steps, out.size() * 24) << "requests were not batched";
+}
+
+// serve --expert-cache: the experts tiered through the simulated device at a quarter of
+// their bytes keep the greedy continuations (the hybrid path is bit-identical), and the
+// per-layer counters the scheduler publishes for /metrics are the offload's own.
+TEST_F(SchedulerTest, TieredExpertsKeepTheContinuationsAndPublishTheirCounters) {
+  auto geometry = read_expert_geometry(model->file());
+  ASSERT_TRUE(geometry.ok());
+  auto state = make_offload(model->weights(), *geometry, plan_pools(*geometry, geometry->compact_bytes / 4), {}, {});
+  ASSERT_TRUE(state.ok()) << state.status().to_string();
+  ServingOptions options{.max_running = 4, .n_ctx = 256, .prefill_chunk = 16};
+  options.offload = &(*state)->offload;
+  {
+    Scheduler s(*model, *tokenizer, options);
+    std::vector<std::unique_ptr<Collected>> out;
+    std::vector<std::vector<int32_t>> expected;
+    for (const auto& p : refs["prompts"]) {
+      out.push_back(std::make_unique<Collected>());
+      auto ids = p["greedy_ids"].get<std::vector<int32_t>>();
+      ids.resize(16);
+      expected.push_back(ids);
+      ASSERT_TRUE(s.submit(request(p["ids"].get<std::vector<int32_t>>(), 16, out.back().get())).ok());
+    }
+    for (size_t i = 0; i < out.size(); ++i) {
+      wait(*out[i]);
+      EXPECT_EQ(out[i]->tokens, expected[i]) << "request " << i;
+    }
+    const SchedulerMetrics m = s.metrics();
+    const ExpertScheduler& es = *(*state)->scheduler;
+    ASSERT_EQ(m.expert_layers.size(), es.cache().n_layers());
+    uint64_t lookups = 0;
+    for (uint32_t l = 0; l < m.expert_layers.size(); ++l) {
+      const ExpertLayerCounters& c = m.expert_layers[l];
+      EXPECT_EQ(c.hits, es.cache().counters(l).hits) << "layer " << l;
+      EXPECT_EQ(c.misses, es.cache().counters(l).misses) << "layer " << l;
+      EXPECT_EQ(c.cpu_experts, es.counters(l).cpu_experts) << "layer " << l;
+      EXPECT_EQ(c.h2d_bytes, es.cache().counters(l).bytes_copied + es.counters(l).staged_bytes) << "layer " << l;
+      lookups += c.hits + c.misses;
+    }
+    EXPECT_GT(lookups, 0u);
+  }
 }
 
 TEST_F(SchedulerTest, AKvBudgetMakesRequestsWaitNotFail) {

@@ -1,0 +1,38 @@
+// /metrics' expert tiering counters: per geometry group, the sums over the group's layers
+// of the scheduler's per-layer snapshot (serve --expert-cache); zero without one.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "server/metrics.h"
+#include "server/scheduler.h"
+
+namespace mt::server {
+namespace {
+
+bool has_line(const std::string& text, const std::string& line) {
+  return text.find("\n" + line + "\n") != std::string::npos;
+}
+
+TEST(ServerMetrics, ExpertCountersAreTheSumsOverEachGroupsLayers) {
+  ServerMetrics metrics({{"0-1", "q4_K/q4_K/q6_K", {0, 1}}, {"2", "bf16/bf16/bf16", {2}}});
+  SchedulerMetrics s;
+  s.expert_layers = {{3, 5, 1, 1000, 4}, {7, 11, 2, 12345678901, 6}, {13, 17, 0, 500, 9}};
+  const std::string text = metrics.render(s);
+  const std::string g0 = "{group=\"0\",layers=\"0-1\",types=\"q4_K/q4_K/q6_K\"}";
+  const std::string g1 = "{group=\"1\",layers=\"2\",types=\"bf16/bf16/bf16\"}";
+  EXPECT_TRUE(has_line(text, "moetier_expert_cache_hits_total" + g0 + " 10")) << text;
+  EXPECT_TRUE(has_line(text, "moetier_expert_cache_misses_total" + g0 + " 16"));
+  EXPECT_TRUE(has_line(text, "moetier_expert_cache_evictions_total" + g0 + " 3"));
+  EXPECT_TRUE(has_line(text, "moetier_expert_h2d_bytes_total" + g0 + " 12345679901"));  // exact digits
+  EXPECT_TRUE(has_line(text, "moetier_expert_cpu_computed_total" + g0 + " 10"));
+  EXPECT_TRUE(has_line(text, "moetier_expert_cache_hits_total" + g1 + " 13"));
+  EXPECT_TRUE(has_line(text, "moetier_expert_cpu_computed_total" + g1 + " 9"));
+  // Without tiering (no snapshot) every group reads 0.
+  const std::string idle = metrics.render(SchedulerMetrics{});
+  EXPECT_TRUE(has_line(idle, "moetier_expert_cache_hits_total" + g0 + " 0")) << idle;
+  EXPECT_TRUE(has_line(idle, "moetier_expert_h2d_bytes_total" + g1 + " 0"));
+}
+
+}  // namespace
+}  // namespace mt::server
