@@ -46,7 +46,8 @@ StatsTotals stats_totals(const ExpertScheduler& s) {
   return t;
 }
 
-std::string stats_json(const ExpertScheduler& s, CachePolicy policy, uint64_t budget_bytes) {
+std::string stats_json(const ExpertScheduler& s, CachePolicy policy, uint64_t budget_bytes,
+                       const std::vector<LayerTiming>* timing) {
   auto counters = [](const CacheCounters& c, const SchedulerCounters& k) {
     return nlohmann::ordered_json{{"hits", c.hits},
                                   {"misses", c.misses},
@@ -78,10 +79,23 @@ std::string stats_json(const ExpertScheduler& s, CachePolicy policy, uint64_t bu
   total["cpu_experts_per_token"] = t.cpu_experts_per_token;
   total["h2d_bytes_per_token"] = t.h2d_bytes_per_token;
   j["total"] = total;
+  if (timing != nullptr) {
+    nlohmann::ordered_json tl = nlohmann::ordered_json::array();
+    LayerTiming sum;
+    for (uint32_t l = 0; l < n && l < timing->size(); ++l) {
+      if (!has_experts(s, l)) continue;
+      const LayerTiming& x = (*timing)[l];
+      tl.push_back({{"layer", l}, {"copy_ms", 1e3 * x.copy_s}, {"device_ms", 1e3 * x.device_s}, {"cpu_ms", 1e3 * x.cpu_s}});
+      sum.copy_s += x.copy_s, sum.device_s += x.device_s, sum.cpu_s += x.cpu_s;
+    }
+    j["timing"] = {{"layers", tl},
+                   {"total", {{"copy_ms", 1e3 * sum.copy_s}, {"device_ms", 1e3 * sum.device_s}, {"cpu_ms", 1e3 * sum.cpu_s}}}};
+  }
   return j.dump(2);
 }
 
-std::string stats_text(const ExpertScheduler& s, CachePolicy policy, uint64_t budget_bytes) {
+std::string stats_text(const ExpertScheduler& s, CachePolicy policy, uint64_t budget_bytes,
+                       const std::vector<LayerTiming>* timing) {
   const StatsTotals t = stats_totals(s);
   std::string out;
   char line[256];
@@ -94,6 +108,13 @@ std::string stats_text(const ExpertScheduler& s, CachePolicy policy, uint64_t bu
                 static_cast<unsigned long long>(t.cache.admissions), static_cast<unsigned long long>(t.cache.evictions));
   out += line;
   const uint32_t n = static_cast<uint32_t>(s.cache().n_layers());
+  if (timing != nullptr) {
+    LayerTiming sum;
+    for (const LayerTiming& x : *timing) sum.copy_s += x.copy_s, sum.device_s += x.device_s, sum.cpu_s += x.cpu_s;
+    std::snprintf(line, sizeof line, "experts time: copy %.2f ms, device compute %.2f ms, cpu compute %.2f ms\n",
+                  1e3 * sum.copy_s, 1e3 * sum.device_s, 1e3 * sum.cpu_s);
+    out += line;
+  }
   for (uint32_t l = 0; l < n; ++l) {
     if (!has_experts(s, l)) continue;
     const CacheCounters& c = s.cache().counters(l);

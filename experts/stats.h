@@ -3,19 +3,29 @@
 //   {"mode", "policy", "budget_bytes", "steps", "tokens",
 //    "layers": [{"layer", "hits", "misses", "admissions", "evictions", "bytes_copied",
 //                "device_experts", "cpu_experts", "staged", "staged_bytes", "hit_rate"}],
-//    "total": {the same sums, "hit_rate", "cpu_experts_per_token", "h2d_bytes_per_token"}}
+//    "total": {the same sums, "hit_rate", "cpu_experts_per_token", "h2d_bytes_per_token"},
+//    with a real run's timing also "timing": {"layers": [{"layer", "copy_ms", "device_ms",
+//    "cpu_ms"}], "total": {the sums}}}; a replay has no timing (its counters are the same)
 // hit_rate = hits / (hits + misses) (0 when there were no lookups); h2d bytes = admissions'
 // bytes copied + staged bytes.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "experts/scheduler.h"
 
 namespace mt {
 
 const char* cache_policy_name(CachePolicy p);  // "lru", "frequency", "static-hot"
+
+// Wall time one MoE layer spent, summed over steps: copying experts host-to-device
+// (admissions and staging), computing the device's experts, computing the CPU's (the two
+// computations overlap in time).
+struct LayerTiming {
+  double copy_s = 0, device_s = 0, cpu_s = 0;
+};
 
 struct StatsTotals {
   CacheCounters cache;
@@ -25,8 +35,11 @@ struct StatsTotals {
 StatsTotals stats_totals(const ExpertScheduler& s);
 
 // Pretty JSON (2-space indent).
-std::string stats_json(const ExpertScheduler& s, CachePolicy policy, uint64_t budget_bytes);
-// A short table for humans: overall line and one line per MoE layer.
-std::string stats_text(const ExpertScheduler& s, CachePolicy policy, uint64_t budget_bytes);
+// timing: per layer (indexed as the cache's layers), or null.
+std::string stats_json(const ExpertScheduler& s, CachePolicy policy, uint64_t budget_bytes,
+                       const std::vector<LayerTiming>* timing = nullptr);
+// A short table for humans: overall line (and a time line) and one line per MoE layer.
+std::string stats_text(const ExpertScheduler& s, CachePolicy policy, uint64_t budget_bytes,
+                       const std::vector<LayerTiming>* timing = nullptr);
 
 }  // namespace mt

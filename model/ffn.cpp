@@ -9,6 +9,7 @@
 // and the CPU; the two sides run the same steps on their own rows at the same time, and
 // every expert's rows come out bit-identical to the plain path.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <numeric>
 #include <span>
@@ -207,6 +208,7 @@ void moe_block(const BlockArgs& a, const MoeMath& math) {
     std::vector<SimulatedDevice::ExpertViews> staged;
     staged.reserve(n_device);
     dev.run([&] {
+      const auto t_copy = std::chrono::steady_clock::now();
       for (size_t i = 0; i < placed.size(); ++i) {
         const Placement& q = placed[i];
         if (q.copy && q.slot >= 0) dev.copy_to_slot(a.layer, q.expert, q.slot);
@@ -223,10 +225,17 @@ void moe_block(const BlockArgs& a, const MoeMath& math) {
         runs[i].down = &v->down;
         runs[i].matrix = 0;
       }
+      const auto t_compute = std::chrono::steady_clock::now();
       expert_rows(w, {runs.data(), n_device}, 0, S_dev, shared, rows, dev.pool());
+      LayerTiming& tm = dev.timing(a.layer);
+      tm.copy_s += std::chrono::duration<double>(t_compute - t_copy).count();
+      tm.device_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t_compute).count();
     });
+    const auto t_cpu = std::chrono::steady_clock::now();
     expert_rows(w, {runs.data() + n_device, runs.size() - n_device}, S_dev, S, false, rows, a.pool);
+    const double cpu_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_cpu).count();
     dev.wait();
+    dev.timing(a.layer).cpu_s += cpu_s;  // after wait(): the device thread is done with the entry
   }
 
   // Weighted sum in rank order, then the gated shared expert.

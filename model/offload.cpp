@@ -9,7 +9,7 @@ namespace mt {
 
 SimulatedDevice::SimulatedDevice(const PoolPlan& plan, const ExpertScheduler& scheduler, const ModelWeights& w,
                                  const HostExpertStore& store, StagingRing ring)
-    : w_(w), store_(store), ring_(std::move(ring)), slots_(w.layers.size()) {
+    : w_(w), store_(store), ring_(std::move(ring)), slots_(w.layers.size()), timing_(w.layers.size()) {
   for (const ExpertPool& p : plan.pools) pools_.emplace_back(new uint8_t[p.bytes() == 0 ? 1 : p.bytes()]);
   for (uint32_t b = 0; b < w.layers.size(); ++b) {
     const LayerWeights& lw = w.layers[b];

@@ -25,6 +25,7 @@
 #include "core/parallel.h"
 #include "experts/host_store.h"
 #include "experts/scheduler.h"
+#include "experts/stats.h"
 #include "model/weights.h"
 
 namespace mt {
@@ -55,6 +56,10 @@ class SimulatedDevice {
   void wait();
   ThreadPool& pool() { return pool_; }
   uint64_t bytes_copied() const { return bytes_copied_; }
+  // Per model layer: copy and compute time of the layer's steps (experts/stats.h). The
+  // device thread adds copy_s and device_s, the calling thread cpu_s; read after wait().
+  LayerTiming& timing(uint32_t layer) { return timing_[layer]; }
+  const std::vector<LayerTiming>& timings() const { return timing_; }
   uint64_t bytes_through_ring() const { return bytes_through_ring_; }
 
  private:
@@ -73,6 +78,7 @@ class SimulatedDevice {
   std::vector<ExpertViews> staging_views_;
   uint64_t staging_bytes_ = 0;
   uint64_t bytes_copied_ = 0;
+  std::vector<LayerTiming> timing_;  // (n_layer)
   ThreadPool pool_{1};
   std::mutex mu_;
   std::condition_variable cv_;

@@ -147,7 +147,7 @@ class Bench {
     r.avg_ts = mean(r.samples_ts);
     r.stddev_ts = stddev(r.samples_ts);
     if (offload_ != nullptr) {
-      r.tiering_json = stats_json(*offload_->scheduler, tiering_->policy, tiering_->budget);
+      r.tiering_json = stats_json(*offload_->scheduler, tiering_->policy, tiering_->budget, &offload_->device->timings());
       const std::string text = stats_text(*offload_->scheduler, tiering_->policy, tiering_->budget);
       r.tiering_text = text.substr(0, text.find('\n'));
       offload_.reset();

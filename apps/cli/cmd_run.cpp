@@ -220,7 +220,8 @@ int run(RunFlags f) {
                static_cast<double>(generated) / std::max(gen_s, 1e-9));
   usage.print(hp.n_expert, prompt.size() + static_cast<uint64_t>(std::max(0, generated - 1)));
   if (offload && f.stats) {
-    std::fputs(stats_text(*offload->scheduler, tiering.policy, tiering.budget).c_str(), stderr);
+    std::fputs(stats_text(*offload->scheduler, tiering.policy, tiering.budget, &offload->device->timings()).c_str(),
+               stderr);
     std::fprintf(stderr, "host experts: %zu layers pinned (%s), %zu pageable; %s through the staging ring\n",
                  offload->pins.pinned.size() - offload->store->pin_failures().size(),
                  human_bytes(offload->store->pinned_bytes()).c_str(),
@@ -230,7 +231,8 @@ int run(RunFlags f) {
   if (offload && !f.stats_json.empty()) {
     std::unique_ptr<FILE, int (*)(FILE*)> out(std::fopen(f.stats_json.c_str(), "w"), fclose);
     if (!out) return fail(io_error("cannot create '" + f.stats_json + "'"));
-    const std::string j = stats_json(*offload->scheduler, tiering.policy, tiering.budget) + "\n";
+    const std::string j =
+        stats_json(*offload->scheduler, tiering.policy, tiering.budget, &offload->device->timings()) + "\n";
     if (std::fwrite(j.data(), 1, j.size(), out.get()) != j.size()) return fail(io_error("cannot write '" + f.stats_json + "'"));
   }
   return 0;

@@ -67,6 +67,16 @@ for t in b:
     for key in ("hits", "misses", "admissions", "evictions", "bytes_copied", "device_experts", "cpu_experts"):
         assert tot[key] == sum(l[key] for l in tier["layers"]), key
     assert tot["hits"] + tot["misses"] > 0 and tot["device_experts"] + tot["cpu_experts"] == tot["hits"] + tot["misses"], tot
+    # copy and compute time per layer: the layers of the counters, sums in the total
+    tm = tier["timing"]
+    assert [l["layer"] for l in tm["layers"]] == [l["layer"] for l in tier["layers"]], tm
+    for key in ("copy_ms", "device_ms", "cpu_ms"):
+        assert all(l[key] >= 0 for l in tm["layers"]), key
+        assert abs(tm["total"][key] - sum(l[key] for l in tm["layers"])) <= 1e-6 * max(1.0, tm["total"][key]), key
+    if tot["cpu_experts"] > 0:
+        assert tm["total"]["cpu_ms"] > 0, tm["total"]
+    if tot["bytes_copied"] > 0:
+        assert tm["total"]["copy_ms"] > 0, tm["total"]
 print(f"bench tiering: pp hit rate {pp['tiering']['total']['hit_rate']:.3f}, tg {tg['tiering']['total']['hit_rate']:.3f}")
 PY
 "$MOETIER" bench -m "$M" -p 4 -n 2 -r 1 --expert-cache 25% | grep -q "^tg2 tiering: experts (hybrid, lru" ||
