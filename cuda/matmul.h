@@ -3,12 +3,14 @@
 // data + m * matrix_bytes: exactly the file's bytes, uploaded unchanged.
 //   Y (n_tokens, n_out) = X (n_tokens, n_in, f32) . W[m]^T
 // Kernels:
-//   mmvq:  decode / small batches (n_tokens <= kMmvqMaxTokens): each weight row read once
-//          for all tokens; X quantized once per row to Q8_1 (32-element blocks: d, d*sum,
-//          int8 quants) for the quantized types, dot products in int8 (dp4a); F32, F16
-//          and BF16 weights read X in f32.
-//   gemm:  prefill: the weights dequantized to F16/BF16 tiles in the workspace, cuBLAS
-//          with f32 accumulation (and, where it is faster, an int8 tensor-core MMQ).
+//   mmvq:  decode / small batches: each weight row read once for all tokens; X quantized
+//          once per row exactly as the CPU's paired activation type (Q8_0 / Q8_1 / Q8_K,
+//          cuda/mmvq_kernels.h) for the quantized types, dot products in int8 (dp4a);
+//          F32, F16 and BF16 weights read X in f32.
+//   mmq:   prefill, quantized types it supports: int8 tensor cores on the same activation
+//          quantization (cuda/mmq.h), routed products sorted by expert on the device.
+//   gemm:  prefill, the other types: the weights dequantized to F16/BF16 tiles in the
+//          workspace, cuBLAS with f32 accumulation.
 // The *_experts forms run one launch over the slots of a routed batch: slot s = t * K + k
 // uses matrix ids[s] (device memory) and X row t (x_per_slot = false: every expert of a
 // token reads the token's row) or row s (true), writing Y row s.

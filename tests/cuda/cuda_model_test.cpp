@@ -1,6 +1,8 @@
 // CUDA vs CPU parity: for every architecture and every weight type the CPU computes, a
-// synthetic model run on the GPU (CudaModel: prompt batch through the GEMM path, decode
-// tokens through MMVQ and a CUDA graph) and on the CPU (Session):
+// synthetic model run on the GPU (CudaModel: the 40-token prompt through mmq / gemm and
+// tensor-core attention, decode tokens through MMVQ; a Trace is attached, so these decode
+// steps are not graphed: fused_test.cpp checks the graph against plain launches) and on
+// the CPU (Session):
 //  * the selected experts equal at >= 99% of (layer, position) pairs; where they differ
 //    it is a near tie (the two sides' last selected weights within 2e-2);
 //  * logits within max|d| / max|logit| <= 2e-2 (quantized) or 1e-3 (F32/F16) at every
