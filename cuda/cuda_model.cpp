@@ -277,9 +277,8 @@ class CudaSequence final : public Evaluator {
       a.x = h;
       a.rows = Ti;
       const QuantType rt = reader.type;
-      const bool quantized_reader = reader.data != nullptr && T <= static_cast<uint32_t>(kMmvqMaxTokens) &&
-                                    rt != QuantType::F32 && rt != QuantType::F16 && rt != QuantType::BF16 &&
-                                    supports(rt);
+      const bool quantized_reader =
+          reader.data != nullptr && T <= static_cast<uint32_t>(kMmvqMaxTokens) && quantizes_activations(rt);
       if (quantized_reader && add_rms_norm_quant_supports(E, act_quant_for(rt))) {
         a.quantized = true;
         a.mode = act_quant_for(rt);
@@ -416,8 +415,7 @@ class CudaSequence final : public Evaluator {
         act.x = u;
         act.rows = static_cast<int>(slots);
         const QuantType dt = L.down_exps.type;
-        const bool quant_down = T <= static_cast<uint32_t>(kMmvqMaxTokens) && dt != QuantType::F32 &&
-                                dt != QuantType::F16 && dt != QuantType::BF16 && supports(dt) &&
+        const bool quant_down = T <= static_cast<uint32_t>(kMmvqMaxTokens) && quantizes_activations(dt) &&
                                 swiglu_pairs_quant_supports(ff, act_quant_for(dt));
         if (L.gate_up_exps.data != nullptr && quant_down) {
           mm_experts(L.gate_up_exps, sel, K, hx, gu);

@@ -115,8 +115,7 @@ void matmul_experts(const DeviceMatrix& w, const int32_t* ids, int n_tokens, int
 namespace {
 // x's quantized rows serve w: mmvq is the kernel and the modes agree.
 bool reads_quantized(const DeviceMatrix& w, const ActRows& x, int n_tokens, bool experts) {
-  if (!x.quantized || n_tokens > kMmvqMaxTokens || !supports(w.type)) return false;
-  if (w.type == QuantType::F32 || w.type == QuantType::F16 || w.type == QuantType::BF16) return false;
+  if (!x.quantized || n_tokens > kMmvqMaxTokens || !quantizes_activations(w.type)) return false;
   return n_tokens <= mmvq_max_tokens(current_sm(), w.type, experts) && act_quant_for(w.type) == x.mode;
 }
 }  // namespace

@@ -39,6 +39,9 @@ inline constexpr int kMmvqMaxTokens = 8;
 
 // True when the device kernels support the type (every type the CPU computes).
 bool supports(QuantType type);
+// True when mmvq quantizes the activations for this weight type (every supported type but
+// F32, F16 and BF16, which read f32 rows): the types ActRows' quantized rows can serve.
+bool quantizes_activations(QuantType type);
 
 void mmvq(const DeviceMatrix& w, int64_t mat, const float* x, int n_tokens, float* y, Workspace& ws,
           cudaStream_t stream);

@@ -384,3 +384,11 @@ void launch(const MmqArgs& a, dim3 grid, cudaStream_t stream) {
 }
 
 }  // namespace mt::cuda::mmq_detail
+
+// The explicit specialisation of launch_mmq for (Block, BN) over mmq_detail's traits Tr;
+// used inside namespace mt::cuda by each family file (mmq_simple.cu, mmq_k.cu).
+#define MT_MMQ_DEFINE(Block, Tr, BN)                                             \
+  template <>                                                                    \
+  void launch_mmq<Block, BN>(const MmqArgs& a, dim3 grid, cudaStream_t stream) { \
+    mmq_detail::launch<mmq_detail::Tr, BN>(a, grid, stream);                     \
+  }

@@ -120,11 +120,6 @@ struct TrQ6_K {  // ql@0 qh@128 scales@192 d@208, 210 bytes
 }  // namespace
 }  // namespace mmq_detail
 
-#define MT_MMQ_DEFINE(Block, Tr, BN)                                             \
-  template <>                                                                    \
-  void launch_mmq<Block, BN>(const MmqArgs& a, dim3 grid, cudaStream_t stream) { \
-    mmq_detail::launch<mmq_detail::Tr, BN>(a, grid, stream);                     \
-  }
 MT_MMQ_DEFINE(BlockQ4_K, TrQ4_K, 16)
 MT_MMQ_DEFINE(BlockQ4_K, TrQ4_K, 32)
 MT_MMQ_DEFINE(BlockQ4_K, TrQ4_K, 64)

@@ -85,11 +85,6 @@ struct TrQ8_0 {
 }  // namespace
 }  // namespace mmq_detail
 
-#define MT_MMQ_DEFINE(Block, Tr, BN)                                             \
-  template <>                                                                    \
-  void launch_mmq<Block, BN>(const MmqArgs& a, dim3 grid, cudaStream_t stream) { \
-    mmq_detail::launch<mmq_detail::Tr, BN>(a, grid, stream);                     \
-  }
 MT_MMQ_DEFINE(BlockQ4_0, TrQ4_0, 16)
 MT_MMQ_DEFINE(BlockQ4_0, TrQ4_0, 32)
 MT_MMQ_DEFINE(BlockQ4_0, TrQ4_0, 64)

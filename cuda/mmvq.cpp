@@ -102,6 +102,8 @@ void set_activations(MmvqArgs& a, QuantType type, const float* x, int rows, Work
 
 bool supports(QuantType type) { return launcher(type) != nullptr; }
 
+bool quantizes_activations(QuantType type) { return supports(type) && !is_float(type); }
+
 size_t mmvq_workspace_bytes(const DeviceMatrix& w, int n_tokens, int K) {
   if (is_float(w.type) || n_tokens <= 0) return 0;
   const int rows = n_tokens * (K > 1 ? K : 1);

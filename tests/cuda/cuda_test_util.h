@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <random>
 #include <vector>
 
 #include "cuda/check.h"
@@ -20,6 +21,14 @@ inline bool have_device() {
   do {                           \
     if (!::mt::cuda::test::have_device()) GTEST_SKIP() << "no CUDA device"; \
   } while (0)
+
+// n normal(0, scale) floats.
+inline std::vector<float> randn(size_t n, std::mt19937& rng, float scale = 1.0f) {
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
 
 template <class T>
 DeviceBuffer to_device(const std::vector<T>& v) {

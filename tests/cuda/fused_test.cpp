@@ -27,14 +27,8 @@ namespace mt::cuda {
 namespace {
 
 using test::to_device;
+using test::randn;
 using test::to_host;
-
-std::vector<float> randn(size_t n, std::mt19937& rng, float scale = 1.0f) {
-  std::normal_distribution<float> dist(0.0f, scale);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
 
 template <class T>
 bool same_bytes(const std::vector<T>& a, const std::vector<T>& b) {

@@ -24,14 +24,8 @@ namespace mt::cuda {
 namespace {
 
 using test::to_device;
+using test::randn;
 using test::to_host;
-
-std::vector<float> randn(size_t n, std::mt19937& rng, float scale = 1.0f) {
-  std::normal_distribution<float> dist(0.0f, scale);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
 
 // |got - want| <= rel * |want| + abs at every index.
 void expect_close(const std::vector<float>& got, const std::vector<float>& want, float rel, float abs,
