@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -11,11 +12,13 @@
 #include "core/log.h"
 #include "cuda/check.h"
 #include "cuda/device_weights.h"
+#include "cuda/expert_cache.h"
 #include "cuda/host_memory.h"
 #include "cuda/matmul.h"
 #include "cuda/memory.h"
 #include "cuda/ops.h"
 #include "cuda/stage_timer.h"
+#include "cuda/tiering.h"
 #include "model/layers.h"
 
 namespace mt::cuda {
@@ -25,6 +28,12 @@ struct CudaModel::Impl {
   HParams hp;
   const ArchInfo* arch = nullptr;
   DeviceWeights w;
+  // The decode step's completion counters, zero between launches (each launch leaves them
+  // zero): router_fused's (1) and the fused decode attention merge's (kAttnDecodeCounters).
+  DeviceBuffer router_counter, decode_counters;
+  const Model* host = nullptr;       // the host model (its CPU experts and thread pool)
+  bool experts_on_host = false;      // CudaOptions::experts_on_host
+  CudaTiering* tiering = nullptr;    // set_tiering(); required when experts_on_host
 
   ~Impl() {
     if (stream != nullptr) cudaStreamDestroy(stream);
@@ -64,11 +73,19 @@ class CudaSequence final : public Evaluator {
       graphs_ = false;
     }
     step_dev_ = DeviceBuffer(2 * sizeof(uint32_t));
+    if (m.tiering != nullptr) {
+      graphs_ = false;  // a hybrid step waits for its routing on the host
+      alloc_tiering_buffers();
+    }
     if (const char* ub = std::getenv("MOETIER_CUDA_UBATCH"); ub != nullptr && std::atoi(ub) > 0) {
       micro_batch_ = static_cast<uint32_t>(std::atoi(ub));
     }
   }
   ~CudaSequence() override {
+    if (m_.tiering != nullptr) {
+      cudaStreamSynchronize(m_.stream);
+      free_tiering_buffers();
+    }
     if (exec_ != nullptr) cudaGraphExecDestroy(exec_);
     if (pinned_step_ != nullptr) cudaFreeHost(pinned_step_);
     if (pinned_logits_ != nullptr) cudaFreeHost(pinned_logits_);
@@ -96,8 +113,16 @@ class CudaSequence final : public Evaluator {
     if (trace) trace->begin_step();
     MT_CUDA_CHECK(cudaSetDevice(m_.device));
     logits->clear();
-    for (uint32_t c0 = 0; c0 < T; c0 += micro_batch_) {
-      const uint32_t n = std::min(micro_batch_, T - c0);
+    // Tiered: a batch below the streaming threshold goes through the hybrid step in pieces
+    // of up to kMmvqMaxTokens; a larger one streams the expert banks once per micro-batch.
+    uint32_t micro = micro_batch_;
+    if (m_.tiering != nullptr) {
+      const uint32_t thr = m_.tiering->options.stream_threshold;
+      micro = thr > 0 && T >= thr ? std::max(micro_batch_, CudaModel::kStreamMicroBatch)
+                                  : static_cast<uint32_t>(kMmvqMaxTokens);
+    }
+    for (uint32_t c0 = 0; c0 < T; c0 += micro) {
+      const uint32_t n = std::min(micro, T - c0);
       const bool last = c0 + n == T;
       const uint32_t rows = all_logits ? n : (last ? 1 : 0);
       if (n != 1 || rows != 1 || trace != nullptr || !eval_token_graph(tokens[c0], logits)) {
@@ -110,20 +135,27 @@ class CudaSequence final : public Evaluator {
 
  private:
   static constexpr uint32_t kGraphSpan = 256;  // positions one decode graph serves
+  static constexpr uint32_t kLogitRows = 256;  // logits rows per output product (one (kLogitRows, n_vocab) buffer)
 
   size_t workspace_bytes(uint32_t T) const {
     const HParams& hp = m_.hp;
     const size_t E = hp.n_embd, Q = hp.q_dim(), KV = hp.kv_dim(), K = std::max(1u, hp.n_expert_used);
     const size_t n_ff = std::max({hp.n_ff_exp, hp.n_ff, hp.n_ff_shexp, 1u});
     const size_t floats = 4 * T * E + 2 * T * Q + 2 * T * KV + T * (Q + 2 * KV) + T * std::max(1u, hp.n_expert) +
-                          2 * T * K + 3 * T * K * n_ff + T * K * E + 3 * T * n_ff + static_cast<size_t>(T) * hp.n_vocab +
+                          2 * T * K + 3 * T * K * n_ff + T * K * E + 3 * T * n_ff +
+                          static_cast<size_t>(std::min(T, kLogitRows)) * hp.n_vocab +  // the logits piece
                           T * E + T * K * n_ff;  // the last two: h's and u's quants and scales
     const size_t bytes = floats * sizeof(float) + 64 * 256;
     size_t scratch = attention_workspace_bytes(static_cast<int>(T), static_cast<int>(hp.n_head),
                                                static_cast<int>(hp.head_dim), n_ctx_);
     for (const DeviceMatrix* w : m_.w.matrices()) {
-      if (w->data != nullptr) {
+      if (w->data != nullptr || (m_.experts_on_host && w->n_in > 0)) {  // tiered experts: their shapes
         scratch = std::max(scratch, matmul_workspace_bytes(*w, static_cast<int>(T), static_cast<int>(K)));
+        if (w->data == nullptr && w->n_mat > 1) {  // as a gate | up pair
+          DeviceMatrix pair = *w;
+          pair.n_out *= 2;
+          scratch = std::max(scratch, matmul_workspace_bytes(pair, static_cast<int>(T), static_cast<int>(K)));
+        }
       }
     }
     return bytes + scratch;
@@ -152,6 +184,142 @@ class CudaSequence final : public Evaluator {
     ws_->rewind(mark);
   }
 
+  // ---- tiered MoE layers (cuda/tiering.h)
+
+  // A layer's expert matrices as the products read them.
+  struct ExpertMats {
+    DeviceMatrix gate, up, down, gate_up;
+  };
+  static ExpertMats mats_of(const ExpertViews& v) { return {v.gate, v.up, v.down, v.gate_up}; }
+
+  // The CPU's share of a hybrid layer-step: its (expert, token) jobs and the slot row
+  // (token * K + rank) each result goes to.
+  struct HybridPart {
+    std::vector<ExpertJob> jobs;
+    std::vector<int32_t> rows;
+    uint32_t n_device = 0;  // slots computed on the device
+  };
+
+  // Routing to the host (ids and the normed rows: a few KB, the step's one wait per
+  // layer), the scheduler's placement, admissions queued on the copy stream, and the slot
+  // ids (-1: the CPU's) uploaded for the grouped products.
+  HybridPart place_hybrid(uint32_t l, uint32_t T, const int32_t* sel, const float* h, const float* wts) {
+    CudaTiering& tier = *m_.tiering;
+    cudaStream_t s = m_.stream;
+    const uint32_t K = m_.hp.n_expert_used, E = m_.hp.n_embd;
+    MT_CHECK(T <= static_cast<uint32_t>(kMmvqMaxTokens));
+    MT_CUDA_CHECK(cudaMemcpyAsync(pin_sel_, sel, sizeof(int32_t) * T * K, cudaMemcpyDeviceToHost, s));
+    MT_CUDA_CHECK(cudaMemcpyAsync(pin_h_, h, sizeof(float) * T * E, cudaMemcpyDeviceToHost, s));
+    MT_CUDA_CHECK(cudaStreamSynchronize(s));
+    (void)wts;
+    std::vector<uint32_t> count(m_.hp.n_expert, 0);
+    for (uint32_t i = 0; i < T * K; ++i) ++count[static_cast<uint32_t>(pin_sel_[i])];
+    tasks_.clear();
+    for (uint32_t e = 0; e < m_.hp.n_expert; ++e) {
+      if (count[e] > 0) tasks_.push_back({e, count[e]});
+    }
+    placed_.clear();
+    tier.scheduler->place(l, tasks_, placed_);
+    slot_of_.assign(m_.hp.n_expert, -1);
+    for (const Placement& p : placed_) {
+      MT_CHECK(!p.on_device || p.slot >= 0);  // staged (stream mode) experts are refused at set-up
+      if (p.copy && p.slot >= 0) tier.cache->admit(l, p.expert, p.slot);
+      if (p.on_device) slot_of_[p.expert] = p.slot;
+    }
+    HybridPart part;
+    for (uint32_t i = 0; i < T * K; ++i) {
+      const int32_t slot = slot_of_[static_cast<uint32_t>(pin_sel_[i])];
+      pin_slot_ids_[i] = slot;
+      if (slot >= 0) {
+        ++part.n_device;
+      } else {
+        part.jobs.push_back({static_cast<uint32_t>(pin_sel_[i]), i / K});
+        part.rows.push_back(static_cast<int32_t>(i));
+      }
+    }
+    MT_CUDA_CHECK(cudaMemcpyAsync(slot_ids_dev_.get(), pin_slot_ids_, sizeof(int32_t) * T * K, cudaMemcpyHostToDevice, s));
+    if (part.n_device > 0) {
+      tier.cache->wait_layer(l, s);  // copies into this layer's slots queued earlier (free when done)
+      MT_CUDA_CHECK(cudaEventRecord(dev_begin_[l], s));
+      dev_timed_[l] = true;
+    }
+    return part;
+  }
+
+  // The CPU computes its experts while the device runs the hot ones (queued before this
+  // call), then their rows go into d (T*K, n_embd) at their slots.
+  void finish_hybrid(uint32_t l, uint32_t T, const HybridPart& part, float* d) {
+    CudaTiering& tier = *m_.tiering;
+    cudaStream_t s = m_.stream;
+    const uint32_t E = m_.hp.n_embd;
+    if (dev_timed_[l]) MT_CUDA_CHECK(cudaEventRecord(dev_end_[l], s));
+    if (part.jobs.empty()) return;
+    const auto t0 = std::chrono::steady_clock::now();
+    expert_outputs(m_.host->weights().layers[l], pin_h_, T, E, part.jobs, pin_rows_, m_.host->pool());
+    tier.timing[l].cpu_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const size_t n = part.jobs.size();
+    std::copy(part.rows.begin(), part.rows.end(), pin_row_ids_);
+    MT_CUDA_CHECK(cudaMemcpyAsync(rows_dev_.get(), pin_rows_, sizeof(float) * n * E, cudaMemcpyHostToDevice, s));
+    MT_CUDA_CHECK(cudaMemcpyAsync(row_ids_dev_.get(), pin_row_ids_, sizeof(int32_t) * n, cudaMemcpyHostToDevice, s));
+    scatter_rows(d, rows_dev_.as<float>(), row_ids_dev_.as<int32_t>(), static_cast<int>(n), static_cast<int>(E), s);
+  }
+
+  // Prefill streaming: queues the bank of the first MoE layer after `after` (-1: the
+  // first MoE layer) into the free staging buffer; staged_buf_ names it.
+  void stage_next_layer(int64_t after) {
+    for (uint32_t l = static_cast<uint32_t>(after + 1); l < m_.hp.n_layer; ++l) {
+      if (!m_.w.layers[l].moe) continue;
+      staged_buf_ = m_.tiering->cache->stage_layer(l);
+      return;
+    }
+  }
+
+  // Device time of this step's hybrid expert products per layer (events read after the
+  // step's final synchronisation).
+  void collect_device_times() {
+    if (m_.tiering == nullptr) return;
+    for (uint32_t l = 0; l < m_.hp.n_layer; ++l) {
+      if (!dev_timed_[l]) continue;
+      float ms = 0;
+      MT_CUDA_CHECK(cudaEventElapsedTime(&ms, dev_begin_[l], dev_end_[l]));
+      m_.tiering->timing[l].device_s += ms * 1e-3;
+      dev_timed_[l] = false;
+    }
+  }
+
+  // Pinned and device buffers of the hybrid step (tiered models only).
+  void alloc_tiering_buffers() {
+    const size_t K = m_.hp.n_expert_used, E = m_.hp.n_embd, S = kMmvqMaxTokens * K;
+    auto pinned = [](size_t bytes) {
+      void* p = nullptr;
+      MT_CUDA_CHECK(cudaHostAlloc(&p, bytes, cudaHostAllocDefault));
+      return p;
+    };
+    pin_sel_ = static_cast<int32_t*>(pinned(sizeof(int32_t) * S));
+    pin_slot_ids_ = static_cast<int32_t*>(pinned(sizeof(int32_t) * S));
+    pin_row_ids_ = static_cast<int32_t*>(pinned(sizeof(int32_t) * S));
+    pin_h_ = static_cast<float*>(pinned(sizeof(float) * kMmvqMaxTokens * E));
+    pin_rows_ = static_cast<float*>(pinned(sizeof(float) * S * E));
+    slot_ids_dev_ = DeviceBuffer(sizeof(int32_t) * S);
+    row_ids_dev_ = DeviceBuffer(sizeof(int32_t) * S);
+    rows_dev_ = DeviceBuffer(sizeof(float) * S * E);
+    dev_begin_.resize(m_.hp.n_layer);
+    dev_end_.resize(m_.hp.n_layer);
+    dev_timed_.assign(m_.hp.n_layer, false);
+    for (uint32_t l = 0; l < m_.hp.n_layer; ++l) {
+      MT_CUDA_CHECK(cudaEventCreate(&dev_begin_[l]));
+      MT_CUDA_CHECK(cudaEventCreate(&dev_end_[l]));
+    }
+  }
+  void free_tiering_buffers() {
+    for (void* p : {static_cast<void*>(pin_sel_), static_cast<void*>(pin_slot_ids_), static_cast<void*>(pin_row_ids_),
+                    static_cast<void*>(pin_h_), static_cast<void*>(pin_rows_)}) {
+      if (p != nullptr) cudaFreeHost(p);
+    }
+    for (cudaEvent_t e : dev_begin_) cudaEventDestroy(e);
+    for (cudaEvent_t e : dev_end_) cudaEventDestroy(e);
+  }
+
   void ensure_workspace(uint32_t T) {
     if (T > ws_tokens_) {
       ws_.reset();
@@ -173,6 +341,7 @@ class CudaSequence final : public Evaluator {
     step.trace = trace;
     enqueue(step);
     MT_CUDA_CHECK(cudaStreamSynchronize(m_.stream));
+    collect_device_times();
     timer_.step_done(step.T);
   }
 
@@ -241,6 +410,11 @@ class CudaSequence final : public Evaluator {
     const int Ti = static_cast<int>(T);
     const bool graph = st.host_ids == nullptr;
     ws_->reset();
+    // Tiered: stream whole expert banks (prefill) or place each layer's experts (hybrid).
+    const bool stream_step = m_.tiering != nullptr && m_.tiering->options.stream_threshold > 0 &&
+                             T >= m_.tiering->options.stream_threshold;
+    if (stream_step) stage_next_layer(-1);
+    if (m_.tiering != nullptr && !stream_step) m_.tiering->scheduler->begin_step(T);
     auto stage = [&](const char* name) { (graph ? graph_timer_ : timer_).mark(name, s); };
     stage("embed");
     const int E = static_cast<int>(hp.n_embd), Q = static_cast<int>(hp.q_dim()), KVd = static_cast<int>(hp.kv_dim());
@@ -278,7 +452,7 @@ class CudaSequence final : public Evaluator {
       a.rows = Ti;
       const QuantType rt = reader.type;
       const bool quantized_reader =
-          reader.data != nullptr && T <= static_cast<uint32_t>(kMmvqMaxTokens) && quantizes_activations(rt);
+          reader.n_in > 0 && T <= static_cast<uint32_t>(kMmvqMaxTokens) && quantizes_activations(rt);
       if (quantized_reader && add_rms_norm_quant_supports(E, act_quant_for(rt))) {
         a.quantized = true;
         a.mode = act_quant_for(rt);
@@ -380,6 +554,9 @@ class CudaSequence final : public Evaluator {
       aa.out = att;
       aa.pos_dev = pos_dev;
       aa.n_kv_cap = st.graph_n_kv_cap;
+      if (static_cast<int64_t>(Ti) * aa.n_head <= kAttnDecodeCounters) {  // the decode merge in the partial launch
+        aa.decode_counters = m_.decode_counters.as<uint32_t>();
+      }
       {
         const size_t mark = ws_->mark();
         attention(aa, *ws_, s);
@@ -394,10 +571,17 @@ class CudaSequence final : public Evaluator {
       MoeCombineIn combine;
       if (L.moe) {
         const int ff = static_cast<int>(L.up_exps.n_out);
-        stage("router");
-        mm(L.router, h, Ti, probs);
-        stage("router top-k");
-        router_topk(probs, Ti, X, K, arch.renormalize_topk, sel, wts, s);
+        stage("router");  // decode: the product and the top-k in one launch
+        RouterFusedArgs ra;
+        ra.x = h, ra.n_tokens = Ti, ra.K = K, ra.renormalize = arch.renormalize_topk;
+        ra.logits = probs, ra.ids = sel, ra.weights = wts, ra.counter = m_.router_counter.as<uint32_t>();
+        if (T <= static_cast<uint32_t>(kMmvqMaxTokens) && router_fused_supports(L.router, ra)) {
+          router_fused(L.router, ra, s);
+        } else {
+          mm(L.router, h, Ti, probs);
+          stage("router top-k");
+          router_topk(probs, Ti, X, K, arch.renormalize_topk, sel, wts, s);
+        }
         if (st.trace) {
           host_sel.resize(static_cast<size_t>(T) * K);
           host_wts.resize(static_cast<size_t>(T) * K);
@@ -410,30 +594,53 @@ class CudaSequence final : public Evaluator {
           }
         }
         const int64_t slots = static_cast<int64_t>(T) * K;
+        // Where the experts' bytes are read: resident, or (tiered) this layer's cache slots
+        // (hybrid: ids become slot ids, -1 for the CPU's) or its streamed bank (prefill).
+        ExpertMats em{L.gate_exps, L.up_exps, L.down_exps, L.gate_up_exps};
+        const int32_t* ids = sel;
+        HybridPart cpu_part;
+        if (m_.tiering != nullptr && stream_step) {
+          const int buf = staged_buf_;
+          m_.tiering->cache->wait_staged(buf, s);
+          em = mats_of(m_.tiering->cache->staged(buf));
+        } else if (m_.tiering != nullptr) {
+          cpu_part = place_hybrid(l, T, sel, h, wts);
+          em = mats_of(m_.tiering->cache->slots(l));
+          ids = slot_ids_dev_.as<int32_t>();
+        }
+        const bool device_experts = m_.tiering == nullptr || stream_step || cpu_part.n_device > 0;
         stage("experts gate+up");
         ActRows act;  // (T*K, ff) the down projection's input
         act.x = u;
         act.rows = static_cast<int>(slots);
-        const QuantType dt = L.down_exps.type;
+        const QuantType dt = em.down.type;
         const bool quant_down = T <= static_cast<uint32_t>(kMmvqMaxTokens) && quantizes_activations(dt) &&
                                 swiglu_pairs_quant_supports(ff, act_quant_for(dt));
-        if (L.gate_up_exps.data != nullptr && quant_down) {
-          mm_experts(L.gate_up_exps, sel, K, hx, gu);
+        if (!device_experts) {
+          // every selected expert is the CPU's this step
+        } else if (em.gate_up.data != nullptr && quant_down) {
+          mm_experts(em.gate_up, ids, K, hx, gu);
           act.quantized = true;
           act.mode = act_quant_for(dt);
           act.qs = uq;
           act.meta = um;
           swiglu_pairs_quant(gu, slots, ff, u, act.mode, uq, um, s);
-        } else if (L.gate_up_exps.data != nullptr) {
-          mm_experts(L.gate_up_exps, sel, K, hx, gu);
+        } else if (em.gate_up.data != nullptr) {
+          mm_experts(em.gate_up, ids, K, hx, gu);
           swiglu_pairs(gu, slots, ff, u, s);
         } else {
-          if (L.gate_exps.data) mm_experts(L.gate_exps, sel, K, hx, gu);
-          mm_experts(L.up_exps, sel, K, hx, u);
-          swiglu(L.gate_exps.data ? gu : nullptr, u, slots * ff, s);
+          if (em.gate.data) mm_experts(em.gate, ids, K, hx, gu);
+          mm_experts(em.up, ids, K, hx, u);
+          swiglu(em.gate.data ? gu : nullptr, u, slots * ff, s);
         }
         stage("experts down");
-        mm_experts(L.down_exps, sel, K, act, d, /*per_slot=*/true);
+        if (device_experts) mm_experts(em.down, ids, K, act, d, /*per_slot=*/true);
+        if (m_.tiering != nullptr && stream_step) {
+          m_.tiering->cache->release_staged(staged_buf_, s);
+          stage_next_layer(l);
+        } else if (m_.tiering != nullptr) {
+          finish_hybrid(l, T, cpu_part, d);
+        }
         stage("shared + combine");  // moe_combine (+ the shared expert)
         const bool shared = L.shexp_up.data != nullptr;
         if (shared) ffn_dense(L.shexp_gate_up, L.shexp_gate, L.shexp_up, L.shexp_down, hx, gus, us, ds);
@@ -458,15 +665,26 @@ class CudaSequence final : public Evaluator {
     }
     stage("output");
     if (st.rows > 0) {
-      const int V = static_cast<int>(hp.n_vocab);
-      float* lg = ws_->take_n<float>(static_cast<size_t>(st.rows) * V);
-      if (st.rows == T) {
-        mm(W.output, hx, lg);
-      } else {
-        mm(W.output, h + static_cast<size_t>(T - st.rows) * E, static_cast<int>(st.rows), lg);
+      // The last st.rows rows of h, kLogitRows at a time into one (kLogitRows, n_vocab)
+      // buffer, each piece copied to the host before the next product overwrites it (the
+      // stream orders them). All rows: hx, with its quantized rows when it has them.
+      const size_t V = hp.n_vocab;
+      const uint32_t first = T - st.rows;
+      float* lg = ws_->take_n<float>(std::min(st.rows, kLogitRows) * V);  // (<= kLogitRows, n_vocab)
+      for (uint32_t r0 = 0; r0 < st.rows; r0 += kLogitRows) {
+        const uint32_t n = std::min(kLogitRows, st.rows - r0);
+        ActRows piece;
+        piece.x = h + static_cast<size_t>(first + r0) * E;
+        piece.rows = static_cast<int>(n);
+        if (first == 0 && hx.quantized) {
+          piece.quantized = true;
+          piece.mode = hx.mode;
+          piece.qs = hx.qs + static_cast<size_t>(r0) * E;
+          piece.meta = hx.meta + static_cast<size_t>(r0) * (E / 32);
+        }
+        mm(W.output, piece, lg);
+        MT_CUDA_CHECK(cudaMemcpyAsync(st.host_logits + r0 * V, lg, n * V * sizeof(float), cudaMemcpyDeviceToHost, s));
       }
-      MT_CUDA_CHECK(cudaMemcpyAsync(st.host_logits, lg, static_cast<size_t>(st.rows) * V * sizeof(float),
-                                    cudaMemcpyDeviceToHost, s));
     }
     stage("end");
   }
@@ -504,6 +722,16 @@ class CudaSequence final : public Evaluator {
   StageTimer timer_;                    // MOETIER_CUDA_PROFILE=1
   StageTimer graph_timer_{"cuda stage times in the decode graph"};
   uint32_t micro_batch_ = CudaModel::kMicroBatch;  // MOETIER_CUDA_UBATCH overrides (tuning)
+  // Tiered models (cuda/tiering.h): the hybrid step's buffers, (kMmvqMaxTokens * K) slots.
+  int32_t *pin_sel_ = nullptr, *pin_slot_ids_ = nullptr, *pin_row_ids_ = nullptr;
+  float *pin_h_ = nullptr, *pin_rows_ = nullptr;  // (T, n_embd) normed rows; (S, n_embd) CPU rows
+  DeviceBuffer slot_ids_dev_, row_ids_dev_, rows_dev_;
+  std::vector<ExpertTask> tasks_;
+  std::vector<Placement> placed_;
+  std::vector<int32_t> slot_of_;                  // (n_expert) this step's slot, -1: CPU
+  std::vector<cudaEvent_t> dev_begin_, dev_end_;  // (n_layer) hybrid device products
+  std::vector<bool> dev_timed_;
+  int staged_buf_ = -1;                           // prefill streaming: the buffer of the next MoE layer
 };
 
 }  // namespace
@@ -512,6 +740,8 @@ CudaModel::CudaModel(const Model& m, std::unique_ptr<Impl> impl) : model_(m), im
 CudaModel::~CudaModel() = default;
 
 uint64_t CudaModel::weight_bytes() const { return impl_->w.bytes(); }
+
+void CudaModel::set_tiering(CudaTiering* tiering) { impl_->tiering = tiering; }
 
 StatusOr<std::unique_ptr<CudaModel>> CudaModel::load(const Model& model, const CudaOptions& options) {
   MT_ASSIGN_OR_RETURN(DeviceMemory mem, device_memory(options.device));
@@ -528,19 +758,29 @@ StatusOr<std::unique_ptr<CudaModel>> CudaModel::load(const Model& model, const C
   impl->device = options.device;
   impl->hp = model.hparams();
   impl->arch = &arch_info(model.hparams().arch);
+  impl->host = &model;
+  impl->experts_on_host = options.experts_on_host;
   MT_CUDA_CHECK(cudaSetDevice(options.device));
-  const uint64_t need = DeviceWeights::bytes_needed(model);
+  const uint64_t need = DeviceWeights::bytes_needed(model, options.experts_on_host);
   if (need > mem.free) {
     return out_of_range("the weights need " + std::to_string(need) + " bytes of device memory, " + mem.name + " has " +
                         std::to_string(mem.free) + " free");
   }
-  impl->w.upload(model);
+  impl->w.upload(model, options.experts_on_host);
   MT_CUDA_CHECK(cudaStreamCreateWithFlags(&impl->stream, cudaStreamNonBlocking));
+  impl->router_counter = DeviceBuffer(sizeof(uint32_t));
+  impl->decode_counters = DeviceBuffer(sizeof(uint32_t) * kAttnDecodeCounters);
+  MT_CUDA_CHECK(cudaMemsetAsync(impl->router_counter.get(), 0, impl->router_counter.bytes(), impl->stream));
+  MT_CUDA_CHECK(cudaMemsetAsync(impl->decode_counters.get(), 0, impl->decode_counters.bytes(), impl->stream));
+  MT_CUDA_CHECK(cudaStreamSynchronize(impl->stream));
   return std::unique_ptr<CudaModel>(new CudaModel(model, std::move(impl)));
 }
 
 StatusOr<std::unique_ptr<Evaluator>> CudaModel::new_sequence(uint32_t n_ctx, QuantType kv_type) {
   if (n_ctx == 0) return invalid_argument("context size must be positive");
+  if (impl_->experts_on_host && impl_->tiering == nullptr) {
+    return invalid_argument("the experts of this model are in host memory: set_tiering() before new_sequence()");
+  }
   if (kv_type != QuantType::F16 && kv_type != QuantType::Q8_0 && kv_type != QuantType::F32) {
     return invalid_argument(std::string("KV cache type ") + type_name(kv_type) + " is not f16, q8_0 or f32");
   }

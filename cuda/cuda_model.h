@@ -21,11 +21,19 @@ namespace mt::cuda {
 
 struct CudaOptions {
   int device = 0;
+  // Routed experts stay in host memory: nothing of them is uploaded, and MoE layers run
+  // through the tiering given to set_tiering() (cuda/tiering.h).
+  bool experts_on_host = false;
 };
+
+struct CudaTiering;
 
 class CudaModel {
  public:
   static constexpr uint32_t kMicroBatch = 2048;
+  // Tiered prefill streams every expert bank once per micro-batch: a prompt up to this
+  // many tokens is one micro-batch.
+  static constexpr uint32_t kStreamMicroBatch = 4096;
 
   // Uploads every weight of `model`, which must have been loaded with
   // LoadOptions::interleave = false (the device reads the file's layout). Errors: no
@@ -37,6 +45,9 @@ class CudaModel {
   StatusOr<std::unique_ptr<Evaluator>> new_sequence(uint32_t n_ctx, QuantType kv_type = QuantType::F16);
 
   uint64_t weight_bytes() const;
+  // The tiering the MoE layers of an experts_on_host model run through (not owned; must
+  // outlive the sequences). Required before new_sequence() for such a model.
+  void set_tiering(CudaTiering* tiering);
   const Model& host() const { return model_; }
 
   struct Impl;  // cuda/cuda_model.cpp

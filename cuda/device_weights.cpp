@@ -35,13 +35,15 @@ void copy_to(uint8_t* dst, const void* src, uint64_t bytes) {
 
 }  // namespace
 
-uint64_t DeviceWeights::bytes_needed(const Model& model) {
+uint64_t DeviceWeights::bytes_needed(const Model& model, bool experts_on_host) {
   DeviceWeights w;
+  w.experts_on_host_ = experts_on_host;
   w.place_all(model, /*dry=*/true);
   return w.used_;
 }
 
-void DeviceWeights::upload(const Model& model) {
+void DeviceWeights::upload(const Model& model, bool experts_on_host) {
+  experts_on_host_ = experts_on_host;
   place_all(model, /*dry=*/true);
   buffer_ = DeviceBuffer(used_);
   place_all(model, /*dry=*/false);
@@ -134,12 +136,16 @@ void DeviceWeights::place_all(const Model& model, bool dry) {
     d.wqkv = stacked({&lw.wq, &lw.wk, &lw.wv}, {&d.wq, &d.wk, &d.wv}, dry);
     d.wo = matrix(lw.wo, dry);
     d.router = matrix(lw.router, dry);
-    if (lw.gate_exps.present()) {
+    if (experts_on_host_) {  // shapes only: the tiering's slots hold the bytes
+      if (lw.gate_exps.present()) d.gate_exps = view_of(lw.gate_exps, nullptr, lw.gate_exps.matrix_bytes);
+      d.up_exps = view_of(lw.up_exps, nullptr, lw.up_exps.matrix_bytes);
+      d.down_exps = view_of(lw.down_exps, nullptr, lw.down_exps.matrix_bytes);
+    } else if (lw.gate_exps.present()) {
       d.gate_up_exps = paired_experts(lw.gate_exps, lw.up_exps, &d.gate_exps, &d.up_exps, dry);
     } else {
       d.up_exps = matrix(lw.up_exps, dry);
     }
-    d.down_exps = matrix(lw.down_exps, dry);
+    if (!experts_on_host_) d.down_exps = matrix(lw.down_exps, dry);
     if (lw.shexp_gate.present()) {
       d.shexp_gate_up = stacked({&lw.shexp_gate, &lw.shexp_up}, {&d.shexp_gate, &d.shexp_up}, dry);
     } else {

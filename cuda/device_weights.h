@@ -33,9 +33,10 @@ struct DevLayer {
 class DeviceWeights {
  public:
   // Bytes of device memory upload() will take for `model`.
-  static uint64_t bytes_needed(const Model& model);
-  // Copies every weight of `model` (loaded with interleave off) to the device.
-  void upload(const Model& model);
+  static uint64_t bytes_needed(const Model& model, bool experts_on_host = false);
+  // Copies every weight of `model` (loaded with interleave off) to the device; with
+  // experts_on_host the routed experts' views keep their shapes but no data (tiering).
+  void upload(const Model& model, bool experts_on_host = false);
 
   DeviceMatrix token_embd, output;
   const float* output_norm = nullptr;
@@ -59,6 +60,7 @@ class DeviceWeights {
 
   DeviceBuffer buffer_;
   uint64_t used_ = 0;
+  bool experts_on_host_ = false;
 };
 
 }  // namespace mt::cuda

@@ -2,9 +2,15 @@
 
 #include <cuda_runtime.h>
 
+#include <string>
+
 namespace mt::cuda {
 
 void* CudaPinnedAllocator::allocate_pinned(uint64_t bytes, std::string* why) {
+  if (bytes > limit_ || allocated_ > limit_ - bytes) {
+    if (why != nullptr) *why = "refused: the pin limit of " + std::to_string(limit_) + " bytes would be exceeded";
+    return nullptr;
+  }
   void* p = nullptr;
   const cudaError_t err = cudaHostAlloc(&p, bytes, cudaHostAllocPortable);
   if (err != cudaSuccess) {
@@ -12,11 +18,14 @@ void* CudaPinnedAllocator::allocate_pinned(uint64_t bytes, std::string* why) {
     if (why != nullptr) *why = std::string("cudaHostAlloc: ") + cudaGetErrorString(err);
     return nullptr;
   }
+  allocated_ += bytes;
   return p;
 }
 
-void CudaPinnedAllocator::free_pinned(void* p, uint64_t) {
-  if (p != nullptr) cudaFreeHost(p);
+void CudaPinnedAllocator::free_pinned(void* p, uint64_t bytes) {
+  if (p == nullptr) return;
+  cudaFreeHost(p);
+  allocated_ -= bytes;
 }
 
 Status register_host_range(void* p, uint64_t bytes) {

@@ -13,11 +13,20 @@
 
 namespace mt::cuda {
 
+// cudaHostAlloc. A byte limit refuses allocations past it, as a driver that stops pinning
+// part way would (tests and --pin-limit: the fallback to pageable must work and be seen).
 class CudaPinnedAllocator final : public HostAllocator {
  public:
-  void* allocate_pinned(uint64_t bytes, std::string* why) override;  // cudaHostAlloc
+  static constexpr uint64_t kNoLimit = ~uint64_t{0};
+  explicit CudaPinnedAllocator(uint64_t limit_bytes = kNoLimit) : limit_(limit_bytes) {}
+  void* allocate_pinned(uint64_t bytes, std::string* why) override;
   void free_pinned(void* p, uint64_t bytes) override;
   const char* name() const override { return "cudaHostAlloc"; }
+  uint64_t allocated_bytes() const { return allocated_; }
+
+ private:
+  uint64_t limit_;
+  uint64_t allocated_ = 0;
 };
 
 // Page-locks an existing range (e.g. part of the GGUF mapping) in place; the reason on failure.

@@ -10,6 +10,20 @@ DeviceBuffer::DeviceBuffer(size_t bytes) : bytes_(bytes) {
   if (bytes > 0) MT_CUDA_CHECK(cudaMalloc(&p_, bytes));
 }
 
+DeviceBuffer DeviceBuffer::try_allocate(size_t bytes, cudaError_t* error) {
+  DeviceBuffer b;
+  *error = cudaSuccess;
+  if (bytes == 0) return b;
+  *error = cudaMalloc(&b.p_, bytes);
+  if (*error != cudaSuccess) {
+    cudaGetLastError();  // clear it so later calls are not blamed
+    b.p_ = nullptr;
+    return b;
+  }
+  b.bytes_ = bytes;
+  return b;
+}
+
 DeviceBuffer::~DeviceBuffer() {
   if (p_ != nullptr) cudaFree(p_);
 }

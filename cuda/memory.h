@@ -16,7 +16,9 @@ namespace mt::cuda {
 class DeviceBuffer {
  public:
   DeviceBuffer() = default;
-  explicit DeviceBuffer(size_t bytes);
+  explicit DeviceBuffer(size_t bytes);  // aborts when cudaMalloc refuses
+  // The non-aborting form: an empty buffer and the error when cudaMalloc refuses.
+  static DeviceBuffer try_allocate(size_t bytes, cudaError_t* error);
   ~DeviceBuffer();
   DeviceBuffer(DeviceBuffer&& o) noexcept : p_(o.p_), bytes_(o.bytes_) { o.p_ = nullptr; o.bytes_ = 0; }
   DeviceBuffer& operator=(DeviceBuffer&& o) noexcept;

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "cuda/matmul.h"
 #include "cuda/memory.h"
 #include "cuda/mmvq_kernels.h"
 #include "quant/types.h"
@@ -50,6 +51,12 @@ void kv_store(QuantType type, const float* rows, int n_tokens, int kv_dim, uint8
 // pos_dev: when set, pos0 is read on the device from *pos_dev (a CUDA graph replays the
 // same launches at every step); the decode split is then sized for n_kv_cap positions
 // and chunks past the real n_kv do nothing (pos0 + n_tokens must stay <= n_kv_cap).
+// decode_counters: when set (kAttnDecodeCounters zeroed uint32_t of device memory), the
+// decode reduction runs in the partial kernel's launch: the last CTA of each (token, head
+// group) to finish merges its heads' chunks, the bytes the separate reduction writes, and
+// leaves its counter zero again (so calls on one stream, graph replays too, may share
+// them); null: a second launch reduces.
+inline constexpr int kAttnDecodeCounters = 8 * 512;  // (decode tokens <= 8) x (query heads <= 512)
 struct AttentionArgs {
   const float* q = nullptr;
   const uint8_t* k_cache = nullptr;  // (n_ctx, kv_dim) rows of kv_type
@@ -61,6 +68,7 @@ struct AttentionArgs {
   float* out = nullptr;
   const uint32_t* pos_dev = nullptr;
   uint32_t n_kv_cap = 0;
+  uint32_t* decode_counters = nullptr;  // (kAttnDecodeCounters) or null
 };
 void attention(const AttentionArgs& a, Workspace& ws, cudaStream_t stream);
 // Workspace bytes attention() takes (the decode partials; prefill takes none), enough for
@@ -73,6 +81,26 @@ size_t attention_workspace_bytes(int n_tokens, int n_head, int head_dim, uint32_
 void router_topk(const float* logits, int n_tokens, int n_expert, int K, bool renormalize, int32_t* ids,
                  float* weights, cudaStream_t stream);
 
+// The decode step's router product and router_topk in one launch: logits (T, n_expert) =
+// x . w^T with the bytes matmul(w, 0, x, T, logits) writes (the same kernel body: mmvq's
+// split float form), then, in the CTA that finishes last (a device counter, incremented
+// after a fence), router_topk over them. The counter is zero before the first launch and
+// each launch leaves it zero, so launches on one stream (a replayed graph's too) follow
+// one another. Only where router_fused_supports(w, a): F32 / F16 / BF16 weights, 16-byte
+// aligned rows and x, n_in % 8 == 0, T <= kMmvqMaxTokens, n_expert <= 512, K <= 32.
+struct RouterFusedArgs {
+  const float* x = nullptr;     // (T, n_in) the FFN input rows
+  int n_tokens = 0;
+  int K = 0;
+  bool renormalize = false;
+  float* logits = nullptr;      // (T, n_expert)
+  int32_t* ids = nullptr;       // (T, K)
+  float* weights = nullptr;     // (T, K)
+  uint32_t* counter = nullptr;  // (1) device memory, zeroed once
+};
+void router_fused(const DeviceMatrix& w, const RouterFusedArgs& a, cudaStream_t stream);
+bool router_fused_supports(const DeviceMatrix& w, const RouterFusedArgs& a);
+
 // u = silu(g) * u, or silu(u) when g is null; n elements.
 void swiglu(const float* g, float* u, int64_t n, cudaStream_t stream);
 
@@ -84,7 +112,9 @@ void moe_combine(const float* d, const float* weights, int n_tokens, int K, int 
                  const float* shexp_gate_inp, const float* h, float* out, cudaStream_t stream);
 
 // Fused sequences of the decode step (cuda/ops_fused.cu), each equal to its parts:
-// x += y (y null: x unchanged), then out = rms_norm(x) * w; rows of n, contiguous.
+// x += y (y null: x unchanged), then out = rms_norm(x) * w; rows of n, contiguous. One
+// CTA per row; for a decode step's rows (<= 8) up to 1024 threads each, with the sums in
+// the 256-thread order, so any row count writes the same bytes for a row.
 void add_rms_norm(float* x, const float* y, const float* w, float eps, int rows, int n, float* out,
                   cudaStream_t stream);
 
@@ -98,7 +128,7 @@ bool add_rms_norm_quant_supports(int n, ActQuant mode);
 // moe_combine (below) + add_rms_norm(_quant) in one launch: y = the weighted sum of the
 // row's experts (+ the gated shared expert, its gate from h = the FFN input rows, which
 // must be `out`: read before it is overwritten), x += y, out = rms_norm(x) * w, quantized
-// when asked. n_embd >= 256 (one CTA of 256 threads per row, as add_rms_norm).
+// when asked. n_embd >= 256 (one CTA per row, as add_rms_norm).
 struct MoeCombineIn {
   const float* d = nullptr;        // (T*K, n) expert rows
   const float* weights = nullptr;  // (T, K)
@@ -142,5 +172,9 @@ void swiglu_pairs(const float* gu, int64_t n_rows, int ff, float* out, cudaStrea
 void swiglu_pairs_quant(const float* gu, int64_t n_rows, int ff, float* out, ActQuant mode, int8_t* qs, uint2* meta,
                         cudaStream_t stream);
 bool swiglu_pairs_quant_supports(int ff, ActQuant mode);
+
+// The tiered MoE step (cuda/tiering.h): d's row idx[r] (n floats) = rows' row r, for the
+// n_rows expert rows the CPU computed.
+void scatter_rows(float* d, const float* rows, const int32_t* idx, int n_rows, int n, cudaStream_t stream);
 
 }  // namespace mt::cuda

@@ -57,6 +57,7 @@ struct AttnGeom {
   float* out;          // (n_tokens, n_head, D)
   const uint32_t* pos_dev = nullptr;  // set: pos0 is *pos_dev, read on the device (decode)
   uint32_t n_kv_cap = 0;              // with pos_dev: the decode split is sized for this
+  uint32_t* counters = nullptr;       // set: the decode merge fused (AttentionArgs decode_counters)
 };
 
 // The split-K decode path (ops_attention_decode.cu), n_tokens <= kAttnDecodeMaxTokens,

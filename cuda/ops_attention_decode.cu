@@ -4,7 +4,10 @@
 // computes, per (chunk, query head, token), the chunk's scores, their max m, the sum l of
 // exp(s - m) and the unnormalised accumulator sum_j exp(s_j - m) v_j, in f32, into the
 // workspace; a combine kernel merges the chunks of each (token, head) by rescaling to the
-// global max: out = sum_c acc_c e^(m_c - M) / sum_c l_c e^(m_c - M).
+// global max: out = sum_c acc_c e^(m_c - M) / sum_c l_c e^(m_c - M). With counters
+// (AttnGeom::counters) the merge is fused into the partial launch instead: each CTA counts
+// itself done on its (token, head group)'s counter after a fence, and the CTA that counts
+// last merges the group's heads with the combine kernel's code and resets the counter.
 //
 // Partial kernels:
 //  * grouped (head_dim 64, 128, 256): one block per (chunk, KV head, up to kGB query
@@ -21,6 +24,7 @@
 #include <cstdint>
 
 #include "core/check.h"
+#include "cuda/ops.h"
 #include "cuda/ops_attention.cuh"
 #include "cuda/ops_reduce.cuh"
 
@@ -106,6 +110,63 @@ __device__ __forceinline__ void kv_load_n(const uint8_t* row, int e, float* out)
   }
 }
 
+// One (token, head)'s merge statistics over its n_chunks partials from ml + base: (M, 1 /
+// L), M the largest m of a chunk with l > 0, L = sum_c l_c e^(m_c - M) in chunk order.
+// Partials are read past L1: in the fused merge other CTAs wrote them.
+__device__ __forceinline__ float2 merge_stats(const float2* ml, int64_t base, int n_chunks) {
+  float M = -INFINITY;
+  for (int c = 0; c < n_chunks; ++c) {
+    const float2 p = __ldcg(ml + base + c);
+    if (p.y > 0.0f) M = fmaxf(M, p.x);
+  }
+  float L = 0.0f;
+  for (int c = 0; c < n_chunks; ++c) {
+    const float2 p = __ldcg(ml + base + c);
+    if (p.y > 0.0f) L = __fmaf_rn(p.y, expf(p.x - M), L);
+  }
+  return make_float2(M, 1.0f / L);
+}
+
+// Element e of that (token, head)'s output: sum_c acc_c[e] e^(m_c - M) in chunk order,
+// times 1 / L (st = merge_stats).
+__device__ __forceinline__ float merge_element(const float2* ml, const float* acc, int64_t base, int n_chunks, int D,
+                                               int e, float2 st) {
+  float a = 0.0f;
+  for (int c = 0; c < n_chunks; ++c) {
+    const float2 p = __ldcg(ml + base + c);
+    if (p.y > 0.0f) a = __fmaf_rn(__ldcg(acc + (base + c) * D + e), expf(p.x - st.x), a);
+  }
+  return __fmul_rn(a, st.y);
+}
+
+// The fused merge, called by every thread of a partial CTA after its partials are
+// written: the CTA's count on counters[blockIdx.z * gridDim.y + blockIdx.y] (its token and
+// head group) after a fence; the CTA that counts the group's n_chunks-th merges heads h0
+// .. h0 + n_heads - 1 (n_heads <= kGB) of token t into g.out and resets the counter.
+__device__ __forceinline__ void merge_if_last(const AttnGeom& g, const float2* ml, const float* acc, int n_chunks,
+                                              int t, int h0, int n_heads) {
+  __shared__ bool last;
+  __shared__ float2 stats[kGB];
+  __threadfence();  // this thread's partials are visible device-wide before the CTA is counted
+  __syncthreads();
+  uint32_t* counter = g.counters + static_cast<int64_t>(blockIdx.z) * gridDim.y + blockIdx.y;
+  if (threadIdx.x == 0) last = atomicAdd(counter, 1u) == static_cast<uint32_t>(n_chunks - 1);
+  __syncthreads();
+  if (!last) return;  // uniform over the CTA
+  __threadfence();    // the other CTAs' partials are seen after their counts
+  const int64_t base0 = (static_cast<int64_t>(t) * g.n_head + h0) * n_chunks;
+  if (threadIdx.x < n_heads) {
+    stats[threadIdx.x] = merge_stats(ml, base0 + static_cast<int64_t>(threadIdx.x) * n_chunks, n_chunks);
+  }
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < n_heads * g.D; idx += kThreads) {
+    const int i = idx / g.D, e = idx % g.D;
+    g.out[(static_cast<int64_t>(t) * g.n_head + h0 + i) * g.D + e] =
+        merge_element(ml, acc, base0 + static_cast<int64_t>(i) * n_chunks, n_chunks, g.D, e, stats[i]);
+  }
+  if (threadIdx.x == 0) *counter = 0;
+}
+
 // Positions query t sees: [0, pos0 + t + 1), pos0 read on the device when the step is a
 // replayed graph (then the split was sized for n_kv_cap; more positions than its chunks
 // cover is a broken invariant).
@@ -143,6 +204,7 @@ __global__ void __launch_bounds__(kThreads)
   const uint32_t j0 = static_cast<uint32_t>(c) * static_cast<uint32_t>(chunk_len);
   if (j0 >= n_kv) {  // uniform over the block, before any barrier
     if (tid < Gb) ml[part0 + static_cast<int64_t>(tid) * n_chunks] = make_float2(-INFINITY, 0.0f);
+    if (g.counters != nullptr) merge_if_last(g, ml, acc, n_chunks, t, h0, Gb);
     return;
   }
   const int len = static_cast<int>(min(static_cast<uint32_t>(chunk_len), n_kv - j0));
@@ -234,6 +296,7 @@ __global__ void __launch_bounds__(kThreads)
     acc[(part0 + static_cast<int64_t>(i) * n_chunks) * D + e] = a;
   }
   if (tid < Gb) ml[part0 + static_cast<int64_t>(tid) * n_chunks] = ml_sh[tid];
+  if (g.counters != nullptr) merge_if_last(g, ml, acc, n_chunks, t, h0, Gb);
 }
 
 // Grid (n_chunks, n_head, n_tokens); the partial layout of attn_decode_grouped.
@@ -251,6 +314,7 @@ __global__ void __launch_bounds__(kThreads)
   const uint32_t j0 = static_cast<uint32_t>(c) * static_cast<uint32_t>(chunk_len);
   if (j0 >= n_kv) {  // uniform over the block, before any barrier
     if (tid == 0) ml[part] = make_float2(-INFINITY, 0.0f);
+    if (g.counters != nullptr) merge_if_last(g, ml, acc, n_chunks, t, h, 1);
     return;
   }
   const int len = static_cast<int>(min(static_cast<uint32_t>(chunk_len), n_kv - j0));
@@ -289,30 +353,17 @@ __global__ void __launch_bounds__(kThreads)
     acc[part * D + e] = a;
   }
   if (tid == 0) ml[part] = make_float2(m, l);
+  if (g.counters != nullptr) merge_if_last(g, ml, acc, n_chunks, t, h, 1);
 }
 
-// Grid (n_head, n_tokens).
+// Grid (n_head, n_tokens): block (h, t) merges that head's chunks (merge_stats, merge_element).
 __global__ void __launch_bounds__(kThreads)
     attn_decode_combine(const float2* ml, const float* acc, int n_chunks, int n_head, int D, float* out) {
   const int h = blockIdx.x, t = blockIdx.y;
   const int64_t base = (static_cast<int64_t>(t) * n_head + h) * n_chunks;
-  float M = -INFINITY;
-  for (int c = 0; c < n_chunks; ++c) {
-    if (ml[base + c].y > 0.0f) M = fmaxf(M, ml[base + c].x);
-  }
-  float L = 0.0f;
-  for (int c = 0; c < n_chunks; ++c) {
-    const float2 p = ml[base + c];
-    if (p.y > 0.0f) L += p.y * expf(p.x - M);
-  }
-  const float inv = 1.0f / L;
+  const float2 st = merge_stats(ml, base, n_chunks);
   for (int e = threadIdx.x; e < D; e += kThreads) {
-    float a = 0.0f;
-    for (int c = 0; c < n_chunks; ++c) {
-      const float2 p = ml[base + c];
-      if (p.y > 0.0f) a += acc[(base + c) * D + e] * expf(p.x - M);
-    }
-    out[(static_cast<int64_t>(t) * n_head + h) * D + e] = a * inv;
+    out[(static_cast<int64_t>(t) * n_head + h) * D + e] = merge_element(ml, acc, base, n_chunks, D, e, st);
   }
 }
 
@@ -355,6 +406,8 @@ void attention_decode(QuantType kv_type, const AttnGeom& g, Workspace& ws, cudaS
   MT_CHECK(g.n_tokens > 0 && g.n_tokens <= kAttnDecodeMaxTokens && g.D > 0 && g.D <= kMaxHeadDim);
   const uint32_t n_kv = g.pos_dev != nullptr ? g.n_kv_cap : g.pos0 + static_cast<uint32_t>(g.n_tokens);
   MT_CHECK(n_kv > 0);
+  // A counter per (token, head group): at most one per (token, query head).
+  MT_CHECK(g.counters == nullptr || static_cast<int64_t>(g.n_tokens) * g.n_head <= kAttnDecodeCounters);
   const DecodeSplit s = decode_split(g.n_tokens, g.n_head, n_kv);
   const size_t parts = static_cast<size_t>(g.n_tokens) * g.n_head * s.n_chunks;
   auto* ml = static_cast<float2*>(ws.take(parts * sizeof(float2)));
@@ -365,6 +418,7 @@ void attention_decode(QuantType kv_type, const AttnGeom& g, Workspace& ws, cudaS
     case QuantType::F32: launch_partial<QuantType::F32>(g, s, ml, acc, stream); break;
     default: MT_CHECK_MSG(false, "attention: KV cache type must be f16, q8_0 or f32");
   }
+  if (g.counters != nullptr) return;  // merged by the partial kernel's last CTAs
   attn_decode_combine<<<dim3(static_cast<unsigned>(g.n_head), static_cast<unsigned>(g.n_tokens)), kThreads, 0,
                         stream>>>(ml, acc, s.n_chunks, g.n_head, g.D, g.out);
   MT_CUDA_CHECK_LAUNCH();

@@ -2,7 +2,9 @@
 // exactly what its unfused sequence computes (the same float operations in the same
 // order: rms_norm_kernel's double square sum, rope_kernel's angle and rotation,
 // kv_store's roundings), in one launch instead of several, because a decode step is
-// bound by launches, not by these kernels' bytes.
+// bound by launches, not by these kernels' bytes. The row kernels run wider CTAs for a
+// decode step's few rows (more warps loading each row) with their sums in the narrow
+// CTA's order, so the width never changes a byte.
 #include <cuda_fp16.h>
 
 #include <cmath>
@@ -17,6 +19,11 @@ namespace {
 
 constexpr int kMaxHead = 256;  // head_dim the prep kernel takes (one thread per element)
 constexpr int kMaxFusedRow = 12288;  // floats of a row add_rms_norm_quant keeps in shared memory (48 KiB)
+constexpr int kRowThreads = 256;     // a row's CTA, and the order of its sums, at any width
+constexpr int kWideThreads = 1024;   // a row's CTA for few rows (decode)
+constexpr int kWideMaxRows = 8;      // up to this many rows the row kernels may go wide
+constexpr int kWideElems = 4;        // elements per thread a wide CTA aims at
+constexpr int kMaxWideRow = 8192;    // floats of a row a wide CTA stages in shared memory (32 KiB)
 
 __device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
 
@@ -43,37 +50,46 @@ __global__ void add_rms_norm_kernel(float* x, const float* y, const float* w, fl
 }
 
 // add_rms_norm_kernel, then the normed row (kept in shared memory, n floats) quantized
-// in `mode` as cuda/mmvq_quantize.cu does: blockDim 256 (8 warps), n >= 256.
+// in `mode` as cuda/mmvq_quantize.cu does; n >= 256.
 // With c.d set, y is the MoE combine of the row's experts (moe_combine_kernel's math: the
 // shared expert's gate from the FFN input row, which is `out`'s row, read before any
 // write), computed here instead of read; qs null: no quantization.
-__global__ void __launch_bounds__(256) add_rms_norm_quant_kernel(float* x, const float* y, MoeCombineIn c,
-                                                                 const float* w, float eps, int n, float* out,
-                                                                 ActQuant mode, int8_t* qs, uint2* meta) {
+// Sums (the gate's dot, the square sum) are always those of a kRowThreads block: thread
+// t adds elements t, t + kRowThreads, ... in order, then block_sum. kWide (decode: a few
+// rows, blockDim up to kWideThreads so more warps load each row): the row's sums are
+// staged in shared memory and added by the first kRowThreads threads in that order (the
+// other warps contribute +0), so both widths write the same bytes.
+template <bool kWide>
+__global__ void __launch_bounds__(kWide ? kWideThreads : kRowThreads)
+    add_rms_norm_quant_kernel(float* x, const float* y, MoeCombineIn c, const float* w, float eps, int n, float* out,
+                              ActQuant mode, int8_t* qs, uint2* meta) {
   extern __shared__ float row_sh[];  // (n)
   __shared__ double scratch[32];
   __shared__ float scratch_f[32];
   const int64_t r = blockIdx.x;
+  const int tid = threadIdx.x;
   float* xr = x + r * n;
   const float* yr = y != nullptr ? y + r * n : nullptr;
   float* orow = out + r * n;
   float gate = 1.0f;
   if (c.d != nullptr && c.d_sh != nullptr && c.gate_inp != nullptr) {  // uniform over the block
     float z = 0.0f;
-    for (int j = threadIdx.x; j < n; j += blockDim.x) z += c.gate_inp[j] * orow[j];
+    if (tid < kRowThreads) {
+      for (int j = tid; j < n; j += kRowThreads) z += c.gate_inp[j] * orow[j];
+    }
     z = detail::block_sum(z, scratch_f);  // its barriers: every read of orow is done
     gate = 1.0f / (1.0f + expf(-z));
   }
   const float* cw = c.d != nullptr ? c.weights + r * c.K : nullptr;
   // Restrict-qualified views: the loads of later elements may be issued before this
-  // element's store (one CTA per row walks it in n / 256 steps; decode is latency-bound).
+  // element's store (one CTA per row walks it in n / blockDim steps; decode is latency-bound).
   const float* __restrict__ dd = c.d;
   const float* __restrict__ dsh = c.d_sh;
   const float* __restrict__ ya = yr;
   float* __restrict__ xw = xr;
   double sum = 0.0;
 #pragma unroll 4
-  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+  for (int i = tid; i < n; i += blockDim.x) {
     float yv = 0.0f;
     if (dd != nullptr) {
       for (int k = 0; k < c.K; ++k) yv = __fadd_rn(yv, __fmul_rn(dd[(r * c.K + k) * n + i], cw[k]));
@@ -81,21 +97,34 @@ __global__ void __launch_bounds__(256) add_rms_norm_quant_kernel(float* x, const
     }
     const float v = dd != nullptr ? xw[i] + yv : (ya != nullptr ? xw[i] + ya[i] : xw[i]);
     xw[i] = v;
-    const double vd = v;
-    sum += vd * vd;
+    if constexpr (kWide) {
+      row_sh[i] = v;
+    } else {
+      const double vd = v;
+      sum += vd * vd;
+    }
   }
-  sum = detail::block_sum(sum, scratch);
+  if constexpr (kWide) {
+    __syncthreads();
+    if (tid < kRowThreads) {
+      for (int i = tid; i < n; i += kRowThreads) {
+        const double vd = row_sh[i];
+        sum = __fma_rn(vd, vd, sum);  // the narrow loop's sum += vd * vd (contracted to this fma)
+      }
+    }
+  }
+  sum = detail::block_sum(sum, scratch);  // its barriers: every read of row_sh above is done
   const float mean = static_cast<float>(sum / static_cast<double>(n));
   const float scale = 1.0f / sqrtf(mean + eps);
-  for (int i = threadIdx.x; i < n; i += blockDim.x) {
-    const float v = xr[i] * scale;
+  for (int i = tid; i < n; i += blockDim.x) {
+    const float v = xr[i] * scale;  // this thread's own write above
     const float o = w != nullptr ? v * w[i] : v;
     orow[i] = o;
     row_sh[i] = o;
   }
   if (qs == nullptr) return;
   __syncthreads();
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
+  const int lane = tid & 31, warp = tid >> 5, n_warps = blockDim.x >> 5;
   int8_t* qrow = qs + r * n;
   uint2* mrow = meta + r * (n / 32);
   if (mode == ActQuant::kQ8_K) {
@@ -105,7 +134,7 @@ __global__ void __launch_bounds__(256) add_rms_norm_quant_kernel(float* x, const
       act_detail::quantize_q8_k_warp(v, lane, qrow + b * 256, mrow + b * 8);
     }
   } else {
-    for (int e = threadIdx.x; e < n; e += blockDim.x) {  // n % 32 == 0: whole warps
+    for (int e = tid; e < n; e += blockDim.x) {  // n % 32 == 0: whole warps
       act_detail::quantize_q8_0_warp(row_sh[e], lane, qrow + e, mrow + e / 32);
     }
   }
@@ -226,6 +255,28 @@ __global__ void swiglu_pairs_quant_kernel(const float* gu, int64_t n_rows, int f
   }
 }
 
+// Threads of a row's CTA in the row kernels: kRowThreads, or for a decode step's few
+// rows (n <= kMaxWideRow, staged in shared memory) about n / kWideElems, up to
+// kWideThreads, a whole number of warps.
+int wide_row_threads(int rows, int n) {
+  if (rows > kWideMaxRows || n > kMaxWideRow) return kRowThreads;
+  const int t = (n / kWideElems + 31) / 32 * 32;
+  return t < kWideThreads ? t : kWideThreads;
+}
+
+// add_rms_norm_quant_kernel over `rows` rows (n >= 256), wide where wide_row_threads says.
+void launch_row_norm(float* x, const float* y, const MoeCombineIn& c, const float* w, float eps, int rows, int n,
+                     float* out, ActQuant mode, int8_t* qs, uint2* meta, cudaStream_t stream) {
+  const size_t smem = static_cast<size_t>(n) * sizeof(float);
+  const int threads = wide_row_threads(rows, n);
+  if (threads > kRowThreads) {
+    add_rms_norm_quant_kernel<true><<<rows, threads, smem, stream>>>(x, y, c, w, eps, n, out, mode, qs, meta);
+  } else {
+    add_rms_norm_quant_kernel<false><<<rows, kRowThreads, smem, stream>>>(x, y, c, w, eps, n, out, mode, qs, meta);
+  }
+  MT_CUDA_CHECK_LAUNCH();
+}
+
 }  // namespace
 
 void swiglu_pairs_quant(const float* gu, int64_t n_rows, int ff, float* out, ActQuant mode, int8_t* qs, uint2* meta,
@@ -248,6 +299,10 @@ void add_rms_norm(float* x, const float* y, const float* w, float eps, int rows,
                   cudaStream_t stream) {
   MT_CHECK(n > 0 && rows >= 0);
   if (rows == 0) return;
+  if (wide_row_threads(rows, n) > kRowThreads) {  // the same bytes, more warps per row
+    launch_row_norm(x, y, MoeCombineIn{}, w, eps, rows, n, out, ActQuant::kQ8_0, nullptr, nullptr, stream);
+    return;
+  }
   int threads = (n + 31) / 32 * 32;
   threads = threads < 256 ? threads : 256;
   add_rms_norm_kernel<<<rows, threads, 0, stream>>>(x, y, w, eps, n, out);
@@ -259,9 +314,7 @@ void add_rms_norm_quant(float* x, const float* y, const float* w, float eps, int
   MT_CHECK(add_rms_norm_quant_supports(n, mode) && rows >= 0);
   MT_CHECK(reinterpret_cast<uintptr_t>(qs) % 8 == 0 && reinterpret_cast<uintptr_t>(meta) % 8 == 0);
   if (rows == 0) return;
-  const size_t smem = static_cast<size_t>(n) * sizeof(float);
-  add_rms_norm_quant_kernel<<<rows, 256, smem, stream>>>(x, y, MoeCombineIn{}, w, eps, n, out, mode, qs, meta);
-  MT_CUDA_CHECK_LAUNCH();
+  launch_row_norm(x, y, MoeCombineIn{}, w, eps, rows, n, out, mode, qs, meta, stream);
 }
 
 void moe_combine_add_rms_norm(const MoeCombineIn& c, float* x, const float* w, float eps, int rows, int n, float* out,
@@ -270,10 +323,8 @@ void moe_combine_add_rms_norm(const MoeCombineIn& c, float* x, const float* w, f
   MT_CHECK(n >= 256 && n <= kMaxFusedRow && (!quantize || add_rms_norm_quant_supports(n, mode)));
   MT_CHECK(c.d_sh == nullptr || c.gate_inp == nullptr || c.h == out);
   if (rows == 0) return;
-  const size_t smem = static_cast<size_t>(n) * sizeof(float);
-  add_rms_norm_quant_kernel<<<rows, 256, smem, stream>>>(x, nullptr, c, w, eps, n, out, mode, quantize ? qs : nullptr,
-                                                         quantize ? meta : nullptr);
-  MT_CUDA_CHECK_LAUNCH();
+  launch_row_norm(x, nullptr, c, w, eps, rows, n, out, mode, quantize ? qs : nullptr, quantize ? meta : nullptr,
+                  stream);
 }
 
 bool add_rms_norm_quant_supports(int n, ActQuant mode) {

@@ -261,6 +261,29 @@ void moe_block(const BlockArgs& a, const MoeMath& math) {
   for (size_t i = 0; i < T * E; ++i) a.x[i] += out[i];
 }
 
+void expert_outputs(const LayerWeights& w, const float* h, uint32_t n_tokens, size_t n_embd,
+                    std::span<const ExpertJob> jobs, float* out, ThreadPool& pool) {
+  const size_t E = n_embd, S = jobs.size();
+  if (S == 0) return;
+  const size_t n_ff = w.up_exps.ne[1];
+  // Jobs ordered by expert (stable: tokens keep their order), one run per expert.
+  std::vector<uint32_t> order(S);
+  std::iota(order.begin(), order.end(), 0u);
+  std::stable_sort(order.begin(), order.end(), [&](uint32_t i, uint32_t j) { return jobs[i].expert < jobs[j].expert; });
+  std::vector<ExpertRun> runs;
+  for (uint32_t r = 0; r < S; ++r) {
+    const uint32_t e = jobs[order[r]].expert;
+    MT_CHECK(jobs[order[r]].token < n_tokens && e < w.up_exps.ne[2]);
+    if (runs.empty() || runs.back().matrix != e) runs.push_back({&w.gate_exps, &w.up_exps, &w.down_exps, e, r, 0});
+    ++runs.back().n;
+  }
+  std::vector<float> in(S * E), g(S * n_ff), u(S * n_ff), d(S * E);  // rows in run order
+  for (size_t r = 0; r < S; ++r) std::copy_n(&h[jobs[order[r]].token * E], E, &in[r * E]);
+  const ExpertRows rows{in.data(), g.data(), u.data(), d.data(), h, nullptr, nullptr, nullptr, E, n_ff, 0, n_tokens};
+  expert_rows(w, runs, 0, S, false, rows, pool);
+  for (size_t r = 0; r < S; ++r) std::copy_n(&d[r * E], E, &out[order[r] * E]);
+}
+
 void dense_ffn_block(const BlockArgs& a) {
   const HParams& hp = a.hp;
   const LayerWeights& w = a.w;

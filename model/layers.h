@@ -92,4 +92,14 @@ void moe_block(const BlockArgs& a, const MoeMath& math);
 // Dense SwiGLU FFN sub-block (leading dense blocks, dense llama).
 void dense_ffn_block(const BlockArgs& a);
 
+// Routed expert outputs for chosen (expert, token) pairs, each exactly as moe_block
+// computes that expert's row: out[i] (n_embd) = down_e(swiglu(gate_e h_t, up_e h_t)) for
+// jobs[i] = {e, t}; h (n_tokens, n_embd) the normed FFN input. The GPU's hybrid decode
+// (cuda/tiering.h) computes the experts it leaves in host memory with it.
+struct ExpertJob {
+  uint32_t expert = 0, token = 0;
+};
+void expert_outputs(const LayerWeights& w, const float* h, uint32_t n_tokens, size_t n_embd,
+                    std::span<const ExpertJob> jobs, float* out, ThreadPool& pool);
+
 }  // namespace mt

@@ -47,8 +47,8 @@ struct BenchFlags {
   bool no_interleave = false;
   double membw_gbps = 0;  // 0: no roofline column (on CUDA: the device bandwidth)
   DeviceFlags device;
-  TieringFlags tiering;    // --expert-cache ...: experts through the simulated device
-  std::string pin_budget = "0";
+  TieringFlags tiering;    // --expert-cache ...: experts through the GPU cache or the simulated device
+  BankFlags banks;
 };
 
 struct ModelFacts {
@@ -119,17 +119,20 @@ double stddev(const std::vector<double>& v) {
 
 class Bench {
  public:
-  Bench(const Engine& engine, const BenchFlags& f, const TieringSetup* tiering, uint64_t pin_budget)
-      : engine_(engine), model_(engine.model()), f_(f), tiering_(tiering), pin_budget_(pin_budget), rng_(1234) {}
+  Bench(Engine& engine, const BenchFlags& f, const TieringSetup* tiering, const BankOptions& banks)
+      : engine_(engine), model_(engine.model()), f_(f), tiering_(tiering), banks_(banks), rng_(1234) {}
 
   // One test: a warm-up, then f_.reps timed runs. Exactly one of n_prompt, n_gen is > 0.
   StatusOr<TestResult> run_test(int n_prompt, int n_gen) {
     TestResult r;
     r.n_prompt = n_prompt;
     r.n_gen = n_gen;
-    if (tiering_ != nullptr) {  // a fresh expert cache for this test
+    if (tiering_ != nullptr && engine_.on_gpu()) {  // a fresh expert cache for this test
+      MT_RETURN_IF_ERROR(engine_.tier_gpu(*tiering_, banks_.pin_budget, banks_.pin_limit, banks_.stream_threshold));
+    } else if (tiering_ != nullptr) {
       MT_ASSIGN_OR_RETURN(offload_, make_offload(model_.weights(), tiering_->geometry, tiering_->plan,
-                                                 tiering_->cache, tiering_->scheduler, pin_budget_));
+                                                 tiering_->cache, tiering_->scheduler, banks_.pin_budget,
+                                                 banks_.pin_limit));
     }
     Progress progress("bench " + r.name(), static_cast<uint64_t>(f_.reps) + 1, f_.output != "json");
     progress.update(0);
@@ -146,10 +149,13 @@ class Bench {
     for (uint64_t ns : r.samples_ns) r.avg_ns += static_cast<double>(ns) / static_cast<double>(r.samples_ns.size());
     r.avg_ts = mean(r.samples_ts);
     r.stddev_ts = stddev(r.samples_ts);
-    if (offload_ != nullptr) {
-      r.tiering_json = stats_json(*offload_->scheduler, tiering_->policy, tiering_->budget, &offload_->device->timings());
-      const std::string text = stats_text(*offload_->scheduler, tiering_->policy, tiering_->budget);
+    const ExpertScheduler* scheduler = offload_ ? offload_->scheduler.get() : engine_.gpu_scheduler();
+    if (tiering_ != nullptr && scheduler != nullptr) {
+      const std::vector<LayerTiming>* timing = offload_ ? &offload_->device->timings() : engine_.gpu_timing();
+      r.tiering_json = stats_json(*scheduler, tiering_->policy, tiering_->budget, timing);
+      const std::string text = stats_text(*scheduler, tiering_->policy, tiering_->budget);
       r.tiering_text = text.substr(0, text.find('\n'));
+      if (engine_.on_gpu()) r.tiering_text += "; " + engine_.gpu_tiering_summary();
       offload_.reset();
     }
     return r;
@@ -177,11 +183,11 @@ class Bench {
     return std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
   }
 
-  const Engine& engine_;
+  Engine& engine_;
   const Model& model_;
   const BenchFlags& f_;
   const TieringSetup* tiering_;             // null: no tiering
-  uint64_t pin_budget_;
+  BankOptions banks_;
   std::unique_ptr<OffloadState> offload_;   // the current test's (tiering only)
   std::mt19937 rng_;
   std::vector<float> logits_;
@@ -255,7 +261,8 @@ int run(const BenchFlags& f) {
   if (f.threads < 0) return fail(invalid_argument("-t must be >= 0"));
   if (f.membw_gbps < 0) return fail(invalid_argument("--membw must be > 0"));
 
-  auto engine = Engine::load(f.model, f.threads, !f.no_interleave, f.device);
+  const bool tiered = !f.tiering.expert_cache.empty();
+  auto engine = Engine::load(f.model, f.threads, !f.no_interleave, f.device, tiered);
   if (!engine.ok()) return fail(engine.status());
   const Model* model = &(*engine)->model();
   const HParams& hp = model->hparams();
@@ -273,18 +280,16 @@ int run(const BenchFlags& f) {
   const int threads = model->pool().size();
 
   TieringSetup tiering;
-  uint64_t pin_budget = 0;
-  const bool tiered = !f.tiering.expert_cache.empty();
+  BankOptions banks;
   if (tiered) {
-    if ((*engine)->on_gpu()) return fail(unimplemented("--expert-cache with --device cuda comes with the GPU tiering"));
     auto setup = make_tiering_setup(model->file(), f.tiering);
     if (!setup.ok()) return fail(setup.status());
     tiering = std::move(*setup);
-    auto pins = parse_size(f.pin_budget, "--pin-budget");
-    if (!pins.ok()) return fail(pins.status());
-    pin_budget = *pins;
+    auto b = resolve_bank_flags(f.banks, (*engine)->on_gpu());
+    if (!b.ok()) return fail(b.status());
+    banks = *b;
   }
-  Bench bench(**engine, f, tiered ? &tiering : nullptr, pin_budget);
+  Bench bench(**engine, f, tiered ? &tiering : nullptr, banks);
   std::vector<TestResult> results;
   for (auto [p, n] : {std::pair{f.n_prompt, 0}, std::pair{0, f.n_gen}}) {
     if (p + n == 0) continue;
@@ -315,7 +320,7 @@ Runner add_bench(CLI::App& app) {
   add_device_flags(app, &f->device);
   app.add_option("--membw", f->membw_gbps, "host memory read bandwidth in GB/s (moetier_membw): adds tg's roofline fraction");
   add_tiering_flags(app, &f->tiering);
-  app.add_option("--pin-budget", f->pin_budget, "with --expert-cache: host bytes of expert layers to pin (as run)");
+  add_bank_flags(app, &f->banks);
   return [f] { return run(*f); };
 }
 

@@ -30,7 +30,8 @@ struct RunFlags {
   std::vector<std::string> stops;
   int n_predict = 64, threads = 0;
   bool no_interleave = false;
-  std::string record_routing, stats_json, pin_budget = "0";
+  std::string record_routing, stats_json;
+  BankFlags banks;
   bool stats = false;
   TieringFlags tiering;
   DeviceFlags device;
@@ -112,7 +113,8 @@ int run(RunFlags f) {
   if (!kv_type) return fail(invalid_argument("--kv-type: unknown type '" + f.kv_type + "'"));
 
   const auto t_load = std::chrono::steady_clock::now();
-  auto engine = Engine::load(f.model, f.threads, !f.no_interleave, f.device);
+  const bool tiered = !f.tiering.expert_cache.empty();
+  auto engine = Engine::load(f.model, f.threads, !f.no_interleave, f.device, tiered);
   if (!engine.ok()) return fail(engine.status());
   const Model* model = &(*engine)->model();
   auto tokenizer = Tokenizer::from_gguf(model->file());
@@ -136,27 +138,38 @@ int run(RunFlags f) {
     return fail(out_of_range("prompt (" + std::to_string(prompt.size()) + " tokens) + -n " + std::to_string(f.n_predict) +
                              " exceed the context of " + std::to_string(n_ctx) + " (-c)"));
   }
-  auto sequence = (*engine)->new_sequence(n_ctx, *kv_type);
-  if (!sequence.ok()) return fail(sequence.status());
-  Evaluator* session = sequence->get();
-  // Experts tiered through the simulated device (--expert-cache).
+  // Experts tiered (--expert-cache) through the GPU's device cache, or on the CPU through
+  // the simulated device.
   std::unique_ptr<OffloadState> offload;
   TieringSetup tiering;
-  if (!f.tiering.expert_cache.empty()) {
-    if ((*engine)->on_gpu()) return fail(unimplemented("--expert-cache with --device cuda comes with the GPU tiering"));
+  const ExpertScheduler* scheduler = nullptr;         // the tiering's (CPU's simulated device or the GPU)
+  const std::vector<LayerTiming>* timing = nullptr;
+  if (tiered) {
     auto setup = make_tiering_setup(model->file(), f.tiering);
     if (!setup.ok()) return fail(setup.status());
     tiering = std::move(*setup);
-    auto pin_budget = parse_size(f.pin_budget, "--pin-budget");
-    if (!pin_budget.ok()) return fail(pin_budget.status());
-    auto state = make_offload(model->weights(), tiering.geometry, tiering.plan, tiering.cache, tiering.scheduler,
-                              *pin_budget);
-    if (!state.ok()) return fail(state.status());
-    offload = std::move(*state);
-    static_cast<Session*>(session)->set_offload(&offload->offload);
+    auto banks = resolve_bank_flags(f.banks, (*engine)->on_gpu());
+    if (!banks.ok()) return fail(banks.status());
+    if ((*engine)->on_gpu()) {
+      Status tiered_ok = (*engine)->tier_gpu(tiering, banks->pin_budget, banks->pin_limit, banks->stream_threshold);
+      if (!tiered_ok.ok()) return fail(tiered_ok);
+      scheduler = (*engine)->gpu_scheduler();
+      timing = (*engine)->gpu_timing();
+    } else {
+      auto state = make_offload(model->weights(), tiering.geometry, tiering.plan, tiering.cache, tiering.scheduler,
+                                banks->pin_budget, banks->pin_limit);
+      if (!state.ok()) return fail(state.status());
+      offload = std::move(*state);
+      scheduler = offload->scheduler.get();
+      timing = &offload->device->timings();
+    }
   } else if (f.stats || !f.stats_json.empty()) {
     return fail(invalid_argument("--stats and --stats-json report the expert cache: give --expert-cache"));
   }
+  auto sequence = (*engine)->new_sequence(n_ctx, *kv_type);
+  if (!sequence.ok()) return fail(sequence.status());
+  Evaluator* session = sequence->get();
+  if (offload) static_cast<Session*>(session)->set_offload(&offload->offload);
   const double load_s = seconds_since(t_load);
 
   Sampler sampler(f.sampling, hp.n_vocab);
@@ -219,20 +232,22 @@ int run(RunFlags f) {
   std::fprintf(stderr, "generation: %d tokens in %.3f s (%.1f tok/s)\n", generated, gen_s,
                static_cast<double>(generated) / std::max(gen_s, 1e-9));
   usage.print(hp.n_expert, prompt.size() + static_cast<uint64_t>(std::max(0, generated - 1)));
+  if (scheduler != nullptr && f.stats) {
+    std::fputs(stats_text(*scheduler, tiering.policy, tiering.budget, timing).c_str(), stderr);
+    if ((*engine)->on_gpu()) std::fprintf(stderr, "%s\n", (*engine)->gpu_tiering_summary().c_str());
+  }
   if (offload && f.stats) {
-    std::fputs(stats_text(*offload->scheduler, tiering.policy, tiering.budget, &offload->device->timings()).c_str(),
-               stderr);
     std::fprintf(stderr, "host experts: %zu layers pinned (%s), %zu pageable; %s through the staging ring\n",
                  offload->pins.pinned.size() - offload->store->pin_failures().size(),
                  human_bytes(offload->store->pinned_bytes()).c_str(),
                  offload->pins.pageable.size() + offload->store->pin_failures().size(),
                  human_bytes(offload->device->bytes_through_ring()).c_str());
   }
-  if (offload && !f.stats_json.empty()) {
+  if (scheduler != nullptr && !f.stats_json.empty()) {
     std::unique_ptr<FILE, int (*)(FILE*)> out(std::fopen(f.stats_json.c_str(), "w"), fclose);
     if (!out) return fail(io_error("cannot create '" + f.stats_json + "'"));
     const std::string j =
-        stats_json(*offload->scheduler, tiering.policy, tiering.budget, &offload->device->timings()) + "\n";
+        stats_json(*scheduler, tiering.policy, tiering.budget, timing) + "\n";
     if (std::fwrite(j.data(), 1, j.size(), out.get()) != j.size()) return fail(io_error("cannot write '" + f.stats_json + "'"));
   }
   return 0;
@@ -266,8 +281,7 @@ Runner add_run(CLI::App& app) {
   app.add_option("--kv-type", f->kv_type, "KV cache type: f16 (default), q8_0, f32");
   add_device_flags(app, &f->device);
   add_tiering_flags(app, &f->tiering);
-  app.add_option("--pin-budget", f->pin_budget,
-                 "host memory for pinned copies of expert layers (with --expert-cache; default 0: all staged)");
+  add_bank_flags(app, &f->banks);
   app.add_flag("--stats", f->stats, "print the expert cache counters per layer (with --expert-cache)");
   app.add_option("--stats-json", f->stats_json, "write the expert cache counters as JSON (with --expert-cache)");
   return [f] { return run(*f); };

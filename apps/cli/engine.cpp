@@ -5,6 +5,8 @@
 #include "core/log.h"
 #ifdef MOETIER_HAVE_CUDA
 #include "cuda/cuda_model.h"
+#include "cuda/expert_cache.h"
+#include "cuda/tiering.h"
 #endif
 
 namespace mt::cli {
@@ -12,6 +14,11 @@ namespace mt::cli {
 #ifdef MOETIER_HAVE_CUDA
 struct Engine::Gpu {
   std::unique_ptr<cuda::CudaModel> model;
+  std::unique_ptr<cuda::CudaTiering> tiering;
+  bool tiered = false;
+  ~Gpu() {
+    if (model) model->set_tiering(nullptr);
+  }
 };
 #else
 struct Engine::Gpu {};
@@ -26,7 +33,7 @@ void add_device_flags(CLI::App& app, DeviceFlags* f) {
 }
 
 StatusOr<std::unique_ptr<Engine>> Engine::load(const std::string& path, int threads, bool interleave,
-                                               const DeviceFlags& device) {
+                                               const DeviceFlags& device, bool tiered) {
   bool cuda = device.device == "cuda";
   std::unique_ptr<Engine> e(new Engine());
   if (device.ngl > 0) cuda = true;
@@ -40,7 +47,10 @@ StatusOr<std::unique_ptr<Engine>> Engine::load(const std::string& path, int thre
   if (!cuda) return e;
 #ifdef MOETIER_HAVE_CUDA
   e->gpu_ = std::make_unique<Gpu>();
-  MT_ASSIGN_OR_RETURN(e->gpu_->model, cuda::CudaModel::load(*e->model_));
+  cuda::CudaOptions options;
+  options.experts_on_host = tiered;
+  e->gpu_->tiered = tiered;
+  MT_ASSIGN_OR_RETURN(e->gpu_->model, cuda::CudaModel::load(*e->model_, options));
   return e;
 #else
   return unimplemented("--device cuda: this moetier was built without CUDA");
@@ -49,8 +59,63 @@ StatusOr<std::unique_ptr<Engine>> Engine::load(const std::string& path, int thre
 
 bool Engine::on_gpu() const { return gpu_ != nullptr; }
 
+Status Engine::tier_gpu(const TieringSetup& setup, uint64_t pin_budget, uint64_t pin_limit, uint32_t stream_threshold) {
+#ifdef MOETIER_HAVE_CUDA
+  if (!gpu_ || !gpu_->tiered) return invalid_argument("GPU tiering needs the model loaded tiered on cuda");
+  if (gpu_->tiering) {
+    MT_RETURN_IF_ERROR(gpu_->tiering->reset());
+    return {};
+  }
+  cuda::CudaTieringOptions o;
+  o.pin_budget = pin_budget;
+  o.pin_limit = pin_limit;
+  o.stream_threshold = stream_threshold;
+  MT_ASSIGN_OR_RETURN(gpu_->tiering, cuda::make_cuda_tiering(*model_, setup.geometry, setup.plan, setup.cache,
+                                                             setup.scheduler, o));
+  gpu_->model->set_tiering(gpu_->tiering.get());
+  return {};
+#else
+  (void)setup, (void)pin_budget, (void)pin_limit, (void)stream_threshold;
+  return unimplemented("GPU tiering: this moetier was built without CUDA");
+#endif
+}
+
+const ExpertScheduler* Engine::gpu_scheduler() const {
+#ifdef MOETIER_HAVE_CUDA
+  if (gpu_ && gpu_->tiering) return gpu_->tiering->scheduler.get();
+#endif
+  return nullptr;
+}
+
+const std::vector<LayerTiming>* Engine::gpu_timing() const {
+#ifdef MOETIER_HAVE_CUDA
+  if (gpu_ && gpu_->tiering) return &gpu_->tiering->timing;
+#endif
+  return nullptr;
+}
+
+std::string Engine::gpu_tiering_summary() const {
+#ifdef MOETIER_HAVE_CUDA
+  if (gpu_ && gpu_->tiering) {
+    const cuda::CudaTiering& t = *gpu_->tiering;
+    const cuda::ExpertCacheCounters& c = t.cache->counters();
+    const size_t refused = t.store->pin_failures().size();
+    return "host banks: pinned " + std::to_string(t.pins.pinned.size() - refused) + " layers (" +
+           human_bytes(t.store->pinned_bytes()) + "), pageable " + std::to_string(t.pins.pageable.size() + refused) +
+           " (" + std::to_string(refused) + " refused pins); device cache " + human_bytes(t.cache->device_bytes()) +
+           "; copied " + human_bytes(c.bytes_copied) + " (" + human_bytes(c.bytes_through_ring) +
+           " through the staging ring); prefill streamed " + std::to_string(c.streamed_layers) + " layer banks, " +
+           human_bytes(c.bytes_streamed);
+  }
+#endif
+  return "";
+}
+
 std::string Engine::describe() const {
 #ifdef MOETIER_HAVE_CUDA
+  if (gpu_ && gpu_->tiered) {
+    return "cuda, " + human_bytes(gpu_->model->weight_bytes()) + " of dense weights on the device, experts tiered";
+  }
   if (gpu_) return "cuda, " + human_bytes(gpu_->model->weight_bytes()) + " of weights on the device";
 #endif
   return "cpu, " + std::to_string(model_->pool().size()) + " threads";

@@ -20,6 +20,30 @@ void add_tiering_flags(CLI::App& app, TieringFlags* f) {
   app.add_option("--hw-profile", f->hw_profile, "hardware profile JSON (moetier hwprofile) for the cost model");
 }
 
+void add_bank_flags(CLI::App& app, BankFlags* f) {
+  app.add_option("--pin-budget", f->pin_budget,
+                 "with --expert-cache: host memory for pinned copies of expert layers (default: 0 on the CPU, all with "
+                 "--device cuda)");
+  app.add_option("--pin-limit", f->pin_limit,
+                 "with --expert-cache: refuse pinned allocations past SIZE, as a driver may (the layers stay pageable)");
+  app.add_option("--stream-threshold", f->stream_threshold,
+                 "with --expert-cache on cuda: prefill batches of at least N tokens stream the expert banks (0: never)");
+}
+
+StatusOr<BankOptions> resolve_bank_flags(const BankFlags& f, bool gpu) {
+  BankOptions o;
+  o.stream_threshold = f.stream_threshold;
+  if (f.pin_budget.empty()) {
+    o.pin_budget = gpu ? ~uint64_t{0} : 0;
+  } else {
+    MT_ASSIGN_OR_RETURN(o.pin_budget, parse_size(f.pin_budget, "--pin-budget"));
+  }
+  if (!f.pin_limit.empty()) {
+    MT_ASSIGN_OR_RETURN(o.pin_limit, parse_size(f.pin_limit, "--pin-limit"));
+  }
+  return o;
+}
+
 StatusOr<TieringSetup> make_tiering_setup(const gguf::GgufFile& file, const TieringFlags& f) {
   TieringSetup s;
   MT_ASSIGN_OR_RETURN(s.geometry, read_expert_geometry(file));

@@ -29,6 +29,22 @@ struct TieringFlags {
 
 void add_tiering_flags(CLI::App& app, TieringFlags* f);
 
+// Host expert banks (run, bench): --pin-budget SIZE (pinned copies of expert layers;
+// default 0 on the CPU's simulated device, all layers with --device cuda), --pin-limit SIZE
+// (pinned allocations past it are refused, as a driver may: shows the pageable fallback),
+// --stream-threshold N (GPU: prefill batches of N or more tokens stream the expert banks;
+// 0: never).
+struct BankFlags {
+  std::string pin_budget, pin_limit;
+  uint32_t stream_threshold = 64;
+};
+struct BankOptions {
+  uint64_t pin_budget = 0, pin_limit = ~uint64_t{0};
+  uint32_t stream_threshold = 64;
+};
+void add_bank_flags(CLI::App& app, BankFlags* f);
+StatusOr<BankOptions> resolve_bank_flags(const BankFlags& f, bool gpu);
+
 struct TieringSetup {
   ExpertGeometry geometry;
   uint64_t budget = 0;

@@ -11,6 +11,11 @@
 #   tools/gpu/check.sh llama   build llama-bench with CUDA from the node-llama-cpp bundle
 #                              source carried in .gpu-carry/llama-src.tar.xz and run it on
 #                              the same files (-ngl 99 -fa 1 -p 512,4096 -n 128)
+#   tools/gpu/check.sh tier    (machine warm) GPU expert tiering on the qwen3-30b-a3b q4_k_m
+#                              files, uniform router and --router-skew 1: moetier bench
+#                              --expert-cache 25% / 10% (pp512, tg64, pp4096) with the peak
+#                              device memory (nvidia-smi); then, with llama-bench built
+#                              (llama mode), -ncmoe at the same or larger device memory
 #   tools/gpu/check.sh cpu     the whole CPU test suite with this machine's compiler
 #   tools/gpu/check.sh all     test, then bench
 # Carry .gpu-carry (made here by tools/gpu/prepare.sh): the Debian packages of the header
@@ -103,12 +108,46 @@ llama)
     [ -f "$OUT/llama_bench_$q.log" ] && grep -E '"(n_prompt|n_gen|avg_ts)"' "$OUT/llama_bench_$q.log"
   done
   ;;
+tier)
+  build
+  # Peak device memory of a command (nvidia-smi sampled every 100 ms), appended to its log.
+  peak() {  # name command...
+    local name=$1
+    shift
+    nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 100 >"$OUT/$name.mem" 2>/dev/null &
+    local smi=$!
+    run "$name" "$@"
+    kill $smi 2>/dev/null
+    wait $smi 2>/dev/null
+    echo "peak device memory: $(sort -n "$OUT/$name.mem" | tail -1) MiB" | tee -a "$OUT/$name.log"
+  }
+  for skew in 0 1; do
+    F=/tmp/q30-q4_k_m.gguf
+    [ $skew = 1 ] && F=/tmp/q30s-q4_k_m.gguf
+    [ -f "$F" ] || run "synth_skew$skew" $M synth --preset qwen3-30b-a3b --quant q4_k_m --router-skew $skew --fast -o "$F"
+    for b in 25 10; do
+      peak "tier_s${skew}_b${b}" $M bench -m "$F" --device cuda --expert-cache $b% -p 512 -n 64 -r 2 -o json
+      peak "tier4096_s${skew}_b${b}" $M bench -m "$F" --device cuda --expert-cache $b% -p 4096 -n 0 -r 1 -o json
+      grep -E '"(n_prompt|n_gen|avg_ts)"|tiering|hit_rate|h2d' "$OUT/tier_s${skew}_b${b}.log" | head -20
+      grep -E '"(n_prompt|avg_ts)"' "$OUT/tier4096_s${skew}_b${b}.log"
+      tail -1 "$OUT/tier_s${skew}_b${b}.log"
+    done
+    L=/tmp/llama.cpp/build/bin/llama-bench
+    if [ -x $L ]; then
+      for n in ${NCMOE:-35 43}; do
+        peak "llama_ncmoe${n}_s$skew" $L -m "$F" -ngl 99 -fa 1 -t "$JOBS" -ncmoe $n -p 512,4096 -n 64 -r 2 -o json
+        grep -E '"(n_prompt|n_gen|avg_ts)"' "$OUT/llama_ncmoe${n}_s$skew.log"
+        tail -1 "$OUT/llama_ncmoe${n}_s$skew.log"
+      done
+    fi
+  done
+  ;;
 cpu)
   build
   run unit ctest --test-dir build-gpu --output-on-failure -j "$JOBS" -LE "kjv|cuda"
   ;;
 *)
-  echo "usage: tools/gpu/check.sh test|bench|all|llama|cpu"
+  echo "usage: tools/gpu/check.sh test|bench|all|llama|tier|cpu"
   exit 2
   ;;
 esac
