@@ -77,6 +77,10 @@ class CudaSequence final : public Evaluator {
       graphs_ = false;  // a hybrid step waits for its routing on the host
       alloc_tiering_buffers();
     }
+    // A/B switches of the decode fusions (both on by default).
+    fused_router_ = std::getenv("MOETIER_CUDA_FUSED_ROUTER") == nullptr || std::string(std::getenv("MOETIER_CUDA_FUSED_ROUTER")) != "0";
+    fused_attention_merge_ =
+        std::getenv("MOETIER_CUDA_FUSED_ATTN") == nullptr || std::string(std::getenv("MOETIER_CUDA_FUSED_ATTN")) != "0";
     if (const char* ub = std::getenv("MOETIER_CUDA_UBATCH"); ub != nullptr && std::atoi(ub) > 0) {
       micro_batch_ = static_cast<uint32_t>(std::atoi(ub));
     }
@@ -221,11 +225,18 @@ class CudaSequence final : public Evaluator {
     placed_.clear();
     tier.scheduler->place(l, tasks_, placed_);
     slot_of_.assign(m_.hp.n_expert, -1);
+    // The compute stream waits for the copies into this layer's slots queued by earlier
+    // steps (usually done long ago); this step's admissions are waited for only when an
+    // admitted expert is also computed on the device now (large batches).
+    bool device_waits_for_copy = false;
+    for (const Placement& p : placed_) device_waits_for_copy |= p.on_device && p.copy;
+    if (!device_waits_for_copy) tier.cache->wait_layer(l, s);
     for (const Placement& p : placed_) {
       MT_CHECK(!p.on_device || p.slot >= 0);  // staged (stream mode) experts are refused at set-up
       if (p.copy && p.slot >= 0) tier.cache->admit(l, p.expert, p.slot);
       if (p.on_device) slot_of_[p.expert] = p.slot;
     }
+    if (device_waits_for_copy) tier.cache->wait_layer(l, s);
     HybridPart part;
     for (uint32_t i = 0; i < T * K; ++i) {
       const int32_t slot = slot_of_[static_cast<uint32_t>(pin_sel_[i])];
@@ -239,7 +250,6 @@ class CudaSequence final : public Evaluator {
     }
     MT_CUDA_CHECK(cudaMemcpyAsync(slot_ids_dev_.get(), pin_slot_ids_, sizeof(int32_t) * T * K, cudaMemcpyHostToDevice, s));
     if (part.n_device > 0) {
-      tier.cache->wait_layer(l, s);  // copies into this layer's slots queued earlier (free when done)
       MT_CUDA_CHECK(cudaEventRecord(dev_begin_[l], s));
       dev_timed_[l] = true;
     }
@@ -555,7 +565,7 @@ class CudaSequence final : public Evaluator {
       aa.pos_dev = pos_dev;
       aa.n_kv_cap = st.graph_n_kv_cap;
       if (static_cast<int64_t>(Ti) * aa.n_head <= kAttnDecodeCounters) {  // the decode merge in the partial launch
-        aa.decode_counters = m_.decode_counters.as<uint32_t>();
+        aa.decode_counters = fused_attention_merge_ ? m_.decode_counters.as<uint32_t>() : nullptr;
       }
       {
         const size_t mark = ws_->mark();
@@ -575,7 +585,7 @@ class CudaSequence final : public Evaluator {
         RouterFusedArgs ra;
         ra.x = h, ra.n_tokens = Ti, ra.K = K, ra.renormalize = arch.renormalize_topk;
         ra.logits = probs, ra.ids = sel, ra.weights = wts, ra.counter = m_.router_counter.as<uint32_t>();
-        if (T <= static_cast<uint32_t>(kMmvqMaxTokens) && router_fused_supports(L.router, ra)) {
+        if (fused_router_ && T <= static_cast<uint32_t>(kMmvqMaxTokens) && router_fused_supports(L.router, ra)) {
           router_fused(L.router, ra, s);
         } else {
           mm(L.router, h, Ti, probs);
@@ -732,6 +742,8 @@ class CudaSequence final : public Evaluator {
   std::vector<cudaEvent_t> dev_begin_, dev_end_;  // (n_layer) hybrid device products
   std::vector<bool> dev_timed_;
   int staged_buf_ = -1;                           // prefill streaming: the buffer of the next MoE layer
+  bool fused_router_ = true;            // MOETIER_CUDA_FUSED_ROUTER=0: router product and top-k apart
+  bool fused_attention_merge_ = true;   // MOETIER_CUDA_FUSED_ATTN=0: decode attention merge launched apart
 };
 
 }  // namespace
@@ -749,9 +761,15 @@ StatusOr<std::unique_ptr<CudaModel>> CudaModel::load(const Model& model, const C
   MT_RETURN_IF_ERROR(check_tensor(w.token_embd));
   MT_RETURN_IF_ERROR(check_tensor(w.output));
   for (const LayerWeights& lw : w.layers) {
-    for (const Tensor* t : {&lw.wq, &lw.wk, &lw.wv, &lw.wo, &lw.router, &lw.gate_exps, &lw.up_exps, &lw.down_exps,
-                            &lw.shexp_gate, &lw.shexp_up, &lw.shexp_down, &lw.ffn_gate, &lw.ffn_up, &lw.ffn_down}) {
+    for (const Tensor* t : {&lw.wq, &lw.wk, &lw.wv, &lw.wo, &lw.router, &lw.shexp_gate, &lw.shexp_up, &lw.shexp_down,
+                            &lw.ffn_gate, &lw.ffn_up, &lw.ffn_down}) {
       MT_RETURN_IF_ERROR(check_tensor(*t));
+    }
+    for (const Tensor* t : {&lw.gate_exps, &lw.up_exps, &lw.down_exps}) {
+      if (!t->present()) continue;
+      // Tiered experts are copied from the file's bytes (the host copy may be interleaved).
+      if (!supports(t->type)) return unimplemented(t->name + ": no CUDA kernels for type " + std::string(type_name(t->type)));
+      if (!options.experts_on_host) MT_RETURN_IF_ERROR(check_tensor(*t));
     }
   }
   auto impl = std::make_unique<Impl>();

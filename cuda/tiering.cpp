@@ -35,9 +35,6 @@ StatusOr<std::unique_ptr<CudaTiering>> make_cuda_tiering(const Model& model, Exp
       return invalid_argument("GPU tiering: layer " + std::to_string(l.layer) + " has expert tensors but no router");
     }
     const LayerWeights& lw = w.layers[l.layer];
-    if (lw.up_exps.interleaved || lw.down_exps.interleaved || lw.gate_exps.interleaved) {
-      return invalid_argument("GPU tiering: layer " + std::to_string(l.layer) + "'s experts are interleaved (load with interleave off)");
-    }
     const uint64_t bytes = (lw.gate_exps.present() ? lw.gate_exps.matrix_bytes : 0) + lw.up_exps.matrix_bytes +
                            lw.down_exps.matrix_bytes;
     if (bytes != l.bytes_per_expert()) {
@@ -57,11 +54,22 @@ StatusOr<std::unique_ptr<CudaTiering>> make_cuda_tiering(const Model& model, Exp
   t->scheduler_options = scheduler_options;
   t->n_layer = static_cast<uint32_t>(w.layers.size());
   t->scheduler = std::make_unique<ExpertScheduler>(t->geometry, t->plan, t->n_layer, cache_options, scheduler_options);
-  // The host store over the file-layout tensors; expert e of a projection at data + e * bytes.
-  t->store = std::make_unique<HostExpertStore>(t->geometry, [&w](uint32_t layer, ExpertProj p) {
+  // The host store over the file's bytes (the model's tensors may be interleaved copies
+  // for the CPU); expert e of a projection at data + e * bytes.
+  const gguf::GgufFile& file = model.file();
+  for (const LayerExpertGeometry& l : t->geometry.layers) {
+    const LayerWeights& lw = w.layers[l.layer];
+    for (const Tensor* x : {&lw.gate_exps, &lw.up_exps, &lw.down_exps}) {
+      if (x->present() && file.find_tensor(x->name) == nullptr) {
+        return invalid_argument("GPU tiering: no tensor '" + x->name + "' in the file");
+      }
+    }
+  }
+  t->store = std::make_unique<HostExpertStore>(t->geometry, [&w, &file](uint32_t layer, ExpertProj p) {
     const LayerWeights& lw = w.layers[layer];
     const Tensor& x = p == ExpertProj::kGate ? lw.gate_exps : p == ExpertProj::kUp ? lw.up_exps : lw.down_exps;
-    return ProjSource{x.data, x.matrix_bytes};
+    if (!x.present()) return ProjSource{};
+    return ProjSource{file.tensor_data(*file.find_tensor(x.name)).data(), x.matrix_bytes};
   });
   t->allocator = std::make_unique<CudaPinnedAllocator>(options.pin_limit);
   // The device cache's staging buffers come first, so a pin budget cannot starve them.

@@ -31,6 +31,7 @@ void ExpertScheduler::begin_step(uint64_t n_tokens) {
 void ExpertScheduler::place(uint32_t layer, std::span<const ExpertTask> tasks, std::vector<Placement>& out) {
   MT_CHECK(layer < counters_.size() && steps_ > 0);
   SchedulerCounters& c = counters_[layer];
+  uint32_t admitted = 0;
   for (size_t i = 0; i < tasks.size(); ++i) {
     const ExpertTask& t = tasks[i];
     MT_CHECK(i == 0 || tasks[i - 1].expert < t.expert);
@@ -39,9 +40,13 @@ void ExpertScheduler::place(uint32_t layer, std::span<const ExpertTask> tasks, s
       p.slot = cache_.lookup(layer, t.expert);
       if (p.slot >= 0) {
         p.on_device = true;
+      } else if (options_.mode == MoeMode::kHybrid && options_.max_admissions > 0 &&
+                 admitted >= options_.max_admissions) {
+        p.slot = -1;  // over this layer-step's admission cap: the CPU computes it
       } else {
         p.slot = cache_.admit(layer, t.expert);
         p.copy = p.slot >= 0;
+        admitted += p.copy ? 1 : 0;
         if (options_.mode == MoeMode::kStream) {
           p.on_device = true;
           if (p.slot < 0) {  // through the staging ring

@@ -50,6 +50,10 @@ struct SchedulerOptions {
   MoeMode mode = MoeMode::kHybrid;
   HwProfile hw = default_hw_profile();
   bool pinned = true;      // copies come from pinned host memory
+  // Hybrid: at most this many admissions per layer-step (0: no cap). A miss past the cap
+  // is computed on the CPU and not admitted: under weak reuse (uniform routing) admitting
+  // every miss moves an expert's bytes per miss over the bus for little gain.
+  uint32_t max_admissions = 0;
 };
 
 class ExpertScheduler {

@@ -103,6 +103,7 @@ StatusOr<std::unique_ptr<Model>> Model::load(const std::string& path, const Load
     std::vector<Tensor*> todo;
     uint64_t total = 0;
     for (Tensor* t : matmul_tensors(m->weights_)) {
+      if (options.interleave_experts_only && t->name.find("_exps") == std::string::npos) continue;
       if (t->present() && k.gemm_x8[static_cast<uint32_t>(t->type)] != nullptr && cpu::has_interleaved_layout(t->type) &&
           t->ne[1] % cpu::kInterleave == 0 && t->ne[0] % kQKK == 0) {
         todo.push_back(t);

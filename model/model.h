@@ -30,6 +30,9 @@ struct LoadOptions {
   // when this CPU has a kernel for it. The copy replaces the memory-mapped bytes for
   // compute (same size); off keeps every weight zero-copy in the map.
   bool interleave = true;
+  // Interleave only the routed experts (the GPU tiering: dense weights go to the device
+  // in the file's layout, the CPU computes cold experts from interleaved copies).
+  bool interleave_experts_only = false;
 };
 
 class Model {

@@ -38,7 +38,12 @@ StatusOr<std::unique_ptr<Engine>> Engine::load(const std::string& path, int thre
   std::unique_ptr<Engine> e(new Engine());
   if (device.ngl > 0) cuda = true;
   if (device.ngl == 0 && device.device == "cuda") return invalid_argument("-ngl 0 and --device cuda contradict");
-  MT_ASSIGN_OR_RETURN(e->model_, Model::load(path, {threads, interleave && !cuda}));
+  LoadOptions lo{threads, interleave && !cuda};
+  if (cuda && tiered && interleave) {  // the CPU's cold experts from interleaved copies
+    lo.interleave = true;
+    lo.interleave_experts_only = true;
+  }
+  MT_ASSIGN_OR_RETURN(e->model_, Model::load(path, lo));
   if (device.ngl > 0 && static_cast<uint32_t>(device.ngl) < e->model_->hparams().n_layer) {
     return invalid_argument("-ngl " + std::to_string(device.ngl) + ": partial layer offload is not supported (" +
                             std::to_string(e->model_->hparams().n_layer) +

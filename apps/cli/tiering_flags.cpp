@@ -17,6 +17,9 @@ void add_tiering_flags(CLI::App& app, TieringFlags* f) {
   app.add_option("--min-dwell", f->min_dwell, "frequency policy: steps a resident expert stays before eviction");
   app.add_option("--popularity", f->popularity, "popularity profile (moetier profile) for static-hot");
   app.add_option("--moe-mode", f->moe_mode, "where cache misses run: hybrid (CPU), stream (copied in), cpu");
+  app.add_option("--max-admissions", f->max_admissions,
+                 "hybrid: expert admissions per layer-step at most (0: no cap; default: none on the CPU, 2 with "
+                 "--device cuda)");
   app.add_option("--hw-profile", f->hw_profile, "hardware profile JSON (moetier hwprofile) for the cost model");
 }
 
@@ -32,6 +35,7 @@ void add_bank_flags(CLI::App& app, BankFlags* f) {
 
 StatusOr<BankOptions> resolve_bank_flags(const BankFlags& f, bool gpu) {
   BankOptions o;
+  o.gpu = gpu;
   o.stream_threshold = f.stream_threshold;
   if (f.pin_budget.empty()) {
     o.pin_budget = gpu ? ~uint64_t{0} : 0;
@@ -83,6 +87,7 @@ StatusOr<TieringSetup> make_tiering_setup(const gguf::GgufFile& file, const Tier
   else if (f.moe_mode == "stream") s.scheduler.mode = MoeMode::kStream;
   else if (f.moe_mode == "cpu") s.scheduler.mode = MoeMode::kCpu;
   else return invalid_argument("--moe-mode: '" + f.moe_mode + "' is not hybrid, stream or cpu");
+  if (f.max_admissions > 0) s.scheduler.max_admissions = static_cast<uint32_t>(f.max_admissions);
   if (!f.hw_profile.empty()) {
     MT_ASSIGN_OR_RETURN(s.scheduler.hw, read_hw_profile(f.hw_profile));
   }

@@ -25,6 +25,7 @@ struct TieringFlags {
   std::string expert_cache, policy = "lru", moe_mode = "hybrid", popularity, hw_profile;
   uint32_t admit_after = 2;
   uint64_t min_dwell = 4;
+  int max_admissions = -1;  // per layer-step, hybrid; -1: auto (none on the CPU, 2 on the GPU)
 };
 
 void add_tiering_flags(CLI::App& app, TieringFlags* f);
@@ -41,7 +42,10 @@ struct BankFlags {
 struct BankOptions {
   uint64_t pin_budget = 0, pin_limit = ~uint64_t{0};
   uint32_t stream_threshold = 64;
+  bool gpu = false;
 };
+// --max-admissions' default on the GPU (auto): 2 per layer-step.
+inline constexpr uint32_t kGpuMaxAdmissions = 2;
 void add_bank_flags(CLI::App& app, BankFlags* f);
 StatusOr<BankOptions> resolve_bank_flags(const BankFlags& f, bool gpu);
 

@@ -21,11 +21,15 @@
 namespace mt::cuda {
 namespace {
 
-// Greedy continuation of `prompt`: n tokens.
-std::vector<int32_t> greedy(Evaluator& e, const std::vector<int32_t>& prompt, int n) {
+// Greedy continuation of `prompt` (fed in pieces of `piece` tokens; 0: whole): n tokens.
+std::vector<int32_t> greedy(Evaluator& e, const std::vector<int32_t>& prompt, int n, size_t piece = 0) {
   std::vector<int32_t> out;
   std::vector<float> logits;
-  EXPECT_TRUE(e.feed(prompt, false, &logits).ok());
+  const size_t step = piece == 0 ? prompt.size() : piece;
+  for (size_t i = 0; i < prompt.size(); i += step) {
+    const size_t m = std::min(step, prompt.size() - i);
+    EXPECT_TRUE(e.feed({prompt.data() + i, m}, false, &logits).ok());
+  }
   for (int i = 0; i < n; ++i) {
     const int32_t next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
     out.push_back(next);
@@ -34,18 +38,27 @@ std::vector<int32_t> greedy(Evaluator& e, const std::vector<int32_t>& prompt, in
   return out;
 }
 
-void check_model(const std::string& path, const std::vector<int32_t>& prompt) {
+// The resident reference feeds the prompt as the tiered run does: whole when it streams,
+// in pieces of kMmvqMaxTokens (8) through the hybrid step, so both run the same kernels
+// over the same batches. interleave: the host copy the CPU computes cold experts from.
+void check_model(const std::string& path, const std::vector<int32_t>& prompt, bool interleave) {
   constexpr int kTokens = 256;
-  auto host = Model::load(path, {0, false});
-  ASSERT_TRUE(host.ok()) << host.status().to_string();
-  std::vector<int32_t> ref;
+  auto resident_host = Model::load(path, {0, false});
+  ASSERT_TRUE(resident_host.ok()) << resident_host.status().to_string();
+  std::vector<int32_t> ref_whole, ref_pieces;
   {
-    auto resident = CudaModel::load(**host);
+    auto resident = CudaModel::load(**resident_host);
     ASSERT_TRUE(resident.ok()) << resident.status().to_string();
-    auto seq = (*resident)->new_sequence(static_cast<uint32_t>(prompt.size()) + kTokens + 8);
-    ASSERT_TRUE(seq.ok());
-    ref = greedy(**seq, prompt, kTokens);
+    for (size_t piece : {size_t{0}, size_t{8}}) {
+      auto seq = (*resident)->new_sequence(static_cast<uint32_t>(prompt.size()) + kTokens + 8);
+      ASSERT_TRUE(seq.ok());
+      (piece == 0 ? ref_whole : ref_pieces) = greedy(**seq, prompt, kTokens, piece);
+    }
   }
+  LoadOptions lo{0, interleave};
+  lo.interleave_experts_only = true;
+  auto host = Model::load(path, lo);
+  ASSERT_TRUE(host.ok()) << host.status().to_string();
   auto geometry = read_expert_geometry((*host)->file());
   ASSERT_TRUE(geometry.ok());
   CudaOptions options;
@@ -66,6 +79,7 @@ void check_model(const std::string& path, const std::vector<int32_t>& prompt) {
         auto seq = (*tiered)->new_sequence(static_cast<uint32_t>(prompt.size()) + kTokens + 8);
         ASSERT_TRUE(seq.ok()) << seq.status().to_string();
         const std::vector<int32_t> got = greedy(**seq, prompt, kTokens);
+        const std::vector<int32_t>& ref = stream_threshold > 0 ? ref_whole : ref_pieces;
         size_t first_diff = 0;
         while (first_diff < got.size() && got[first_diff] == ref[first_diff]) ++first_diff;
         EXPECT_EQ(first_diff, ref.size()) << "first different token at " << first_diff;
@@ -98,7 +112,7 @@ TEST(CudaTiering, GreedyTokensEqualTheResidentRunAtEveryBudget) {
   for (size_t i = 0; i < kjv_prompt.size(); ++i) kjv_prompt[i] = static_cast<int32_t>((i * 97 + 11) % 4000);
   // The repository's copy (models/, also on the GPU machine, which lacks the shared test data).
   const std::string here = __FILE__;
-  check_model(here.substr(0, here.rfind("/tests/")) + "/models/kjv-moe-f16.gguf", kjv_prompt);
+  check_model(here.substr(0, here.rfind("/tests/")) + "/models/kjv-moe-f16.gguf", kjv_prompt, false);
 
   synth::SynthConfig c = synth::tiny_for(Arch::kQwen2Moe);
   c.quant = *synth::parse_quant_mix("q4_k_m");
@@ -107,7 +121,7 @@ TEST(CudaTiering, GreedyTokensEqualTheResidentRunAtEveryBudget) {
   ASSERT_TRUE(synth::write_model(c, {path, false}).ok());
   std::vector<int32_t> prompt(40);
   for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>((i * 131 + 7) % 200);
-  check_model(path, prompt);
+  check_model(path, prompt, true);  // Q4_K / Q6_K experts: the CPU reads interleaved copies
 }
 
 TEST(CudaTiering, AForcedPinRefusalLeavesTheLayerPageableAndTheOutputCorrect) {

@@ -121,7 +121,7 @@ tier)
     wait $smi 2>/dev/null
     echo "peak device memory: $(sort -n "$OUT/$name.mem" | tail -1) MiB" | tee -a "$OUT/$name.log"
   }
-  for skew in 0 1; do
+  for skew in ${SKEWS:-0 1}; do
     F=/tmp/q30-q4_k_m.gguf
     [ $skew = 1 ] && F=/tmp/q30s-q4_k_m.gguf
     [ -f "$F" ] || run "synth_skew$skew" $M synth --preset qwen3-30b-a3b --quant q4_k_m --router-skew $skew --fast -o "$F"
@@ -142,12 +142,34 @@ tier)
     fi
   done
   ;;
+quick)  # one fresh-machine call: the tiering and fused-kernel tests, the decode fusions A/B,
+  # and the tiered decode figures (tg only) on both router skews
+  build
+  run tier_tests ./build-gpu/mt_cuda_tests --gtest_filter='CudaTiering*:CudaFused*:CudaExpertCache*'
+  grep -E "OK \]|FAILED|hit rate" "$OUT/tier_tests.log" | tail -40
+  F=/tmp/q30-q4_k_m.gguf
+  [ -f "$F" ] || run synth_q4_k_m $M synth --preset qwen3-30b-a3b --quant q4_k_m --fast -o "$F"
+  for ab in "1 1" "0 1" "1 0" "0 0"; do
+    set -- $ab
+    MOETIER_CUDA_FUSED_ROUTER=$1 MOETIER_CUDA_FUSED_ATTN=$2 run "tg_router$1_attn$2" $M bench -m "$F" --device cuda -p 0 -n 128 -r 3
+    tail -1 "$OUT/tg_router$1_attn$2.log"
+  done
+  for skew in 0 1; do
+    F=/tmp/q30-q4_k_m.gguf
+    [ $skew = 1 ] && F=/tmp/q30s-q4_k_m.gguf
+    [ -f "$F" ] || run "synth_skew$skew" $M synth --preset qwen3-30b-a3b --quant q4_k_m --router-skew $skew --fast -o "$F"
+    for b in 25 10; do
+      run "tiertg_s${skew}_b${b}" $M bench -m "$F" --device cuda --expert-cache $b% -p 0 -n 64 -r 2
+      tail -2 "$OUT/tiertg_s${skew}_b${b}.log"
+    done
+  done
+  ;;
 cpu)
   build
   run unit ctest --test-dir build-gpu --output-on-failure -j "$JOBS" -LE "kjv|cuda"
   ;;
 *)
-  echo "usage: tools/gpu/check.sh test|bench|all|llama|tier|cpu"
+  echo "usage: tools/gpu/check.sh test|bench|all|llama|tier|quick|cpu"
   exit 2
   ;;
 esac
