@@ -140,7 +140,7 @@ TEST(CudaTiering, AForcedPinRefusalLeavesTheLayerPageableAndTheOutputCorrect) {
     ASSERT_TRUE(resident.ok());
     auto seq = (*resident)->new_sequence(64);
     ASSERT_TRUE(seq.ok());
-    ref = greedy(**seq, prompt, 32);
+    ref = greedy(**seq, prompt, 32, 8);  // the prompt as the hybrid step takes it: 8 + 4 tokens
   }
   auto geometry = read_expert_geometry((*host)->file());
   ASSERT_TRUE(geometry.ok());
@@ -149,7 +149,7 @@ TEST(CudaTiering, AForcedPinRefusalLeavesTheLayerPageableAndTheOutputCorrect) {
   auto tiered = CudaModel::load(**host, options);
   ASSERT_TRUE(tiered.ok());
   CudaTieringOptions to;  // pin everything, but the allocator refuses past one layer's bank (+ staging)
-  to.stream_threshold = 0;  // staging buffers of one expert each
+  to.stream_threshold = 0;  // staging buffers of one expert each; the prompt through the hybrid step
   uint64_t largest = 0;
   for (const LayerExpertGeometry& l : geometry->layers) largest = std::max(largest, l.bytes_per_expert());
   to.pin_limit = geometry->layers[0].bytes_per_expert() * geometry->n_expert + 8 * largest;
