@@ -77,10 +77,13 @@ class CudaSequence final : public Evaluator {
       graphs_ = false;  // a hybrid step waits for its routing on the host
       alloc_tiering_buffers();
     }
-    // A/B switches of the decode fusions (both on by default).
-    fused_router_ = std::getenv("MOETIER_CUDA_FUSED_ROUTER") == nullptr || std::string(std::getenv("MOETIER_CUDA_FUSED_ROUTER")) != "0";
-    fused_attention_merge_ =
-        std::getenv("MOETIER_CUDA_FUSED_ATTN") == nullptr || std::string(std::getenv("MOETIER_CUDA_FUSED_ATTN")) != "0";
+    // The decode fusions of the router (product + top-k) and of the attention merge are off
+    // unless asked for (=1): measured on the H200 (qwen3-30b-a3b q4_k_m tg128) the merge
+    // fused into the partial kernels cost 7% (282.5 vs 303.2 t/s) and the fused router
+    // gained nothing (303.2 vs 305.5 with both off); docs/PERFORMANCE.md.
+    auto env_on = [](const char* name) { return std::getenv(name) != nullptr && std::string(std::getenv(name)) == "1"; };
+    fused_router_ = env_on("MOETIER_CUDA_FUSED_ROUTER");
+    fused_attention_merge_ = env_on("MOETIER_CUDA_FUSED_ATTN");
     if (const char* ub = std::getenv("MOETIER_CUDA_UBATCH"); ub != nullptr && std::atoi(ub) > 0) {
       micro_batch_ = static_cast<uint32_t>(std::atoi(ub));
     }
@@ -201,7 +204,8 @@ class CudaSequence final : public Evaluator {
   struct HybridPart {
     std::vector<ExpertJob> jobs;
     std::vector<int32_t> rows;
-    uint32_t n_device = 0;  // slots computed on the device
+    uint32_t n_device = 0;  // slots computed on the device from cache slots
+    int staged_buf = -1;    // stream mode: the staging buffer of this step's refused misses
   };
 
   // Routing to the host (ids and the normed rows: a few KB, the step's one wait per
@@ -231,25 +235,39 @@ class CudaSequence final : public Evaluator {
     bool device_waits_for_copy = false;
     for (const Placement& p : placed_) device_waits_for_copy |= p.on_device && p.copy;
     if (!device_waits_for_copy) tier.cache->wait_layer(l, s);
+    staged_.clear();
+    staged_of_.assign(m_.hp.n_expert, false);
     for (const Placement& p : placed_) {
-      MT_CHECK(!p.on_device || p.slot >= 0);  // staged (stream mode) experts are refused at set-up
       if (p.copy && p.slot >= 0) tier.cache->admit(l, p.expert, p.slot);
-      if (p.on_device) slot_of_[p.expert] = p.slot;
+      if (p.on_device && p.slot >= 0) slot_of_[p.expert] = p.slot;
+      if (p.on_device && p.slot < 0) {  // stream mode, refused by the policy: through staging
+        staged_.push_back(p.expert);
+        staged_of_[p.expert] = true;
+      }
     }
     if (device_waits_for_copy) tier.cache->wait_layer(l, s);
     HybridPart part;
     for (uint32_t i = 0; i < T * K; ++i) {
-      const int32_t slot = slot_of_[static_cast<uint32_t>(pin_sel_[i])];
+      const auto e = static_cast<uint32_t>(pin_sel_[i]);
+      const int32_t slot = slot_of_[e];
       pin_slot_ids_[i] = slot;
+      pin_stage_ids_[i] = staged_of_[e] ? static_cast<int32_t>(e) : -1;
       if (slot >= 0) {
         ++part.n_device;
+      } else if (staged_of_[e]) {
+        // computed from the staging buffer
       } else {
         part.jobs.push_back({static_cast<uint32_t>(pin_sel_[i]), i / K});
         part.rows.push_back(static_cast<int32_t>(i));
       }
     }
     MT_CUDA_CHECK(cudaMemcpyAsync(slot_ids_dev_.get(), pin_slot_ids_, sizeof(int32_t) * T * K, cudaMemcpyHostToDevice, s));
-    if (part.n_device > 0) {
+    if (!staged_.empty()) {
+      part.staged_buf = tier.cache->stage_experts(l, staged_);
+      MT_CUDA_CHECK(
+          cudaMemcpyAsync(stage_ids_dev_.get(), pin_stage_ids_, sizeof(int32_t) * T * K, cudaMemcpyHostToDevice, s));
+    }
+    if (part.n_device > 0 || part.staged_buf >= 0) {
       MT_CUDA_CHECK(cudaEventRecord(dev_begin_[l], s));
       dev_timed_[l] = true;
     }
@@ -308,6 +326,8 @@ class CudaSequence final : public Evaluator {
     pin_sel_ = static_cast<int32_t*>(pinned(sizeof(int32_t) * S));
     pin_slot_ids_ = static_cast<int32_t*>(pinned(sizeof(int32_t) * S));
     pin_row_ids_ = static_cast<int32_t*>(pinned(sizeof(int32_t) * S));
+    pin_stage_ids_ = static_cast<int32_t*>(pinned(sizeof(int32_t) * S));
+    stage_ids_dev_ = DeviceBuffer(sizeof(int32_t) * S);
     pin_h_ = static_cast<float*>(pinned(sizeof(float) * kMmvqMaxTokens * E));
     pin_rows_ = static_cast<float*>(pinned(sizeof(float) * S * E));
     slot_ids_dev_ = DeviceBuffer(sizeof(int32_t) * S);
@@ -323,6 +343,7 @@ class CudaSequence final : public Evaluator {
   }
   void free_tiering_buffers() {
     for (void* p : {static_cast<void*>(pin_sel_), static_cast<void*>(pin_slot_ids_), static_cast<void*>(pin_row_ids_),
+                    static_cast<void*>(pin_stage_ids_),
                     static_cast<void*>(pin_h_), static_cast<void*>(pin_rows_)}) {
       if (p != nullptr) cudaFreeHost(p);
     }
@@ -618,33 +639,51 @@ class CudaSequence final : public Evaluator {
           em = mats_of(m_.tiering->cache->slots(l));
           ids = slot_ids_dev_.as<int32_t>();
         }
-        const bool device_experts = m_.tiering == nullptr || stream_step || cpu_part.n_device > 0;
+        // The grouped products run over one or two sets of expert matrices: the resident /
+        // slot / streamed ones, and (stream mode) the staged misses; each set's ids leave
+        // the other's rows alone (-1), so one SwiGLU serves both.
+        struct ProductSet {
+          ExpertMats m;
+          const int32_t* ids;
+        };
+        ProductSet sets[2];
+        int n_sets = 0;
+        if (m_.tiering == nullptr || stream_step || cpu_part.n_device > 0) sets[n_sets++] = {em, ids};
+        if (cpu_part.staged_buf >= 0) {
+          m_.tiering->cache->wait_staged(cpu_part.staged_buf, s);
+          sets[n_sets++] = {mats_of(m_.tiering->cache->staged(cpu_part.staged_buf)), stage_ids_dev_.as<int32_t>()};
+        }
         stage("experts gate+up");
         ActRows act;  // (T*K, ff) the down projection's input
         act.x = u;
         act.rows = static_cast<int>(slots);
-        const QuantType dt = em.down.type;
-        const bool quant_down = T <= static_cast<uint32_t>(kMmvqMaxTokens) && quantizes_activations(dt) &&
-                                swiglu_pairs_quant_supports(ff, act_quant_for(dt));
-        if (!device_experts) {
-          // every selected expert is the CPU's this step
-        } else if (em.gate_up.data != nullptr && quant_down) {
-          mm_experts(em.gate_up, ids, K, hx, gu);
-          act.quantized = true;
-          act.mode = act_quant_for(dt);
-          act.qs = uq;
-          act.meta = um;
-          swiglu_pairs_quant(gu, slots, ff, u, act.mode, uq, um, s);
-        } else if (em.gate_up.data != nullptr) {
-          mm_experts(em.gate_up, ids, K, hx, gu);
-          swiglu_pairs(gu, slots, ff, u, s);
-        } else {
-          if (em.gate.data) mm_experts(em.gate, ids, K, hx, gu);
-          mm_experts(em.up, ids, K, hx, u);
-          swiglu(em.gate.data ? gu : nullptr, u, slots * ff, s);
+        if (n_sets > 0) {
+          const ExpertMats& shape = sets[0].m;  // every set has the layer's types and shapes
+          const QuantType dt = shape.down.type;
+          const bool quant_down = T <= static_cast<uint32_t>(kMmvqMaxTokens) && quantizes_activations(dt) &&
+                                  swiglu_pairs_quant_supports(ff, act_quant_for(dt));
+          if (shape.gate_up.data != nullptr) {
+            for (int i = 0; i < n_sets; ++i) mm_experts(sets[i].m.gate_up, sets[i].ids, K, hx, gu);
+            if (quant_down) {
+              act.quantized = true;
+              act.mode = act_quant_for(dt);
+              act.qs = uq;
+              act.meta = um;
+              swiglu_pairs_quant(gu, slots, ff, u, act.mode, uq, um, s);
+            } else {
+              swiglu_pairs(gu, slots, ff, u, s);
+            }
+          } else {
+            for (int i = 0; i < n_sets; ++i) {
+              if (sets[i].m.gate.data) mm_experts(sets[i].m.gate, sets[i].ids, K, hx, gu);
+              mm_experts(sets[i].m.up, sets[i].ids, K, hx, u);
+            }
+            swiglu(shape.gate.data ? gu : nullptr, u, slots * ff, s);
+          }
+          stage("experts down");
+          for (int i = 0; i < n_sets; ++i) mm_experts(sets[i].m.down, sets[i].ids, K, act, d, /*per_slot=*/true);
         }
-        stage("experts down");
-        if (device_experts) mm_experts(em.down, ids, K, act, d, /*per_slot=*/true);
+        if (cpu_part.staged_buf >= 0) m_.tiering->cache->release_staged(cpu_part.staged_buf, s);
         if (m_.tiering != nullptr && stream_step) {
           m_.tiering->cache->release_staged(staged_buf_, s);
           stage_next_layer(l);
@@ -733,17 +772,19 @@ class CudaSequence final : public Evaluator {
   StageTimer graph_timer_{"cuda stage times in the decode graph"};
   uint32_t micro_batch_ = CudaModel::kMicroBatch;  // MOETIER_CUDA_UBATCH overrides (tuning)
   // Tiered models (cuda/tiering.h): the hybrid step's buffers, (kMmvqMaxTokens * K) slots.
-  int32_t *pin_sel_ = nullptr, *pin_slot_ids_ = nullptr, *pin_row_ids_ = nullptr;
+  int32_t *pin_sel_ = nullptr, *pin_slot_ids_ = nullptr, *pin_row_ids_ = nullptr, *pin_stage_ids_ = nullptr;
   float *pin_h_ = nullptr, *pin_rows_ = nullptr;  // (T, n_embd) normed rows; (S, n_embd) CPU rows
-  DeviceBuffer slot_ids_dev_, row_ids_dev_, rows_dev_;
+  DeviceBuffer slot_ids_dev_, row_ids_dev_, rows_dev_, stage_ids_dev_;
+  std::vector<uint32_t> staged_;                  // stream mode: this layer-step's staged experts
+  std::vector<bool> staged_of_;                   // (n_expert)
   std::vector<ExpertTask> tasks_;
   std::vector<Placement> placed_;
   std::vector<int32_t> slot_of_;                  // (n_expert) this step's slot, -1: CPU
   std::vector<cudaEvent_t> dev_begin_, dev_end_;  // (n_layer) hybrid device products
   std::vector<bool> dev_timed_;
   int staged_buf_ = -1;                           // prefill streaming: the buffer of the next MoE layer
-  bool fused_router_ = true;            // MOETIER_CUDA_FUSED_ROUTER=0: router product and top-k apart
-  bool fused_attention_merge_ = true;   // MOETIER_CUDA_FUSED_ATTN=0: decode attention merge launched apart
+  bool fused_router_ = false;           // MOETIER_CUDA_FUSED_ROUTER=1: router product and top-k in one launch
+  bool fused_attention_merge_ = false;  // MOETIER_CUDA_FUSED_ATTN=1: decode attention merge in the partials
 };
 
 }  // namespace

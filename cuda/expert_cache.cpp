@@ -356,6 +356,41 @@ const ExpertViews& DeviceExpertCache::stage_layer(uint32_t layer, cudaStream_t c
   return m.staged_views[m.stage(layer)];
 }
 
+int DeviceExpertCache::stage_experts(uint32_t layer, const std::vector<uint32_t>& experts) {
+  Impl& m = *impl_;
+  MT_CHECK_MSG(!m.stream_buffers.empty(), "stage_experts without stream buffers");
+  MT_CHECK(layer < m.layers.size());
+  const LayerInfo& l = m.layers[layer];
+  MT_CHECK(l.geo != nullptr);
+  const size_t i = m.next_stage_buffer();
+  MT_CHECK_MSG(m.unreleased[i] == 0, "staging buffer refilled before release_staged");
+  uint8_t* dst = m.stream_buffers[i].as<uint8_t>();
+  MT_CHECK(l.geo->bank_bytes() <= m.stream_buffers[i].bytes());
+  MT_CUDA_CHECK(cudaStreamWaitEvent(m.copy, m.released[i], 0));
+  for (uint32_t e : experts) {
+    MT_CHECK(e < l.geo->n_expert);
+    uint8_t* at = dst + static_cast<uint64_t>(e) * l.expert_bytes;
+    if (m.store.pinned(layer)) {
+      m.copy_to_device(at, m.store.pinned_expert(layer, e), l.expert_bytes);
+    } else {
+      PinnedStage& p = m.next_pinned();
+      MT_CHECK(p.bytes >= l.expert_bytes);
+      m.gather(l, e, p.data);
+      m.copy_to_device(at, p.data, l.expert_bytes);
+      MT_CUDA_CHECK(cudaEventRecord(p.done, m.copy));
+      m.counters.bytes_through_ring += l.expert_bytes;
+    }
+    ++m.counters.staged_experts;
+    m.counters.bytes_staged += l.expert_bytes;
+  }
+  MT_CUDA_CHECK(cudaEventRecord(m.staged[i], m.copy));
+  m.staged_views[i] = views_at(l, dst, l.geo->n_expert);
+  m.unreleased[i] = 1;
+  m.last_staged = static_cast<int>(i);
+  ++m.stage_calls;
+  return static_cast<int>(i);
+}
+
 int DeviceExpertCache::stage_layer(uint32_t layer) {
   Impl& m = *impl_;
   MT_CHECK_MSG(!m.stream_buffers.empty(), "stage_layer without stream buffers");

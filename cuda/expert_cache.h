@@ -40,9 +40,11 @@ struct ExpertViews {
 };
 
 // admit(): admissions, bytes_copied, and of those the bytes gathered through pinned staging
-// (pageable layers); stage_layer(): streamed_layers, bytes_streamed.
+// (pageable layers); stage_layer(): streamed_layers, bytes_streamed; stage_experts():
+// staged_experts, bytes_staged.
 struct ExpertCacheCounters {
   uint64_t admissions = 0, bytes_copied = 0, bytes_through_ring = 0, streamed_layers = 0, bytes_streamed = 0;
+  uint64_t staged_experts = 0, bytes_staged = 0;
 };
 
 class DeviceExpertCache {
@@ -79,6 +81,10 @@ class DeviceExpertCache {
   // wait_staged() before the products that read it.
   const ExpertViews& stage_layer(uint32_t layer, cudaStream_t compute);
   void wait_staged(cudaStream_t compute);
+  // Stream mode's misses the cache refuses: only the listed experts of `layer` copied into
+  // the next staging buffer, each at its own index (the views are stage_layer's), after
+  // compute has released that buffer. Returns the buffer; wait_staged / release_staged it.
+  int stage_experts(uint32_t layer, const std::vector<uint32_t>& experts);
   // Marks the end of compute's reads of the last staged buffer (records its fence).
   void release_staged(cudaStream_t compute);
   // The same with the buffer named: stage_layer(layer) returns the buffer it fills, which

@@ -9,6 +9,15 @@
 
 namespace mt::cuda {
 
+namespace {
+
+// Device staging buffers: prefill streaming and stream mode's refused misses use two.
+uint32_t stream_buffers(const CudaTieringOptions& o, const SchedulerOptions& s) {
+  return o.stream_threshold > 0 || s.mode == MoeMode::kStream ? 2 : 0;
+}
+
+}  // namespace
+
 CudaTiering::~CudaTiering() {
   cache.reset();  // its copies read the store's pinned banks and the allocator's buffers
   scheduler.reset();
@@ -19,7 +28,7 @@ Status CudaTiering::reset() {
   cache.reset();
   scheduler = std::make_unique<ExpertScheduler>(geometry, plan, n_layer, cache_options, scheduler_options);
   MT_ASSIGN_OR_RETURN(cache, DeviceExpertCache::create(plan, scheduler->cache(), *store, *allocator,
-                                                      options.stream_threshold > 0 ? 2 : 0));
+                                                      stream_buffers(options, scheduler_options)));
   timing.assign(n_layer, {});
   return {};
 }
@@ -46,9 +55,6 @@ StatusOr<std::unique_ptr<CudaTiering>> make_cuda_tiering(const Model& model, Exp
   t->geometry = std::move(geometry);
   t->plan = std::move(plan);
   t->options = options;
-  if (scheduler_options.mode == MoeMode::kStream) {
-    return unimplemented("GPU tiering: --moe-mode stream is not implemented on the GPU yet (use hybrid)");
-  }
   t->timing.assign(w.layers.size(), {});
   t->cache_options = cache_options;
   t->scheduler_options = scheduler_options;
@@ -74,7 +80,7 @@ StatusOr<std::unique_ptr<CudaTiering>> make_cuda_tiering(const Model& model, Exp
   t->allocator = std::make_unique<CudaPinnedAllocator>(options.pin_limit);
   // The device cache's staging buffers come first, so a pin budget cannot starve them.
   MT_ASSIGN_OR_RETURN(t->cache, DeviceExpertCache::create(t->plan, t->scheduler->cache(), *t->store, *t->allocator,
-                                                          options.stream_threshold > 0 ? 2 : 0));
+                                                          stream_buffers(options, scheduler_options)));
   t->pins = choose_pinned_layers(t->geometry, options.pin_budget);
   const uint32_t pinned = t->store->pin(t->pins.pinned, *t->allocator, /*show_progress=*/true);
   log_info("GPU tiering: " + std::to_string(pinned) + " of " + std::to_string(t->geometry.layers.size()) +

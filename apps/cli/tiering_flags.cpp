@@ -4,7 +4,9 @@
 
 #include <algorithm>
 
+#include "apps/cli/model_sizes.h"
 #include "apps/cli/sizes.h"
+#include "experts/planner.h"
 #include "experts/popularity.h"
 
 namespace mt::cli {
@@ -16,7 +18,9 @@ void add_tiering_flags(CLI::App& app, TieringFlags* f) {
   app.add_option("--admit-after", f->admit_after, "frequency policy: requests before an expert is admitted");
   app.add_option("--min-dwell", f->min_dwell, "frequency policy: steps a resident expert stays before eviction");
   app.add_option("--popularity", f->popularity, "popularity profile (moetier profile) for static-hot");
-  app.add_option("--moe-mode", f->moe_mode, "where cache misses run: hybrid (CPU), stream (copied in), cpu");
+  app.add_option("--moe-mode", f->moe_mode,
+                 "where cache misses run: hybrid (CPU), stream (copied in), cpu, auto (the planner's pick of stream "
+                 "or hybrid from the hardware profile)");
   app.add_option("--max-admissions", f->max_admissions,
                  "hybrid: expert admissions per layer-step at most (0: no cap; default: none on the CPU, 2 with "
                  "--device cuda)");
@@ -83,13 +87,34 @@ StatusOr<TieringSetup> make_tiering_setup(const gguf::GgufFile& file, const Tier
   } else if (!f.popularity.empty()) {
     return invalid_argument("--popularity is read by --cache-policy static-hot only");
   }
-  if (f.moe_mode == "hybrid") s.scheduler.mode = MoeMode::kHybrid;
-  else if (f.moe_mode == "stream") s.scheduler.mode = MoeMode::kStream;
-  else if (f.moe_mode == "cpu") s.scheduler.mode = MoeMode::kCpu;
-  else return invalid_argument("--moe-mode: '" + f.moe_mode + "' is not hybrid, stream or cpu");
   if (f.max_admissions > 0) s.scheduler.max_admissions = static_cast<uint32_t>(f.max_admissions);
   if (!f.hw_profile.empty()) {
     MT_ASSIGN_OR_RETURN(s.scheduler.hw, read_hw_profile(f.hw_profile));
+  }
+  if (f.moe_mode == "hybrid") s.scheduler.mode = MoeMode::kHybrid;
+  else if (f.moe_mode == "stream") s.scheduler.mode = MoeMode::kStream;
+  else if (f.moe_mode == "cpu") s.scheduler.mode = MoeMode::kCpu;
+  else if (f.moe_mode == "auto") {
+    // The planner's choice (experts/planner.h) for this cache budget and hardware profile:
+    // the fastest predicted mode among those that use the device.
+    PlanInputs in;
+    in.geometry = s.geometry;
+    MT_ASSIGN_OR_RETURN(in.model, read_model_sizes(file));
+    in.expert_cache_bytes = s.budget;
+    in.device_bytes = ~uint64_t{0} >> 2;  // the budget is given: device size only gates fitting
+    in.host_bytes = ~uint64_t{0} >> 2;
+    in.hw = s.scheduler.hw;
+    in.ctx = 4096;
+    MT_ASSIGN_OR_RETURN(Plan plan, make_plan(in));
+    s.scheduler.mode = MoeMode::kHybrid;
+    double best = -1;
+    for (const ModePlan& m : plan.modes) {
+      if (m.mode == MoeMode::kCpu || !m.available) continue;
+      if (m.predicted.tokens_per_s > best) best = m.predicted.tokens_per_s, s.scheduler.mode = m.mode;
+    }
+    s.auto_mode = true;
+  } else {
+    return invalid_argument("--moe-mode: '" + f.moe_mode + "' is not auto, hybrid, stream or cpu");
   }
   return s;
 }

@@ -2,7 +2,8 @@
 //   --expert-cache SIZE|N%   cache budget (N% of all expert bytes); absent: no offload
 //   --cache-policy lru|frequency|static-hot  [--admit-after N] [--min-dwell STEPS]
 //   --popularity FILE        a `moetier profile` JSON: static-hot's hot experts
-//   --moe-mode hybrid|stream|cpu  [--hw-profile FILE]  (the cost model's speeds)
+//   --moe-mode hybrid|stream|cpu|auto  [--hw-profile FILE]  (the cost model's speeds; auto:
+//                            the planner's fastest predicted device mode for the budget)
 // static-hot keeps, per layer, the profile's most popular experts up to the layer's slots.
 #pragma once
 
@@ -56,6 +57,7 @@ struct TieringSetup {
   CachePolicy policy = CachePolicy::kLru;
   CacheOptions cache;
   SchedulerOptions scheduler;
+  bool auto_mode = false;  // --moe-mode auto: scheduler.mode is the planner's pick
 };
 
 // Reads the geometry from the file and resolves every flag; errors name the flag.

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # simulate: a replay of a run's own routing record reproduces the run's expert cache
-# counters exactly (every layer and the totals), for each policy and mode; synthetic
+# counters exactly (every layer and the totals), for each policy and mode (auto: the
+# planner's pick; an admission cap per layer-step); synthetic
 # streams on a sparse 47-layer laguna-s geometry; clear errors on bad input.
 # usage: check_simulate.sh MOETIER WORK_DIR
 set -uo pipefail
@@ -20,7 +21,8 @@ case_no=0
 for args in "--cache-policy lru --expert-cache 25%" "--cache-policy frequency --admit-after 2 --min-dwell 3 --expert-cache 40%" \
             "--cache-policy static-hot --popularity $WORK/pop.json --expert-cache 30%" \
             "--cache-policy lru --expert-cache 10% --moe-mode stream" "--cache-policy lru --expert-cache 100%" \
-            "--cache-policy lru --expert-cache 0"; do
+            "--cache-policy lru --expert-cache 0" "--cache-policy lru --expert-cache 25% --max-admissions 1" \
+            "--cache-policy lru --expert-cache 25% --moe-mode auto"; do
   case_no=$((case_no + 1))
   rec=$WORK/rec$case_no.jsonl
   # shellcheck disable=SC2086
@@ -40,7 +42,11 @@ assert t["hits"] + t["misses"] == t["device_experts"] + t["cpu_experts"], t
 assert t["bytes_copied"] > 0 or t["admissions"] == 0, t
 for m in ("cpu", "stream", "hybrid"):
     assert sim["predicted"][m]["tokens_per_s"] > 0, sim["predicted"]
-print(f"  {args}: {len(run['layers'])} layers, hits {t['hits']} misses {t['misses']} admissions {t['admissions']} "
+if "--max-admissions 1" in args:  # at most one admission per layer-step
+    assert t["admissions"] <= run["steps"] * len(run["layers"]), (t, run["steps"])
+if "auto" in args:
+    assert run["mode"] in ("stream", "hybrid"), run["mode"]
+print(f"  {args}: mode {run['mode']}, {len(run['layers'])} layers, hits {t['hits']} misses {t['misses']} admissions {t['admissions']} "
       f"evictions {t['evictions']} cpu {t['cpu_experts']} staged {t['staged']}: run == simulate")
 PY
 done

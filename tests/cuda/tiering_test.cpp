@@ -41,7 +41,8 @@ std::vector<int32_t> greedy(Evaluator& e, const std::vector<int32_t>& prompt, in
 // The resident reference feeds the prompt as the tiered run does: whole when it streams,
 // in pieces of kMmvqMaxTokens (8) through the hybrid step, so both run the same kernels
 // over the same batches. interleave: the host copy the CPU computes cold experts from.
-void check_model(const std::string& path, const std::vector<int32_t>& prompt, bool interleave) {
+void check_model(const std::string& path, const std::vector<int32_t>& prompt, bool interleave,
+                 MoeMode mode = MoeMode::kHybrid) {
   constexpr int kTokens = 256;
   auto resident_host = Model::load(path, {0, false});
   ASSERT_TRUE(resident_host.ok()) << resident_host.status().to_string();
@@ -72,7 +73,12 @@ void check_model(const std::string& path, const std::vector<int32_t>& prompt, bo
       CudaTieringOptions to;
       to.pin_budget = geometry->compact_bytes / 2;  // about half the layers pinned, the rest pageable
       to.stream_threshold = stream_threshold;
-      auto tier = make_cuda_tiering(**host, *geometry, plan_pools(*geometry, budget), CacheOptions{}, SchedulerOptions{}, to);
+      SchedulerOptions so;
+      so.mode = mode;
+      so.max_admissions = mode == MoeMode::kHybrid ? 2 : 0;  // the GPU's default cap (hybrid only)
+      CacheOptions co;  // stream mode: the frequency policy refuses first requests, so misses are also staged
+      if (mode == MoeMode::kStream) co.policy = CachePolicy::kFrequency;
+      auto tier = make_cuda_tiering(**host, *geometry, plan_pools(*geometry, budget), co, so, to);
       ASSERT_TRUE(tier.ok()) << tier.status().to_string();
       (*tiered)->set_tiering(tier->get());
       {
@@ -92,7 +98,12 @@ void check_model(const std::string& path, const std::vector<int32_t>& prompt, bo
                   static_cast<unsigned long long>(totals.sched.cpu_experts),
                   static_cast<unsigned long long>((*tier)->cache->counters().bytes_copied), (*tier)->pins.pinned.size(),
                   (*tier)->pins.pageable.size(), static_cast<unsigned long long>((*tier)->cache->counters().bytes_streamed));
-      EXPECT_GT(totals.sched.cpu_experts, 0u);
+      if (mode == MoeMode::kStream) {  // every expert on the device, refused misses staged
+        EXPECT_EQ(totals.sched.cpu_experts, 0u);
+        EXPECT_GT((*tier)->cache->counters().staged_experts, 0u);
+      } else {
+        EXPECT_GT(totals.sched.cpu_experts, 0u);
+      }
       EXPECT_GT(totals.sched.device_experts, 0u);
       EXPECT_GT((*tier)->cache->counters().bytes_copied, 0u);
       EXPECT_FALSE((*tier)->pins.pinned.empty());
@@ -122,6 +133,14 @@ TEST(CudaTiering, GreedyTokensEqualTheResidentRunAtEveryBudget) {
   std::vector<int32_t> prompt(40);
   for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>((i * 131 + 7) % 200);
   check_model(path, prompt, true);  // Q4_K / Q6_K experts: the CPU reads interleaved copies
+}
+
+TEST(CudaTiering, StreamModeGreedyTokensEqualTheResidentRun) {
+  MT_SKIP_WITHOUT_DEVICE();
+  std::vector<int32_t> kjv_prompt(23);
+  for (size_t i = 0; i < kjv_prompt.size(); ++i) kjv_prompt[i] = static_cast<int32_t>((i * 97 + 11) % 4000);
+  const std::string here = __FILE__;
+  check_model(here.substr(0, here.rfind("/tests/")) + "/models/kjv-moe-f16.gguf", kjv_prompt, false, MoeMode::kStream);
 }
 
 TEST(CudaTiering, AForcedPinRefusalLeavesTheLayerPageableAndTheOutputCorrect) {
