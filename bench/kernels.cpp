@@ -2,7 +2,8 @@
 // (MOETIER_CPU_ISA lowers it), weights resident in cache, so the figures are the kernels'
 // compute ceilings, not memory-bound decode speeds.
 //
-// For each type: the vec_dot loop over rows (decode, GGUF layout), the interleaved kernel
+// For each type: the vec_dot loop over rows (decode, GGUF layout), the tile kernel on one
+// token (what matmul runs for decode where the level's dots and tiles must agree), the interleaved kernel
 // (gemm_x8, decode = 1 token) where the type has one, and for a 64-token tile (prefill) the
 // GGUF-layout tile kernel (gemm) and the interleaved kernel. n = 2048 inputs, 56 rows
 // (~64 KiB of Q4_K, one matmul_jobs unit). GMAC/s = rows x n x tokens x calls / seconds,
@@ -45,9 +46,9 @@ int main() {
   const mt::cpu::KernelTable& k = mt::cpu::kernels();
   std::printf("moetier_kernels: level %s, n=%lld, %lld rows, 1 thread, GMAC/s (best of 3)\n", mt::cpu::isa_name(k.isa),
               static_cast<long long>(kN), static_cast<long long>(kRows));
-  std::printf("| type | vec_dot loop, 1 token | interleaved, 1 token | tile (gemm), %lld tokens | interleaved, %lld tokens |\n",
+  std::printf("| type | vec_dot loop, 1 token | tile (gemm), 1 token | interleaved, 1 token | tile (gemm), %lld tokens | interleaved, %lld tokens |\n",
               static_cast<long long>(kTokens), static_cast<long long>(kTokens));
-  std::printf("| --- | ---: | ---: | ---: | ---: |\n");
+  std::printf("| --- | ---: | ---: | ---: | ---: | ---: |\n");
   std::mt19937 rng(1);
   std::normal_distribution<float> g(0.f, 1.f);
   std::vector<float> f(static_cast<size_t>(kN * std::max(kRows, kTokens)));
@@ -62,7 +63,7 @@ int main() {
     for (int64_t i = 0; i < kTokens; ++i) k.quantize[static_cast<int>(act_type)](&f[i * kN], &act[i * arow], kN);
     std::vector<float> y(static_cast<size_t>(kRows * kTokens));
     const double one = static_cast<double>(kRows) * kN, many = one * kTokens;
-    char cells[4][32] = {"-", "-", "-", "-"};
+    char cells[5][32] = {"-", "-", "-", "-", "-"};
     std::snprintf(cells[0], sizeof(cells[0]), "%.1f", best_gmacs(one, [&] {
       for (int64_t r = 0; r < kRows; ++r) y[r] = k.vec_dot[t](kN, &w[r * wrow], act.data());
     }));
@@ -78,11 +79,14 @@ int main() {
       }));
     }
     if (k.gemm[t] != nullptr) {
+      std::snprintf(cells[4], sizeof(cells[4]), "%.1f", best_gmacs(one, [&] {
+        k.gemm[t](kN, w.data(), wrow, kRows, act.data(), arow, 1, y.data(), kRows);
+      }));
       std::snprintf(cells[2], sizeof(cells[2]), "%.1f", best_gmacs(many, [&] {
         k.gemm[t](kN, w.data(), wrow, kRows, act.data(), arow, kTokens, y.data(), kRows);
       }));
     }
-    std::printf("| %s | %s | %s | %s | %s |\n", mt::type_name(type), cells[0], cells[1], cells[2], cells[3]);
+    std::printf("| %s | %s | %s | %s | %s | %s |\n", mt::type_name(type), cells[0], cells[4], cells[1], cells[2], cells[3]);
   }
   return 0;
 }

@@ -6,13 +6,18 @@
 // maddubs (pairs of products never saturate int16: |pair| <= 2 * 63 * 128); madd against
 // int16 sub-block scales then sums to int32. IQ4_XS moves the sign onto its codebook
 // value (maddubs(|q8|, sign(v, q8)), |pair| <= 2 * 128 * 127). Each block's int32 lanes
-// are scaled by d_w * d_a into a float accumulator.
+// are scaled by d_w * d_a into a float accumulator (Q2_K, Q3_K). The types with a tile
+// kernel (gemm_avx2.cpp: Q4_K, Q5_K, Q6_K, IQ4_XS) instead sum each block's lanes to one
+// exact int32 and accumulate acc = fma(S, d_w * d_a, acc) (then acc = fma(-M, dmin_w * d_a,
+// acc)) in one float, the tile kernels' per-pair arithmetic: a token's dot is
+// bit-identical alone and inside a batch (tests/unit/linear_test.cpp).
 #include "cpu/register.h"
 
 #if defined(__x86_64__)
 
 #include <immintrin.h>
 
+#include <cmath>
 #include <cstdint>
 
 #include "core/check.h"
@@ -25,6 +30,14 @@ namespace {
 __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
 __m128i load128(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
 float half_to_float(half_bits h) { return _cvtsh_ss(h); }
+int32_t hsum_i32(__m128i v) {
+  v = _mm_add_epi32(v, _mm_shuffle_epi32(v, _MM_SHUFFLE(1, 0, 3, 2)));
+  v = _mm_add_epi32(v, _mm_shuffle_epi32(v, _MM_SHUFFLE(2, 3, 0, 1)));
+  return _mm_cvtsi128_si32(v);
+}
+int32_t hsum_i32(__m256i v) {
+  return hsum_i32(_mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1)));
+}
 __m128i to_vector(Bytes16 b) { return _mm_set_epi64x(static_cast<int64_t>(b.hi), static_cast<int64_t>(b.lo)); }
 
 float hsum(__m256 v) {
@@ -120,14 +133,14 @@ float dot_q45_k(int64_t n, const void* wv, const void* av) {
   const auto* w = static_cast<const Block*>(wv);
   const auto* a = static_cast<const BlockQ8_K*>(av);
   const __m256i low4 = _mm256_set1_epi8(0xF);
-  __m256 acc = _mm256_setzero_ps();
+  float acc = 0.f;
   for (int64_t i = 0; i < n / kQKK; ++i) {
     const __m128i scale_min = to_vector(unpack_k4_scales(w[i].scales));
     const __m256i scales = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(scale_min));
     // sum(min_j * (bsum_2j + bsum_2j+1)) in 4 int32 lanes.
     const __m128i bsum_pairs = _mm_hadd_epi16(load128(a[i].bsums), load128(a[i].bsums + 8));
     const __m128i mins = _mm_cvtepu8_epi16(_mm_srli_si128(scale_min, 8));
-    const __m256i summ = _mm256_zextsi128_si256(_mm_madd_epi16(mins, bsum_pairs));
+    const int32_t summ = hsum_i32(_mm_madd_epi16(mins, bsum_pairs));
     __m256i sumi = _mm256_setzero_si256();
     for (int c = 0; c < 4; ++c) {  // sub-blocks 2c (low nibbles) and 2c + 1 (high)
       const __m256i q = load256(w[i].qs + 32 * c);
@@ -142,10 +155,10 @@ float dot_q45_k(int64_t n, const void* wv, const void* av) {
       sumi = dot_add(sumi, hi, a[i].qs + 64 * c + 32, scale_of(scales, 2 * c + 1));
     }
     const float da = a[i].d;
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(da * half_to_float(w[i].d)), _mm256_cvtepi32_ps(sumi), acc);
-    acc = _mm256_fnmadd_ps(_mm256_set1_ps(da * half_to_float(w[i].dmin)), _mm256_cvtepi32_ps(summ), acc);
+    acc = std::fma(static_cast<float>(hsum_i32(sumi)), half_to_float(w[i].d) * da, acc);
+    acc = std::fma(-static_cast<float>(summ), half_to_float(w[i].dmin) * da, acc);
   }
-  return hsum(acc);
+  return acc;
 }
 
 float dot_q6_k(int64_t n, const void* wv, const void* av) {
@@ -154,7 +167,7 @@ float dot_q6_k(int64_t n, const void* wv, const void* av) {
   const auto* a = static_cast<const BlockQ8_K*>(av);
   const __m256i low4 = _mm256_set1_epi8(0xF);
   const __m256i bits45 = _mm256_set1_epi8(0x30);
-  __m256 acc = _mm256_setzero_ps();
+  float acc = 0.f;
   for (int64_t i = 0; i < n / kQKK; ++i) {
     const __m128i scales = load128(w[i].scales);
     const __m256i scale_bytes = _mm256_broadcastsi128_si256(scales);
@@ -175,9 +188,9 @@ float dot_q6_k(int64_t n, const void* wv, const void* av) {
       const int8_t* y = a[i].qs + 128 * half;
       for (int k = 0; k < 4; ++k) sumi = dot_add(sumi, codes[k], y + 32 * k, scale_pair(scale_bytes, 4 * half + k));
     }
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(a[i].d * half_to_float(w[i].d)), _mm256_cvtepi32_ps(sumi), acc);
+    acc = std::fma(static_cast<float>(hsum_i32(sumi)), half_to_float(w[i].d) * a[i].d, acc);
   }
-  return hsum(acc);
+  return acc;
 }
 
 float dot_iq4_xs(int64_t n, const void* wv, const void* av) {
@@ -186,7 +199,7 @@ float dot_iq4_xs(int64_t n, const void* wv, const void* av) {
   const auto* a = static_cast<const BlockQ8_K*>(av);
   const __m256i codebook = _mm256_broadcastsi128_si256(load128(kIq4Values));
   const __m256i low4 = _mm256_set1_epi8(0xF);
-  __m256 acc = _mm256_setzero_ps();
+  float acc = 0.f;
   for (int64_t i = 0; i < n / kQKK; ++i) {
     const uint64_t biased = unpack_iq4xs_scales(w[i].scales_l, w[i].scales_h);
     const __m128i scales16 = _mm_sub_epi16(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<int64_t>(biased))),
@@ -201,9 +214,9 @@ float dot_iq4_xs(int64_t n, const void* wv, const void* av) {
       const __m256i p = _mm256_maddubs_epi16(_mm256_abs_epi8(y), _mm256_sign_epi8(v, y));
       sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, scale_of(scales, j)));
     }
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(a[i].d * half_to_float(w[i].d)), _mm256_cvtepi32_ps(sumi), acc);
+    acc = std::fma(static_cast<float>(hsum_i32(sumi)), half_to_float(w[i].d) * a[i].d, acc);
   }
-  return hsum(acc);
+  return acc;
 }
 
 }  // namespace

@@ -183,29 +183,21 @@ inline __m256 block_step(const typename P::W& w, const typename P::A& a, __m256 
   return _mm256_fmadd_ps(_mm256_cvtepi32_ps(P::ints(w, a)), scale, acc);
 }
 
+// One float accumulator, blocks in order: the arithmetic of gemm_avx2.cpp's 32-element
+// tiles per (row, token) pair, so a token's dot is bit-identical alone and inside a batch.
+// The min terms (Q4_1 / Q5_1, no tile kernel) add up in two chains beside it.
 template <typename P>
 float dot_blocks(int64_t n, const void* weight, const void* act) {
   const auto* w = static_cast<const typename P::W*>(weight);
   const auto* a = static_cast<const typename P::A*>(act);
   const int64_t nb = n / kQK32;
-  __m256 acc0 = _mm256_setzero_ps();
-  __m256 acc1 = _mm256_setzero_ps();
-  float mins0 = 0.f;  // two chains of min terms, so their float adds do not pace the loop
-  float mins1 = 0.f;
-  int64_t i = 0;
-  for (; i + 2 <= nb; i += 2) {
-    acc0 = block_step<P>(w[i], a[i], acc0);
-    acc1 = block_step<P>(w[i + 1], a[i + 1], acc1);
-    if constexpr (kHasMin<P>) {
-      mins0 += P::min_term(w[i], a[i]);
-      mins1 += P::min_term(w[i + 1], a[i + 1]);
-    }
+  __m256 acc = _mm256_setzero_ps();
+  float mins[2] = {0.f, 0.f};
+  for (int64_t i = 0; i < nb; ++i) {
+    acc = block_step<P>(w[i], a[i], acc);
+    if constexpr (kHasMin<P>) mins[i & 1] += P::min_term(w[i], a[i]);
   }
-  if (i < nb) {
-    acc0 = block_step<P>(w[i], a[i], acc0);
-    if constexpr (kHasMin<P>) mins0 += P::min_term(w[i], a[i]);
-  }
-  return hsum(_mm256_add_ps(acc0, acc1)) + (mins0 + mins1);
+  return hsum(acc) + (mins[0] + mins[1]);
 }
 
 // ---- float dots: 32 elements per iteration in four accumulators, then 8, then scalar

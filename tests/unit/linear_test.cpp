@@ -1,9 +1,11 @@
 // model/linear.h: matmul_jobs over several matrices at once (expert slices, token ranges,
 // mixed types, interleaved Q4_K) equals matmul_reference per job; an interleaved matrix
 // gives the same numbers as its GGUF layout up to summation order, and bit-identical
-// numbers for one token alone and inside a batch.
+// numbers for one token alone and inside a batch; the tile kernels agree with the one-token
+// dots (bit-identical on AVX2).
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -124,6 +126,63 @@ TEST(MatmulJobs, InterleavedQ4KMatchesAndIsBatchInvariant) {
       for (int64_t r = 0; r < n_out; ++r) ASSERT_EQ(one[r], y_x8[t * n_out + r]) << "matrix " << e << " token " << t << " row " << r;
     }
   }
+}
+
+// The tile kernels (gemm, several tokens) and the one-token dot kernels give the same
+// numbers up to summation order, for every type with a tile kernel at this machine's ISA.
+TEST(MatmulJobs, TileKernelsAgreeWithOneTokenDots) {
+  const cpu::KernelTable& k = cpu::kernels();
+  std::mt19937 rng(11);
+  ThreadPool pool(2);
+  int checked = 0;
+  for (uint32_t ti = 0; ti < 64; ++ti) {
+    if (k.gemm[ti] == nullptr) continue;
+    for (const auto [n_in, n_out, T] : {std::array<int64_t, 3>{512, 40, 7}, {256, 3, 2}, {768, 17, 5}, {256, 64, 64}, {1024, 9, 13}}) {
+    const auto type = static_cast<QuantType>(ti);
+    Matrix m = make_matrix(type, n_in, n_out, 1, rng);
+    const std::vector<float> x = random_rows(T, n_in, rng);
+    std::vector<float> y(static_cast<size_t>(T * n_out)), ref(y.size());
+    matmul(m.t, 0, x.data(), T, y.data(), pool);
+    matmul_reference(m.t, 0, x.data(), T, ref.data(), pool);
+    EXPECT_LT(rel_diff(y.data(), ref.data(), ref.size()), 1e-5) << type_name(type) << " tile vs reference, " << n_in << "x" << n_out << " T=" << T;
+    for (int64_t t = 0; t < T; ++t) {
+      std::vector<float> one(static_cast<size_t>(n_out));
+      matmul(m.t, 0, &x[static_cast<size_t>(t * n_in)], 1, one.data(), pool);
+      EXPECT_LT(rel_diff(one.data(), &ref[static_cast<size_t>(t * n_out)], one.size()), 1e-5) << type_name(type) << " dot, token " << t;
+    }
+    }
+    ++checked;
+  }
+  if (checked == 0) GTEST_SKIP() << "no tile kernels at " << cpu::isa_name(k.isa);
+}
+
+// AVX2: the tile kernels and the one-token dots do the same arithmetic per (row, token)
+// pair, so prefill and decode give bit-identical numbers (the model's batch == steps
+// property rests on it where no interleaved layout exists).
+TEST(MatmulJobs, Avx2TileKernelsAreBitIdenticalToOneTokenDots) {
+  if (cpu::detect_hardware_isa() < cpu::Isa::kAvx2) GTEST_SKIP() << "no AVX2";
+  const cpu::KernelTable& k = cpu::kernels_for(cpu::Isa::kAvx2);
+  std::mt19937 rng(13);
+  const int64_t n_in = 768, n_out = 21, T = 11;
+  int checked = 0;
+  for (uint32_t ti = 0; ti < 64; ++ti) {
+    if (k.gemm[ti] == nullptr) continue;
+    const auto type = static_cast<QuantType>(ti);
+    Matrix m = make_matrix(type, n_in, n_out, 1, rng);
+    const std::vector<float> x = random_rows(T, n_in, rng);
+    const size_t act_bytes = cpu::activation_row_bytes(type, n_in);
+    std::vector<uint8_t> act(act_bytes * T);
+    for (int64_t t = 0; t < T; ++t) {
+      k.quantize[static_cast<uint32_t>(cpu::activation_type(type))](&x[static_cast<size_t>(t * n_in)], &act[t * act_bytes], n_in);
+    }
+    std::vector<float> tile(static_cast<size_t>(T * n_out)), dots(tile.size());
+    k.gemm[ti](n_in, m.bytes.data(), m.t.row_bytes, n_out, act.data(), act_bytes, T, tile.data(), n_out);
+    cpu::gemm_by_vec_dot(k.vec_dot[ti], n_in, m.bytes.data(), m.t.row_bytes, n_out, act.data(), act_bytes, T,
+                         dots.data(), n_out);
+    for (size_t i = 0; i < tile.size(); ++i) ASSERT_EQ(tile[i], dots[i]) << type_name(type) << " pair " << i;
+    ++checked;
+  }
+  EXPECT_GE(checked, 8);
 }
 
 }  // namespace
