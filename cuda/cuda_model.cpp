@@ -797,6 +797,16 @@ uint64_t CudaModel::weight_bytes() const { return impl_->w.bytes(); }
 void CudaModel::set_tiering(CudaTiering* tiering) { impl_->tiering = tiering; }
 
 StatusOr<std::unique_ptr<CudaModel>> CudaModel::load(const Model& model, const CudaOptions& options) {
+  // The device kernels implement softmax routing with optional renormalisation and the
+  // sigmoid-gated shared expert; anything else stays on the CPU until they learn it.
+  const HParams& hp = model.hparams();
+  const ArchInfo& info = arch_info(hp.arch);
+  if (hp.gating != ExpertGating::kSoftmax || hp.expert_weights_scale != 1.0f || hp.n_expert_groups > 1 ||
+      info.shared_expert == SharedExpert::kUngated || info.qk_norm == QkNorm::kPerHeadOptional) {
+    return unimplemented(std::string(info.name) +
+                         " on the CUDA backend is not implemented yet (its routing math or shared expert): run it with "
+                         "--device cpu");
+  }
   MT_ASSIGN_OR_RETURN(DeviceMemory mem, device_memory(options.device));
   const ModelWeights& w = model.weights();
   MT_RETURN_IF_ERROR(check_tensor(w.token_embd));

@@ -49,11 +49,21 @@ const char* expert_proj_name(ExpertProj p) {
 }
 
 StatusOr<ExpertGeometry> read_expert_geometry(const gguf::GgufFile& file) {
+  // NextN / MTP layers (after block_count - nextn_predict_layers) are not run by plain
+  // decoding: their experts are not tiered.
+  uint32_t first_nextn = ~0u;
+  if (auto arch = file.get_string("general.architecture"); arch.ok()) {
+    const std::string p = std::string(*arch) + ".";
+    MT_ASSIGN_OR_RETURN(uint32_t n_nextn, file.get_u32_or(p + "nextn_predict_layers", 0));
+    MT_ASSIGN_OR_RETURN(uint32_t n_block, file.get_u32_or(p + "block_count", 0));
+    if (n_nextn > 0 && n_nextn < n_block) first_nextn = n_block - n_nextn;
+  }
   std::map<uint32_t, LayerExpertGeometry> by_layer;
   for (const gguf::TensorInfo& t : file.tensors()) {
     uint32_t layer = 0;
     std::string_view rest;
     if (!split_block_name(t.name, &layer, &rest)) continue;
+    if (layer >= first_nextn) continue;
     int slot = -1;
     bool merged = false;
     if (rest == "ffn_gate_exps.weight") slot = 0;

@@ -6,11 +6,15 @@ namespace mt {
 namespace {
 
 constexpr std::array kArchs = {
-    //       arch             name        rope               qk norm            renorm shared bias  ff_key tied
-    ArchInfo{Arch::kQwen3Moe, "qwen3moe", RopeStyle::kNeox, QkNorm::kPerHead,   true,  false, false, true,  true},
-    ArchInfo{Arch::kQwen2Moe, "qwen2moe", RopeStyle::kNeox, QkNorm::kNone,      false, true,  true,  true,  false},
-    ArchInfo{Arch::kLlama,    "llama",    RopeStyle::kNorm, QkNorm::kNone,      true,  false, false, false, true},
-    ArchInfo{Arch::kOlmoe,    "olmoe",    RopeStyle::kNeox, QkNorm::kFullWidth, false, false, false, false, false},
+    //       arch             name        rope               qk norm            renorm shared                 bias  ff_key tied
+    ArchInfo{Arch::kQwen3Moe, "qwen3moe", RopeStyle::kNeox, QkNorm::kPerHead,   true,  SharedExpert::kNone,   false, true,  true},
+    ArchInfo{Arch::kQwen2Moe, "qwen2moe", RopeStyle::kNeox, QkNorm::kNone,      false, SharedExpert::kGated,  true,  true,  false},
+    ArchInfo{Arch::kLlama,    "llama",    RopeStyle::kNorm, QkNorm::kNone,      true,  SharedExpert::kNone,   false, false, true},
+    ArchInfo{Arch::kOlmoe,    "olmoe",    RopeStyle::kNeox, QkNorm::kFullWidth, false, SharedExpert::kNone,   false, false, false},
+    // GLM-4.5 / 4.6 / Air: partial NEOX RoPE (rope.dimension_count), sigmoid routing with the
+    // exp_probs_b selection bias, leading dense blocks, a trailing NextN layer.
+    ArchInfo{Arch::kGlm4Moe,  "glm4moe",  RopeStyle::kNeox, QkNorm::kPerHeadOptional, false, SharedExpert::kUngated, true, true, true,
+             true, ExpertGating::kSigmoid, "post_attention_norm"},
 };
 
 }  // namespace

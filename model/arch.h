@@ -9,21 +9,33 @@
 
 namespace mt {
 
-enum class Arch { kQwen3Moe, kQwen2Moe, kLlama, kOlmoe };
+enum class Arch { kQwen3Moe, kQwen2Moe, kLlama, kOlmoe, kGlm4Moe };
 
 enum class RopeStyle { kNorm, kNeox };  // adjacent pairs vs halves
-enum class QkNorm { kNone, kPerHead, kFullWidth };
+// kPerHeadOptional: per-head norms used where the file has them (GLM-4.5 355B has, Air not).
+enum class QkNorm { kNone, kPerHead, kFullWidth, kPerHeadOptional };
+// How router logits become expert scores (`{arch}.expert_gating_func`: 1 softmax, 2 sigmoid).
+enum class ExpertGating { kSoftmax, kSigmoid };
+// kGated: one expert of `expert_shared_feed_forward_length` scaled by sigmoid(w . h)
+// (qwen2moe); kUngated: `expert_shared_count` experts' width as one plain SwiGLU FFN added
+// to the routed sum (glm4moe, deepseek2).
+enum class SharedExpert { kNone, kGated, kUngated };
 
 struct ArchInfo {
   Arch arch;
   std::string_view name;          // general.architecture
   RopeStyle rope;
   QkNorm qk_norm;
-  bool renormalize_topk;          // divide the k routing weights by their sum
-  bool shared_expert;             // qwen2moe: one sigmoid-gated shared expert
+  bool renormalize_topk;          // divide the k routing weights by their sum (default of the key)
+  SharedExpert shared_expert;
   bool qkv_bias;                  // attn_q/k/v carry biases (qwen2moe)
   bool expert_ff_key;             // width in `{arch}.expert_feed_forward_length` (else feed_forward_length)
   bool output_may_be_tied;        // output.weight optional (falls back to token_embd)
+  // glm4moe / deepseek2 style: the routing keys (gating func, expert_weights_norm / scale,
+  // exp_probs_b selection bias), leading dense blocks and NextN layers are read from the file.
+  bool routing_keys = false;
+  ExpertGating gating = ExpertGating::kSoftmax;  // when the file does not say
+  const char* ffn_norm = "ffn_norm";             // the pre-FFN norm's tensor name
 };
 
 const ArchInfo& arch_info(Arch arch);

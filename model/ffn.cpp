@@ -102,6 +102,62 @@ void expert_rows(const LayerWeights& w, std::span<const ExpertRun> runs, size_t 
 
 }  // namespace
 
+MoeMath moe_math(const HParams& hp) {
+  return {hp.gating, hp.renormalize, hp.expert_weights_scale, hp.n_expert_groups, hp.n_group_used};
+}
+
+void route_token(const MoeMath& math, float* p, uint32_t X, uint32_t K, const std::vector<float>& bias,
+                 int32_t* selected, float* weights, std::vector<float>& sel) {
+  if (math.gating == ExpertGating::kSoftmax) {
+    softmax(p, X);
+  } else {
+    for (uint32_t e = 0; e < X; ++e) p[e] = 1.0f / (1.0f + std::exp(-p[e]));
+  }
+  sel.assign(p, p + X);                            // selection scores
+  if (!bias.empty()) for (uint32_t e = 0; e < X; ++e) sel[e] += bias[e];
+  auto before = [&](uint32_t i, uint32_t j) { return sel[i] > sel[j] || (sel[i] == sel[j] && i < j); };
+  if (math.n_groups > 1) {
+    // A group's score is the sum of its two best selection scores; the other groups' experts
+    // are out of the running.
+    const uint32_t G = math.n_groups, per = X / G;
+    std::vector<float> group_score(G);
+    for (uint32_t g = 0; g < G; ++g) {
+      float best = -INFINITY, second = -INFINITY;
+      for (uint32_t e = g * per; e < (g + 1) * per; ++e) {
+        if (sel[e] > best) {
+          second = best;
+          best = sel[e];
+        } else if (sel[e] > second) {
+          second = sel[e];
+        }
+      }
+      group_score[g] = best + second;
+    }
+    std::vector<uint32_t> groups(G);
+    std::iota(groups.begin(), groups.end(), 0u);
+    std::partial_sort(groups.begin(), groups.begin() + math.n_group_used, groups.end(), [&](uint32_t i, uint32_t j) {
+      return group_score[i] > group_score[j] || (group_score[i] == group_score[j] && i < j);
+    });
+    std::vector<bool> keep(G, false);
+    for (uint32_t i = 0; i < math.n_group_used; ++i) keep[groups[i]] = true;
+    for (uint32_t e = 0; e < X; ++e) if (!keep[e / per]) sel[e] = -INFINITY;
+  }
+  std::vector<uint32_t> order(X);
+  std::iota(order.begin(), order.end(), 0u);
+  std::partial_sort(order.begin(), order.begin() + K, order.end(), before);
+  float sum = 0.0f;
+  for (uint32_t i = 0; i < K; ++i) {
+    selected[i] = static_cast<int32_t>(order[i]);
+    weights[i] = p[order[i]];
+    sum += p[order[i]];
+  }
+  if (math.renormalize) {
+    sum = std::max(sum, 6.103515625e-5f);
+    for (uint32_t i = 0; i < K; ++i) weights[i] /= sum;
+  }
+  if (math.scale != 1.0f) for (uint32_t i = 0; i < K; ++i) weights[i] *= math.scale;
+}
+
 void moe_block(const BlockArgs& a, const MoeMath& math) {
   const HParams& hp = a.hp;
   const LayerWeights& w = a.w;
@@ -115,7 +171,8 @@ void moe_block(const BlockArgs& a, const MoeMath& math) {
   });
   if (a.trace) for (uint32_t t = 0; t < T; ++t) a.trace->tensor("ffn_norm", a.layer, a.pos(t), {&h[t * E], E});
 
-  // Router: softmax over all experts, top-k by probability, weights from the same probs.
+  // Router: scores by the gating, top-k on the (biased, group-limited) selection scores,
+  // weights from the unbiased scores.
   float* probs = scratch(probs_buf, T * X);         // (T, n_expert)
   PackSet h_packs(h, T, static_cast<int64_t>(E), &a.pool);
   {
@@ -124,24 +181,11 @@ void moe_block(const BlockArgs& a, const MoeMath& math) {
   }
   std::vector<int32_t> selected(T * K);
   std::vector<float> weights(T * K);
-  std::vector<int32_t> order(X);
+  std::vector<float> work;
   for (uint32_t t = 0; t < T; ++t) {
     float* p = &probs[t * X];
-    softmax(p, X);
+    route_token(math, p, X, K, a.v.exp_probs_b, &selected[t * K], &weights[t * K], work);
     if (a.trace) a.trace->tensor("ffn_moe_probs", a.layer, a.pos(t), {p, X});
-    std::iota(order.begin(), order.end(), 0);
-    std::partial_sort(order.begin(), order.begin() + K, order.end(),
-                      [&](int32_t i, int32_t j) { return p[i] > p[j] || (p[i] == p[j] && i < j); });
-    float sum = 0.0f;
-    for (uint32_t i = 0; i < K; ++i) {
-      selected[t * K + i] = order[i];
-      weights[t * K + i] = p[order[i]];
-      sum += p[order[i]];
-    }
-    if (math.renormalize) {
-      sum = std::max(sum, 6.103515625e-5f);
-      for (uint32_t i = 0; i < K; ++i) weights[t * K + i] /= sum;
-    }
     if (a.trace) a.trace->routing(a.layer, a.pos(t), {&selected[t * K], K}, {&weights[t * K], K});
   }
 
@@ -249,7 +293,9 @@ void moe_block(const BlockArgs& a, const MoeMath& math) {
         const float* dr = &d[row_of[t * K + i] * E];
         for (size_t j = 0; j < E; ++j) o[j] += dr[j] * wt;
       }
-      if (shared) {
+      if (shared && a.v.shexp_gate_inp.empty()) {
+        for (size_t j = 0; j < E; ++j) o[j] += d_sh[t * E + j];
+      } else if (shared) {
         double z = 0.0;
         for (size_t j = 0; j < E; ++j) z += static_cast<double>(a.v.shexp_gate_inp[j]) * h[t * E + j];
         const float gate = 1.0f / (1.0f + std::exp(-static_cast<float>(z)));

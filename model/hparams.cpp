@@ -1,5 +1,7 @@
 #include "model/hparams.h"
 
+#include <cmath>
+
 namespace mt {
 
 StatusOr<HParams> read_hparams(const gguf::GgufFile& f) {
@@ -28,6 +30,18 @@ StatusOr<HParams> read_hparams(const gguf::GgufFile& f) {
   auto bad = [&](const std::string& m) { return data_loss(std::string(arch_name) + " hyper-parameters: " + m); };
   if (h.n_embd == 0 || h.n_embd > (1u << 20)) return bad("embedding_length " + std::to_string(h.n_embd) + " out of range");
   if (h.n_layer == 0 || h.n_layer > 4096) return bad("block_count " + std::to_string(h.n_layer) + " out of range");
+  h.n_layer_file = h.n_layer;
+  if (info.routing_keys) {
+    MT_ASSIGN_OR_RETURN(h.n_nextn, f.get_u32_or(p + "nextn_predict_layers", 0));
+    if (h.n_nextn >= h.n_layer) {
+      return bad("nextn_predict_layers " + std::to_string(h.n_nextn) + " must be below block_count " + std::to_string(h.n_layer));
+    }
+    h.n_layer -= h.n_nextn;
+    MT_ASSIGN_OR_RETURN(h.n_dense_lead, f.get_u32_or(p + "leading_dense_block_count", 0));
+    if (h.n_dense_lead > h.n_layer) {
+      return bad("leading_dense_block_count " + std::to_string(h.n_dense_lead) + " exceeds the " + std::to_string(h.n_layer) + " layers");
+    }
+  }
   if (h.n_head == 0 || h.n_head > 4096) return bad("head_count " + std::to_string(h.n_head) + " out of range");
   if (h.n_head_kv == 0 || h.n_head % h.n_head_kv != 0) {
     return bad("head_count " + std::to_string(h.n_head) + " is not a multiple of head_count_kv " + std::to_string(h.n_head_kv));
@@ -66,8 +80,41 @@ StatusOr<HParams> read_hparams(const gguf::GgufFile& f) {
       h.n_ff_exp = h.n_ff;
     }
     if (h.n_ff_exp == 0) return bad("expert width is 0");
-    if (info.shared_expert) {
+    if (info.shared_expert == SharedExpert::kGated) {
       MT_ASSIGN_OR_RETURN(h.n_ff_shexp, f.get_u32_or(p + "expert_shared_feed_forward_length", h.n_ff));
+    } else if (info.shared_expert == SharedExpert::kUngated) {
+      MT_ASSIGN_OR_RETURN(uint32_t n_shared, f.get_u32(p + "expert_shared_count"));
+      if (n_shared > 64) return bad("expert_shared_count " + std::to_string(n_shared) + " out of range");
+      h.n_ff_shexp = h.n_ff_exp * n_shared;
+    }
+    h.gating = info.gating;
+    h.renormalize = info.renormalize_topk;
+    if (info.routing_keys) {
+      MT_ASSIGN_OR_RETURN(uint32_t func, f.get_u32_or(p + "expert_gating_func", 0));
+      if (func == 1) h.gating = ExpertGating::kSoftmax;
+      else if (func == 2) h.gating = ExpertGating::kSigmoid;
+      else if (func != 0) return unimplemented(std::string(arch_name) + ": expert_gating_func " + std::to_string(func) + " is not supported (1 softmax, 2 sigmoid)");
+      MT_ASSIGN_OR_RETURN(h.renormalize, f.get_bool_or(p + "expert_weights_norm", false));
+      MT_ASSIGN_OR_RETURN(float scale, f.get_f32_or(p + "expert_weights_scale", 0.0f));
+      if (!std::isfinite(scale) || scale < 0.0f) return bad("expert_weights_scale must be finite and >= 0");
+      h.expert_weights_scale = scale == 0.0f ? 1.0f : scale;
+    }
+    // Group-limited routing (read for every architecture, as llama.cpp does).
+    MT_ASSIGN_OR_RETURN(h.n_expert_groups, f.get_u32_or(p + "expert_group_count", 0));
+    MT_ASSIGN_OR_RETURN(h.n_group_used, f.get_u32_or(p + "expert_group_used_count", 0));
+    if (h.n_expert_groups > 1) {
+      if (h.n_expert_groups >= h.n_expert || h.n_expert % h.n_expert_groups != 0 || h.n_expert / h.n_expert_groups < 2) {
+        return bad("expert_group_count " + std::to_string(h.n_expert_groups) + " must divide expert_count " +
+                   std::to_string(h.n_expert) + " into groups of 2 or more");
+      }
+      if (h.n_group_used == 0 || h.n_group_used >= h.n_expert_groups ||
+          h.n_group_used * (h.n_expert / h.n_expert_groups) < h.n_expert_used) {
+        return bad("expert_group_used_count " + std::to_string(h.n_group_used) + " must be 1.." +
+                   std::to_string(h.n_expert_groups - 1) + " and leave at least expert_used_count experts");
+      }
+    } else {
+      h.n_expert_groups = 0;
+      h.n_group_used = 0;
     }
   } else if (h.n_expert_used != 0) {
     return bad("expert_used_count without experts");

@@ -19,16 +19,27 @@ struct HParams {
   uint32_t n_vocab = 0;
   uint32_t n_ctx_train = 0;
   uint32_t n_embd = 0;
-  uint32_t n_layer = 0;
+  uint32_t n_layer = 0;        // the main stack: block_count less the NextN layers
+  uint32_t n_layer_file = 0;   // block_count (NextN / MTP layers included; they load, unused)
+  uint32_t n_nextn = 0;        // nextn_predict_layers
+  uint32_t n_dense_lead = 0;   // leading_dense_block_count: layers [0, n) are dense FFNs
   uint32_t n_head = 0;
   uint32_t n_head_kv = 0;
   uint32_t head_dim = 0;       // key_length (= value_length for these archs)
   uint32_t n_rot = 0;          // rotated dims per head (rope.dimension_count)
   uint32_t n_ff = 0;           // dense FFN width (feed_forward_length)
   uint32_t n_ff_exp = 0;       // expert width
-  uint32_t n_ff_shexp = 0;     // shared expert width (qwen2moe)
+  uint32_t n_ff_shexp = 0;     // shared expert width (qwen2moe; n_ff_exp x expert_shared_count)
   uint32_t n_expert = 0;       // 0: dense model
   uint32_t n_expert_used = 0;
+  // Routing math (../shared/reference/moe_arch_facts.md §2): scores from the router logits
+  // by `gating`, a selection bias where the layer has exp_probs_b, the best n_group_used of
+  // n_expert_groups groups (0: no groups), top-k, weights renormalised, then scaled.
+  ExpertGating gating = ExpertGating::kSoftmax;
+  bool renormalize = false;
+  float expert_weights_scale = 1.0f;
+  uint32_t n_expert_groups = 0;
+  uint32_t n_group_used = 0;
   float rms_eps = 1e-6f;
   float rope_freq_base = 10000.0f;
   float rope_freq_scale = 1.0f;  // 1 / rope.scaling.factor (linear scaling)

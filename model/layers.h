@@ -35,7 +35,7 @@ class Trace {
 
 // The 1-D tensors of a layer as floats (norm weights, biases, the shared-expert gate).
 struct LayerVectors {
-  std::vector<float> attn_norm, ffn_norm, q_norm, k_norm, bq, bk, bv, shexp_gate_inp;
+  std::vector<float> attn_norm, ffn_norm, q_norm, k_norm, bq, bk, bv, shexp_gate_inp, exp_probs_b;
 };
 
 // One sequence's rows of a batch: rows [row0, row0 + n) are its tokens at positions
@@ -83,11 +83,25 @@ inline constexpr int64_t kMinParallelRows = 8;
 // attention with GQA, output projection, residual add.
 void attention_block(const BlockArgs& a, QkNorm qk_norm, RopeStyle rope_style);
 
+// The routing math of a model (HParams' gating, renormalisation, scale, groups).
 struct MoeMath {
-  bool renormalize = false;  // divide the top-k weights by their sum
+  ExpertGating gating = ExpertGating::kSoftmax;
+  bool renormalize = false;   // divide the top-k weights by their sum
+  float scale = 1.0f;         // then multiply them by this
+  uint32_t n_groups = 0;      // group-limited routing: keep the best n_group_used groups
+  uint32_t n_group_used = 0;
 };
-// MoE sub-block: norm, router softmax, top-k, routed SwiGLU experts weighted and summed,
-// the sigmoid-gated shared expert when the layer has one, residual add.
+MoeMath moe_math(const HParams& hp);
+
+// One token's routing: scores[n_expert] from the router logits (in place, by the gating),
+// the selection bias (may be empty) added for choosing only, the groups limited, then the
+// k best experts (descending selection score, ties to the lower id) and their weights
+// (unbiased scores, renormalised, scaled). `work` is scratch of n_expert floats.
+void route_token(const MoeMath& math, float* scores, uint32_t n_expert, uint32_t k, const std::vector<float>& bias,
+                 int32_t* selected, float* weights, std::vector<float>& work);
+
+// MoE sub-block: norm, router, top-k, routed SwiGLU experts weighted and summed, the
+// shared expert (sigmoid-gated where the layer has a gate vector), residual add.
 void moe_block(const BlockArgs& a, const MoeMath& math);
 // Dense SwiGLU FFN sub-block (leading dense blocks, dense llama).
 void dense_ffn_block(const BlockArgs& a);

@@ -93,6 +93,7 @@ StatusOr<std::unique_ptr<Model>> Model::load(const std::string& path, const Load
     v.bk = to_floats(w.bk);
     v.bv = to_floats(w.bv);
     v.shexp_gate_inp = to_floats(w.shexp_gate_inp);
+    v.exp_probs_b = to_floats(w.exp_probs_b);
     m->vectors_.push_back(std::move(v));
   }
   m->output_norm_ = to_floats(m->weights_.output_norm);

@@ -70,27 +70,42 @@ StatusOr<ModelWeights> bind_weights(const gguf::GgufFile& file, const HParams& h
     MT_RETURN_IF_ERROR(b.bind(&L.bq, blk(l, "attn_q.bias"), {q}, false));
     MT_RETURN_IF_ERROR(b.bind(&L.bk, blk(l, "attn_k.bias"), {kv}, false));
     MT_RETURN_IF_ERROR(b.bind(&L.bv, blk(l, "attn_v.bias"), {kv}, false));
-    if (a.qk_norm == QkNorm::kPerHead) {
-      MT_RETURN_IF_ERROR(b.bind(&L.q_norm, blk(l, "attn_q_norm.weight"), {hp.head_dim}));
-      MT_RETURN_IF_ERROR(b.bind(&L.k_norm, blk(l, "attn_k_norm.weight"), {hp.head_dim}));
+    if (a.qk_norm == QkNorm::kPerHead || a.qk_norm == QkNorm::kPerHeadOptional) {
+      const bool required = a.qk_norm == QkNorm::kPerHead;
+      MT_RETURN_IF_ERROR(b.bind(&L.q_norm, blk(l, "attn_q_norm.weight"), {hp.head_dim}, required));
+      MT_RETURN_IF_ERROR(b.bind(&L.k_norm, blk(l, "attn_k_norm.weight"), {hp.head_dim}, required));
+      if (L.q_norm.present() != L.k_norm.present()) return data_loss(blk(l, "attn_q_norm / attn_k_norm: one without the other"));
     } else if (a.qk_norm == QkNorm::kFullWidth) {
       MT_RETURN_IF_ERROR(b.bind(&L.q_norm, blk(l, "attn_q_norm.weight"), {q}));
       MT_RETURN_IF_ERROR(b.bind(&L.k_norm, blk(l, "attn_k_norm.weight"), {kv}));
     }
     MT_RETURN_IF_ERROR(b.bind(&L.wo, blk(l, "attn_output.weight"), {q, E}));
-    MT_RETURN_IF_ERROR(b.bind(&L.ffn_norm, blk(l, "ffn_norm.weight"), {E}));
+    MT_RETURN_IF_ERROR(b.bind(&L.ffn_norm, blk(l, (std::string(a.ffn_norm) + ".weight").c_str()), {E}));
 
-    // A layer with a router is MoE; one without is a dense FFN (leading dense blocks).
-    const bool moe = hp.n_expert > 0 && file.find_tensor(blk(l, "ffn_gate_inp.weight")) != nullptr;
+    // A layer with a router is MoE; one without is a dense FFN (leading dense blocks). Where
+    // the file declares leading_dense_block_count, the layers below it are dense and the
+    // rest must be MoE.
+    bool moe = hp.n_expert > 0 && file.find_tensor(blk(l, "ffn_gate_inp.weight")) != nullptr;
+    if (a.routing_keys && hp.n_expert > 0) {
+      moe = l >= hp.n_dense_lead;
+      if (!moe && file.find_tensor(blk(l, "ffn_gate_inp.weight")) != nullptr) {
+        return data_loss(blk(l, "ffn_gate_inp.weight") + " in a leading dense layer (leading_dense_block_count " +
+                         std::to_string(hp.n_dense_lead) + ")");
+      }
+    }
     if (moe) {
       const uint64_t X = hp.n_expert, F = hp.n_ff_exp;
       MT_RETURN_IF_ERROR(b.bind(&L.router, blk(l, "ffn_gate_inp.weight"), {E, X}));
+      // glm4moe requires the selection bias; deepseek2 may have it.
+      MT_RETURN_IF_ERROR(b.bind(&L.exp_probs_b, blk(l, "exp_probs_b.bias"), {X}, hp.arch == Arch::kGlm4Moe));
       MT_RETURN_IF_ERROR(b.bind(&L.gate_exps, blk(l, "ffn_gate_exps.weight"), {E, F, X}, hp.arch != Arch::kLlama));
       MT_RETURN_IF_ERROR(b.bind(&L.up_exps, blk(l, "ffn_up_exps.weight"), {E, F, X}));
       MT_RETURN_IF_ERROR(b.bind(&L.down_exps, blk(l, "ffn_down_exps.weight"), {F, E, X}));
-      if (a.shared_expert) {
+      if (a.shared_expert != SharedExpert::kNone && hp.n_ff_shexp > 0) {
         const uint64_t S = hp.n_ff_shexp;
-        MT_RETURN_IF_ERROR(b.bind(&L.shexp_gate_inp, blk(l, "ffn_gate_inp_shexp.weight"), {E}));
+        if (a.shared_expert == SharedExpert::kGated) {
+          MT_RETURN_IF_ERROR(b.bind(&L.shexp_gate_inp, blk(l, "ffn_gate_inp_shexp.weight"), {E}));
+        }
         MT_RETURN_IF_ERROR(b.bind(&L.shexp_gate, blk(l, "ffn_gate_shexp.weight"), {E, S}));
         MT_RETURN_IF_ERROR(b.bind(&L.shexp_up, blk(l, "ffn_up_shexp.weight"), {E, S}));
         MT_RETURN_IF_ERROR(b.bind(&L.shexp_down, blk(l, "ffn_down_shexp.weight"), {S, E}));

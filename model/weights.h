@@ -39,13 +39,14 @@ struct LayerWeights {
   Tensor bq, bk, bv;                       // optional biases (q_dim) (kv_dim) (kv_dim)
   Tensor q_norm, k_norm;                   // per head (head_dim) or full width (q_dim)/(kv_dim)
   Tensor wo;                               // (q_dim, n_embd)
-  Tensor ffn_norm;                         // (n_embd)
+  Tensor ffn_norm;                         // (n_embd) ffn_norm or post_attention_norm (ArchInfo::ffn_norm)
   // MoE layers
   Tensor router;                           // (n_embd, n_expert)
+  Tensor exp_probs_b;                      // (n_expert) selection bias (glm4moe, deepseek2)
   Tensor gate_exps, up_exps;               // (n_embd, n_ff_exp, n_expert); gate optional
   Tensor down_exps;                        // (n_ff_exp, n_embd, n_expert)
   Tensor shexp_gate_inp;                   // (n_embd) qwen2moe's shared-expert gate
-  Tensor shexp_gate, shexp_up;             // (n_embd, n_ff_shexp)
+  Tensor shexp_gate, shexp_up;             // (n_embd, n_ff_shexp), ungated when shexp_gate_inp is absent
   Tensor shexp_down;                       // (n_ff_shexp, n_embd)
   // dense layers
   Tensor ffn_gate, ffn_up;                 // (n_embd, n_ff)

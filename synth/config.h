@@ -48,6 +48,16 @@ struct SynthConfig {
   uint32_t n_expert_used = 2;
   uint32_t n_ff_exp = 256;      // expert width
   uint32_t n_ff_shexp = 0;      // shared expert width (qwen2moe)
+  uint32_t n_rot = 0;           // rope.dimension_count (0: head_dim)
+  // glm4moe / deepseek2 style (ArchInfo::routing_keys)
+  uint32_t n_expert_shared = 0; // ungated shared experts of width n_ff_exp
+  uint32_t n_dense_lead = 0;    // leading dense FFN blocks (width n_ff)
+  uint32_t n_nextn = 0;         // NextN (MTP) blocks appended after the main stack
+  bool qk_norm = true;          // per-head q/k norms where the arch makes them optional
+  bool weights_norm = true;     // expert_weights_norm
+  float weights_scale = 1.0f;   // expert_weights_scale
+  uint32_t n_expert_groups = 0; // expert_group_count (0: no group-limited routing)
+  uint32_t n_group_used = 0;
   uint32_t n_ff = 0;            // feed_forward_length key (0: = n_ff_exp)
   uint32_t n_vocab = 0;         // 0: the vocabulary's own size; larger pads it
   uint32_t n_ctx = 4096;

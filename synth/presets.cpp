@@ -66,6 +66,18 @@ const Preset kPresets[] = {
        c.layer_types.push_back({{0, 6, 12, 18, 24, 30, 36, 42}, QuantType::BF16});
        return c;
      }},
+    {"glm-4.5-air", [] {
+       // GLM-4.5-Air: 46 blocks (1 dense lead) + 1 NextN, 128 experts top-8 of width 1408,
+       // 1 shared expert, n_embd 4096, 96/8 heads of 128 with half rotated, no q/k norms,
+       // sigmoid routing renormalised and scaled by 1.0; vocab 151552.
+       SynthConfig c = base("glm-4.5-air", Arch::kGlm4Moe);
+       c.n_layer = 46; c.n_dense_lead = 1; c.n_nextn = 1; c.n_embd = 4096; c.n_head = 96; c.n_head_kv = 8;
+       c.head_dim = 128; c.n_rot = 64; c.qk_norm = false;
+       c.n_expert = 128; c.n_expert_used = 8; c.n_ff_exp = 1408; c.n_expert_shared = 1; c.n_ff = 10944;
+       c.n_vocab = 151552; c.n_ctx = 131072; c.rope_freq_base = 1000000.0f; c.rms_eps = 1e-5f;
+       c.weights_norm = true; c.weights_scale = 1.0f;
+       return c;
+     }},
     {"ornith-35b", [] {
        // Seed 001's Ornith-1.5-35B-A3B Q4_K_M geometry: 40 MoE layers, 256 experts top-8,
        // n_embd 2048, expert width 512, Q4_K gate/up, Q6_K down on the 20 "more bits"
@@ -96,6 +108,15 @@ SynthConfig tiny_for(Arch arch) {
   c.name = std::string("tiny-") + std::string(arch_info(arch).name);
   if (arch == Arch::kOlmoe) c.n_head_kv = c.n_head;  // llama.cpp requires it for olmoe
   if (arch == Arch::kQwen2Moe) c.n_ff_shexp = 512;
+  if (arch == Arch::kGlm4Moe) {
+    // One leading dense block, two MoE blocks, one NextN block; half the head rotated;
+    // 8 experts in 4 groups of which the best 2 compete (the generic group keys), weights
+    // renormalised and scaled by 2.5 as DeepSeek-V3 / GLM do.
+    c.n_layer = 3; c.n_dense_lead = 1; c.n_nextn = 1; c.n_rot = c.head_dim / 2;
+    c.n_expert_shared = 1; c.n_ff = 512;
+    c.n_expert_groups = 4; c.n_group_used = 2;
+    c.weights_norm = true; c.weights_scale = 2.5f;
+  }
   return c;
 }
 
@@ -178,8 +199,19 @@ Status validate(const SynthConfig& c) {
   if (c.arch == Arch::kLlama && c.head_dim * c.n_head != c.n_embd) {
     return fail("llama needs head_dim * head_count == n_embd");
   }
-  if (a.shared_expert && c.n_ff_shexp == 0) return fail(std::string(a.name) + " needs a shared expert width");
-  if (!a.shared_expert && c.n_ff_shexp != 0) return fail(std::string(a.name) + " has no shared expert");
+  if (a.shared_expert == SharedExpert::kGated && c.n_ff_shexp == 0) return fail(std::string(a.name) + " needs a shared expert width");
+  if (a.shared_expert != SharedExpert::kGated && c.n_ff_shexp != 0) return fail(std::string(a.name) + " has no gated shared expert");
+  if (a.shared_expert != SharedExpert::kUngated && c.n_expert_shared != 0) return fail(std::string(a.name) + " has no shared experts");
+  if (!a.routing_keys && (c.n_dense_lead != 0 || c.n_nextn != 0)) return fail(std::string(a.name) + " has no dense lead or NextN blocks");
+  if (c.n_dense_lead >= c.n_layer) return fail("leading dense blocks must leave at least one MoE block");
+  if (c.n_dense_lead > 0 && c.n_ff == 0) return fail("leading dense blocks need a width (n_ff)");
+  if (!(c.weights_scale > 0.0f && c.weights_scale <= 64.0f)) return fail("expert weights scale must be in (0, 64]");
+  if (c.n_rot % 2 != 0 || c.n_rot > c.head_dim) return fail("rope dims must be even and <= head_dim");
+  if (c.n_expert_groups > 1 && (c.n_expert % c.n_expert_groups != 0 || c.n_expert / c.n_expert_groups < 2 ||
+                                c.n_group_used == 0 || c.n_group_used >= c.n_expert_groups ||
+                                c.n_group_used * (c.n_expert / c.n_expert_groups) < c.n_expert_used)) {
+    return fail("expert groups must divide the experts into groups of 2+, and the used groups hold top-k");
+  }
   if (c.tie_output && !a.output_may_be_tied) return fail(std::string(a.name) + " requires output.weight (no tying)");
   if (c.router_skew < 0.0f || c.router_skew > 8.0f) return fail("router skew must be 0..8");
   for (const LayerTypeOverride& o : c.layer_types) {

@@ -49,7 +49,8 @@ std::vector<TensorSpec> plan_tensors(const SynthConfig& c, uint32_t n_vocab) {
   embd.stddev = 1.0f;
   embd.u_weight = embd_u;
   t.push_back({"token_embd.weight", Role::kEmbedding, 0, {E, n_vocab}, embd});
-  for (uint32_t l = 0; l < c.n_layer; ++l) {
+  // The main stack, then the NextN blocks (a whole MoE block plus their projection and norms).
+  for (uint32_t l = 0; l < c.n_layer + c.n_nextn; ++l) {
     t.push_back({blk(l, "attn_norm.weight"), Role::kNorm, l, {E}, norm});
     t.push_back({blk(l, "attn_q.weight"), Role::kAttnQ, l, {E, q_dim}, matrix(E)});
     t.push_back({blk(l, "attn_k.weight"), Role::kAttnK, l, {E, kv_dim}, matrix(E)});
@@ -59,7 +60,7 @@ std::vector<TensorSpec> plan_tensors(const SynthConfig& c, uint32_t n_vocab) {
       t.push_back({blk(l, "attn_k.bias"), Role::kBias, l, {kv_dim}, bias});
       t.push_back({blk(l, "attn_v.bias"), Role::kBias, l, {kv_dim}, bias});
     }
-    if (a.qk_norm == QkNorm::kPerHead) {
+    if (a.qk_norm == QkNorm::kPerHead || (a.qk_norm == QkNorm::kPerHeadOptional && c.qk_norm)) {
       t.push_back({blk(l, "attn_q_norm.weight"), Role::kNorm, l, {c.head_dim}, norm});
       t.push_back({blk(l, "attn_k_norm.weight"), Role::kNorm, l, {c.head_dim}, norm});
     } else if (a.qk_norm == QkNorm::kFullWidth) {
@@ -67,7 +68,14 @@ std::vector<TensorSpec> plan_tensors(const SynthConfig& c, uint32_t n_vocab) {
       t.push_back({blk(l, "attn_k_norm.weight"), Role::kNorm, l, {kv_dim}, norm});
     }
     t.push_back({blk(l, "attn_output.weight"), Role::kAttnOut, l, {q_dim, E}, matrix(q_dim, residual_gain)});
-    t.push_back({blk(l, "ffn_norm.weight"), Role::kNorm, l, {E}, norm});
+    t.push_back({blk(l, (std::string(a.ffn_norm) + ".weight").c_str()), Role::kNorm, l, {E}, norm});
+    if (l < c.n_dense_lead) {
+      const uint64_t F = c.n_ff;
+      t.push_back({blk(l, "ffn_gate.weight"), Role::kDenseGate, l, {E, F}, matrix(E)});
+      t.push_back({blk(l, "ffn_up.weight"), Role::kDenseUp, l, {E, F}, matrix(E)});
+      t.push_back({blk(l, "ffn_down.weight"), Role::kDenseDown, l, {F, E}, matrix(F, residual_gain)});
+      continue;
+    }
 
     RowRecipe router = matrix(E);
     router.orthogonal_to_u = true;
@@ -75,14 +83,29 @@ std::vector<TensorSpec> plan_tensors(const SynthConfig& c, uint32_t n_vocab) {
     t.push_back({blk(l, "ffn_gate_inp.weight"), Role::kRouter, l, {E, c.n_expert}, router});
     t.push_back({blk(l, "ffn_gate_exps.weight"), Role::kExpGate, l, {E, c.n_ff_exp, c.n_expert}, matrix(E)});
     t.push_back({blk(l, "ffn_up_exps.weight"), Role::kExpUp, l, {E, c.n_ff_exp, c.n_expert}, matrix(E)});
+    // The routed weights sum to weights_scale (2.5 in DeepSeek-V3 / GLM): the down matrices
+    // carry its inverse, so the residual stream grows as in the other architectures.
     t.push_back({blk(l, "ffn_down_exps.weight"), Role::kExpDown, l, {c.n_ff_exp, E, c.n_expert},
-                 matrix(c.n_ff_exp, residual_gain)});
-    if (a.shared_expert) {
+                 matrix(c.n_ff_exp, residual_gain / c.weights_scale)});
+    if (a.routing_keys) {
+      RowRecipe selection_bias;
+      selection_bias.stddev = 0.05f;  // comparable to the sigmoid scores' spread: it changes choices
+      t.push_back({blk(l, "exp_probs_b.bias"), Role::kExpProbsB, l, {c.n_expert}, selection_bias});
+    }
+    const uint64_t S = a.shared_expert == SharedExpert::kUngated ? uint64_t{c.n_ff_exp} * c.n_expert_shared : c.n_ff_shexp;
+    if (a.shared_expert == SharedExpert::kGated) {
       t.push_back({blk(l, "ffn_gate_inp_shexp.weight"), Role::kSharedGateInp, l, {E}, matrix(E)});
-      t.push_back({blk(l, "ffn_gate_shexp.weight"), Role::kShexpGate, l, {E, c.n_ff_shexp}, matrix(E)});
-      t.push_back({blk(l, "ffn_up_shexp.weight"), Role::kShexpUp, l, {E, c.n_ff_shexp}, matrix(E)});
-      t.push_back({blk(l, "ffn_down_shexp.weight"), Role::kShexpDown, l, {c.n_ff_shexp, E},
-                   matrix(c.n_ff_shexp, residual_gain)});
+    }
+    if (S > 0) {
+      t.push_back({blk(l, "ffn_gate_shexp.weight"), Role::kShexpGate, l, {E, S}, matrix(E)});
+      t.push_back({blk(l, "ffn_up_shexp.weight"), Role::kShexpUp, l, {E, S}, matrix(E)});
+      t.push_back({blk(l, "ffn_down_shexp.weight"), Role::kShexpDown, l, {S, E}, matrix(S, residual_gain)});
+    }
+    if (l >= c.n_layer) {  // NextN: loaded by llama.cpp, unused by plain decoding
+      t.push_back({blk(l, "nextn.eh_proj.weight"), Role::kNextnProj, l, {2 * E, E}, matrix(2 * E)});
+      t.push_back({blk(l, "nextn.enorm.weight"), Role::kNorm, l, {E}, norm});
+      t.push_back({blk(l, "nextn.hnorm.weight"), Role::kNorm, l, {E}, norm});
+      t.push_back({blk(l, "nextn.shared_head_norm.weight"), Role::kNorm, l, {E}, norm});
     }
   }
   t.push_back({"output_norm.weight", Role::kNorm, 0, {E}, norm});
@@ -100,19 +123,31 @@ void write_hparams(const SynthConfig& c, uint32_t n_vocab, gguf::GgufWriter& w) 
   w.set_u32(p + ".vocab_size", n_vocab);
   w.set_u32(p + ".context_length", c.n_ctx);
   w.set_u32(p + ".embedding_length", c.n_embd);
-  w.set_u32(p + ".block_count", c.n_layer);
+  w.set_u32(p + ".block_count", c.n_layer + c.n_nextn);
   w.set_u32(p + ".feed_forward_length", a.expert_ff_key ? (c.n_ff != 0 ? c.n_ff : c.n_ff_exp) : c.n_ff_exp);
   w.set_u32(p + ".attention.head_count", c.n_head);
   w.set_u32(p + ".attention.head_count_kv", c.n_head_kv);
   w.set_u32(p + ".attention.key_length", c.head_dim);
   w.set_u32(p + ".attention.value_length", c.head_dim);
   w.set_f32(p + ".attention.layer_norm_rms_epsilon", c.rms_eps);
-  w.set_u32(p + ".rope.dimension_count", c.head_dim);
+  w.set_u32(p + ".rope.dimension_count", c.n_rot != 0 ? c.n_rot : c.head_dim);
   w.set_f32(p + ".rope.freq_base", c.rope_freq_base);
   w.set_u32(p + ".expert_count", c.n_expert);
   w.set_u32(p + ".expert_used_count", c.n_expert_used);
   if (a.expert_ff_key) w.set_u32(p + ".expert_feed_forward_length", c.n_ff_exp);
-  if (a.shared_expert) w.set_u32(p + ".expert_shared_feed_forward_length", c.n_ff_shexp);
+  if (a.shared_expert == SharedExpert::kGated) w.set_u32(p + ".expert_shared_feed_forward_length", c.n_ff_shexp);
+  if (a.shared_expert == SharedExpert::kUngated) w.set_u32(p + ".expert_shared_count", c.n_expert_shared);
+  if (a.routing_keys) {
+    w.set_u32(p + ".leading_dense_block_count", c.n_dense_lead);
+    if (c.n_nextn > 0) w.set_u32(p + ".nextn_predict_layers", c.n_nextn);
+    w.set_f32(p + ".expert_weights_scale", c.weights_scale);
+    w.set_bool(p + ".expert_weights_norm", c.weights_norm);
+    w.set_u32(p + ".expert_gating_func", a.gating == ExpertGating::kSigmoid ? 2 : 1);
+  }
+  if (c.n_expert_groups > 1) {
+    w.set_u32(p + ".expert_group_count", c.n_expert_groups);
+    w.set_u32(p + ".expert_group_used_count", c.n_group_used);
+  }
   w.set_string("moetier.synth.preset", c.name);
   w.set_string("moetier.synth.quant", c.quant.name);
   w.set(std::string("moetier.synth.seed"), gguf::Value::u64(c.seed));

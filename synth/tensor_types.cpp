@@ -29,13 +29,13 @@ bool use_more_bits(uint32_t layer, uint32_t n_layer) {
 
 QuantType choose_type(const SynthConfig& c, Role role, uint32_t layer, uint64_t ne0) {
   switch (role) {
-    case Role::kNorm: case Role::kBias: case Role::kRouter: case Role::kSharedGateInp:
+    case Role::kNorm: case Role::kBias: case Role::kRouter: case Role::kSharedGateInp: case Role::kExpProbsB:
       return QuantType::F32;
     default: break;
   }
   QuantType t = c.quant.base;
   if (role == Role::kOutput && c.quant.output) t = *c.quant.output;
-  const bool down_or_v = role == Role::kExpDown || role == Role::kShexpDown || role == Role::kAttnV;
+  const bool down_or_v = role == Role::kExpDown || role == Role::kShexpDown || role == Role::kDenseDown || role == Role::kAttnV;
   if (down_or_v && c.quant.more_bits && use_more_bits(layer, c.n_layer)) t = *c.quant.more_bits;
   if (is_expert(role)) {
     for (const LayerTypeOverride& o : c.layer_types) {

@@ -18,6 +18,9 @@ enum class Role {
   kAttnQ, kAttnK, kAttnV, kAttnOut,
   kExpGate, kExpUp, kExpDown,
   kShexpGate, kShexpUp, kShexpDown,
+  kDenseGate, kDenseUp, kDenseDown,   // leading dense FFN blocks
+  kExpProbsB,                         // the selection bias (F32)
+  kNextnProj,                         // a NextN block's eh_proj
 };
 
 bool use_more_bits(uint32_t layer, uint32_t n_layer);

@@ -8,6 +8,7 @@ BlockFn block_fn(Arch arch) {
     case Arch::kQwen2Moe: return qwen2moe_block;
     case Arch::kLlama: return llama_block;
     case Arch::kOlmoe: return olmoe_block;
+    case Arch::kGlm4Moe: return glm4moe_block;
   }
   return nullptr;
 }

@@ -7,7 +7,7 @@ namespace mt {
 
 void llama_block(const BlockArgs& a) {
   attention_block(a, QkNorm::kNone, RopeStyle::kNorm);
-  if (a.w.is_moe()) moe_block(a, {.renormalize = true});
+  if (a.w.is_moe()) moe_block(a, moe_math(a.hp));
   else dense_ffn_block(a);
 }
 

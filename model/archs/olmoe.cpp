@@ -6,7 +6,7 @@ namespace mt {
 
 void olmoe_block(const BlockArgs& a) {
   attention_block(a, QkNorm::kFullWidth, RopeStyle::kNeox);
-  if (a.w.is_moe()) moe_block(a, {.renormalize = false});
+  if (a.w.is_moe()) moe_block(a, moe_math(a.hp));
   else dense_ffn_block(a);
 }
 

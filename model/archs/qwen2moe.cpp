@@ -6,7 +6,7 @@ namespace mt {
 
 void qwen2moe_block(const BlockArgs& a) {
   attention_block(a, QkNorm::kNone, RopeStyle::kNeox);
-  if (a.w.is_moe()) moe_block(a, {.renormalize = false});
+  if (a.w.is_moe()) moe_block(a, moe_math(a.hp));
   else dense_ffn_block(a);
 }
 

@@ -7,6 +7,9 @@ For qwen3moe, qwen2moe, llama (Mixtral layout) and olmoe, and weights F32, F16, 
 Q8_0, Q4_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS and the q4_k_m mix: a synthetic
 model (2 layers, 8 experts top-2, GQA 4/2 heads except olmoe, which llama.cpp requires
 to have n_head_kv == n_head) is evaluated on one 64-token sequence by both engines.
+glm4moe (F32, F16, Q8_0, Q4_K, q4_k_m): one dense block, two MoE blocks and a NextN block,
+sigmoid routing with the exp_probs_b selection bias, 4 expert groups of which 2 are used,
+weights renormalised and scaled by 2.5, an ungated shared expert, half of each head rotated.
 Checked, per model:
   * selected experts (as sets) equal llama.cpp's at >= 99% of (layer, position) pairs,
     and every mismatch is a near tie in llama.cpp's own router scores (k-th vs (k+1)-th
@@ -28,8 +31,11 @@ Only the python3 standard library is used.
 import json, os, struct, subprocess, sys
 
 MOETIER, ORACLE, WORK = sys.argv[1:4]
-ARCHS = sys.argv[4:] or ["qwen3moe", "qwen2moe", "llama", "olmoe"]
+ARCHS = sys.argv[4:] or ["qwen3moe", "qwen2moe", "llama", "olmoe", "glm4moe"]
 TYPES = ["f32", "f16", "bf16", "q8_0", "q4_0", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "iq4_nl", "iq4_xs", "q4_k_m"]
+# The families of issue 9 share the kernels above: their new math (routing variants, dense
+# lead and NextN blocks, partial RoPE) is checked at the float and the common mixes.
+TYPES_OF = {"glm4moe": ["f32", "f16", "q8_0", "q4_k", "q4_k_m"]}
 N_TOKENS = 64
 os.makedirs(WORK, exist_ok=True)
 
@@ -56,7 +62,7 @@ def routing(path):
 failures, rows = [], []
 argmax_total = argmax_agree = 0
 for arch in ARCHS:
-    for q in TYPES:
+    for q in TYPES_OF.get(arch, TYPES):
         name = f"{arch}-{q}"
         model = os.path.join(WORK, name + ".gguf")
         try:

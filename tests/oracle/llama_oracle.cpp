@@ -170,6 +170,8 @@ struct Capture {
     std::map<int, std::vector<Captured>> weights;       // ffn_moe_weights
     std::map<int, std::vector<Captured>> weights_norm;  // ffn_moe_weights_norm
     std::map<int, std::vector<Captured>> probs;         // ffn_moe_probs (every expert's score)
+    std::map<int, std::vector<Captured>> probs_biased;  // ffn_moe_probs_biased (selection scores, exp_probs_b)
+    std::map<int, std::vector<Captured>> weights_scaled;  // ffn_moe_weights_scaled (expert_weights_scale)
     std::string error;
 };
 
@@ -189,7 +191,7 @@ bool split_name(const char * name, std::string & base, int & layer) {
     return true;
 }
 
-enum class Kind { none, topk, weights, weights_norm, probs };
+enum class Kind { none, topk, weights, weights_norm, weights_scaled, probs, probs_biased };
 
 Kind kind_of(const ggml_tensor * t, int & layer) {
     std::string base;
@@ -198,6 +200,8 @@ Kind kind_of(const ggml_tensor * t, int & layer) {
     if (base == "ffn_moe_weights") return Kind::weights;
     if (base == "ffn_moe_weights_norm") return Kind::weights_norm;
     if (base == "ffn_moe_probs") return Kind::probs;
+    if (base == "ffn_moe_probs_biased") return Kind::probs_biased;
+    if (base == "ffn_moe_weights_scaled") return Kind::weights_scaled;
     return Kind::none;
 }
 
@@ -272,7 +276,11 @@ bool eval_cb(ggml_tensor * t, bool ask, void * user) {
             return true;
         }
         c.f = read_tensor<float>(t);
-        auto& dst = k == Kind::weights ? cap->weights : k == Kind::probs ? cap->probs : cap->weights_norm;
+        auto& dst = k == Kind::weights          ? cap->weights
+                    : k == Kind::probs          ? cap->probs
+                    : k == Kind::probs_biased   ? cap->probs_biased
+                    : k == Kind::weights_scaled ? cap->weights_scaled
+                                                : cap->weights_norm;
         dst[layer].push_back(std::move(c));
     }
     return true;
@@ -302,12 +310,15 @@ void write_routing(const Options & o, const Capture & cap, int64_t n_tokens, int
     for (const auto & [layer, ubs] : cap.topk) {
         if (layer < 0 || layer >= n_layer) fail("routing tensor for layer " + std::to_string(layer) + " out of range");
         const std::vector<Captured> * wsrc = nullptr;
-        if (auto it = cap.weights_norm.find(layer); it != cap.weights_norm.end()) { wsrc = &it->second; ++n_norm; }
+        if (auto it = cap.weights_scaled.find(layer); it != cap.weights_scaled.end()) { wsrc = &it->second; ++n_norm; }
+        else if (auto it1 = cap.weights_norm.find(layer); it1 != cap.weights_norm.end()) { wsrc = &it1->second; ++n_norm; }
         else if (auto it2 = cap.weights.find(layer); it2 != cap.weights.end()) { wsrc = &it2->second; ++n_raw; }
         if (!wsrc) fail("no routing weights tensor (ffn_moe_weights[_norm]) for layer " + std::to_string(layer));
         if (wsrc->size() != ubs.size()) fail("routing: topk and weights counts differ in layer " + std::to_string(layer));
         const std::vector<Captured> * psrc = nullptr;
-        if (auto it = cap.probs.find(layer); it != cap.probs.end() && it->second.size() == ubs.size()) psrc = &it->second;
+        // Near ties are judged on the scores that chose: the biased ones where there is a bias.
+        if (auto it = cap.probs_biased.find(layer); it != cap.probs_biased.end() && it->second.size() == ubs.size()) psrc = &it->second;
+        else if (auto it1 = cap.probs.find(layer); it1 != cap.probs.end() && it1->second.size() == ubs.size()) psrc = &it1->second;
         int64_t pos0 = 0;
         for (size_t u = 0; u < ubs.size(); ++u) {
             const Captured & tk = ubs[u];

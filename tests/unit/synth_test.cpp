@@ -10,6 +10,9 @@
 
 #include "experts/geometry.h"
 #include "gguf/reader.h"
+#include "gguf/writer.h"
+#include "model/hparams.h"
+#include "model/model.h"
 #include "quant/reference.h"
 #include "synth/synth.h"
 #include "synth/tensor_types.h"
@@ -90,11 +93,85 @@ TEST(SynthPreset, EveryPresetIsValidAndSparseWritable) {
     GgufFile f = write_and_open(*c, name + ".gguf");
     auto g = read_expert_geometry(f);
     ASSERT_TRUE(g.ok()) << name;
-    EXPECT_EQ(g->layers.size(), c->n_layer) << name;
+    EXPECT_EQ(g->layers.size(), c->n_layer - c->n_dense_lead) << name;  // NextN blocks are not tiered
     EXPECT_EQ(g->n_expert, c->n_expert) << name;
   }
   EXPECT_FALSE(preset("no-such-model").ok());
   EXPECT_NE(preset("no-such-model").status().message().find("laguna-s"), std::string::npos);
+}
+
+// glm4moe: a leading dense block (ffn_gate/up/down, no router), MoE blocks with the F32
+// exp_probs_b selection bias and an ungated shared expert, post_attention_norm, a NextN
+// block after the main stack, the routing keys in llama.cpp's types; the loader's main
+// stack leaves the NextN block out, and so does the expert geometry.
+TEST(SynthArch, Glm4MoeDenseLeadNextnAndRoutingKeys) {
+  SynthConfig c = tiny_for(Arch::kGlm4Moe);
+  GgufFile f = write_and_open(c, "glm4moe-names.gguf");
+  EXPECT_EQ(*f.get_u32("glm4moe.block_count"), c.n_layer + 1);
+  EXPECT_EQ(*f.get_u32("glm4moe.nextn_predict_layers"), 1u);
+  EXPECT_EQ(*f.get_u32("glm4moe.leading_dense_block_count"), 1u);
+  EXPECT_EQ(*f.get_u32("glm4moe.expert_shared_count"), 1u);
+  EXPECT_EQ(*f.get_u32("glm4moe.expert_gating_func"), 2u);
+  EXPECT_EQ(*f.get_u32("glm4moe.rope.dimension_count"), c.head_dim / 2);
+  EXPECT_EQ(f.find("glm4moe.expert_weights_norm")->type, gguf::ValueType::kBool);
+  EXPECT_FLOAT_EQ(*f.get_f32("glm4moe.expert_weights_scale"), 2.5f);
+  EXPECT_NE(f.find_tensor("blk.0.ffn_gate.weight"), nullptr);
+  EXPECT_EQ(f.find_tensor("blk.0.ffn_gate_inp.weight"), nullptr);
+  for (uint32_t l = 0; l <= c.n_layer; ++l) {
+    const std::string b = "blk." + std::to_string(l) + ".";
+    EXPECT_NE(f.find_tensor(b + "post_attention_norm.weight"), nullptr) << l;
+    EXPECT_EQ(f.find_tensor(b + "ffn_norm.weight"), nullptr) << l;
+    if (l == 0) continue;
+    const gguf::TensorInfo* bias = f.find_tensor(b + "exp_probs_b.bias");
+    ASSERT_NE(bias, nullptr) << l;
+    EXPECT_EQ(bias->type, QuantType::F32);
+    EXPECT_EQ(bias->ne[0], c.n_expert);
+    EXPECT_EQ(f.find_tensor(b + "ffn_up_shexp.weight")->ne[1], c.n_ff_exp);
+    EXPECT_EQ(f.find_tensor(b + "ffn_gate_inp_shexp.weight"), nullptr);
+    EXPECT_EQ(f.find_tensor(b + "nextn.eh_proj.weight") != nullptr, l == c.n_layer) << l;
+  }
+  auto hp = read_hparams(f);
+  ASSERT_TRUE(hp.ok()) << hp.status().to_string();
+  EXPECT_EQ(hp->n_layer, c.n_layer);
+  EXPECT_EQ(hp->n_layer_file, c.n_layer + 1);
+  EXPECT_EQ(hp->gating, ExpertGating::kSigmoid);
+  EXPECT_TRUE(hp->renormalize);
+  EXPECT_FLOAT_EQ(hp->expert_weights_scale, 2.5f);
+  EXPECT_EQ(hp->n_expert_groups, 4u);
+  EXPECT_EQ(hp->n_ff_shexp, c.n_ff_exp);
+  auto g = read_expert_geometry(f);
+  ASSERT_TRUE(g.ok());
+  EXPECT_EQ(g->layers.size(), c.n_layer - 1);
+  auto m = Model::load(test::temp_path("glm4moe-names.gguf"), {1});
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  EXPECT_FALSE((*m)->weights().layers[0].is_moe());
+  EXPECT_TRUE((*m)->weights().layers[1].exp_probs_b.present());
+  EXPECT_EQ((*m)->weights().layers.size(), c.n_layer);
+}
+
+// A glm4moe file whose routing keys break the rules gets an error naming the key.
+TEST(SynthArch, Glm4MoeBadRoutingKeysAreNamed) {
+  SynthConfig c = tiny_for(Arch::kGlm4Moe);
+  c.sparse = true;
+  GgufFile src = write_and_open(c, "glm4moe-src.gguf");
+  auto with = [&](const std::string& key, gguf::Value value, const std::string& name) {
+    gguf::GgufWriter w;
+    for (const auto& kv : src.metadata()) w.set(std::string(kv.key), std::string(kv.key) == key ? value : kv.value);
+    for (const auto& t : src.tensors()) w.add_tensor(std::string(t.name), t.type, {t.ne.begin(), t.ne.begin() + t.n_dims}, {});
+    gguf::WriteOptions sparse;
+    sparse.sparse = true;
+    EXPECT_TRUE(w.write(test::temp_path(name), sparse).ok());
+    return Model::load(test::temp_path(name), {1}).status();
+  };
+  Status s = with("glm4moe.expert_gating_func", gguf::Value::u32(3), "glm-gating.gguf");
+  EXPECT_EQ(s.code(), StatusCode::kUnimplemented);
+  EXPECT_NE(s.message().find("expert_gating_func 3"), std::string::npos) << s.to_string();
+  s = with("glm4moe.expert_group_count", gguf::Value::u32(3), "glm-groups.gguf");
+  EXPECT_NE(s.message().find("expert_group_count 3"), std::string::npos) << s.to_string();
+  s = with("glm4moe.nextn_predict_layers", gguf::Value::u32(4), "glm-nextn.gguf");
+  EXPECT_NE(s.message().find("nextn_predict_layers 4"), std::string::npos) << s.to_string();
+  s = with("glm4moe.leading_dense_block_count", gguf::Value::u32(2), "glm-dense.gguf");
+  EXPECT_NE(s.message().find("blk.1.ffn_gate_inp.weight in a leading dense layer"), std::string::npos) << s.to_string();
 }
 
 // The tensor set of each architecture, as in ../shared/reference/moe_arch_facts.md.
