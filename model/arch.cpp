@@ -15,6 +15,10 @@ constexpr std::array kArchs = {
     // exp_probs_b selection bias, leading dense blocks, a trailing NextN layer.
     ArchInfo{Arch::kGlm4Moe,  "glm4moe",  RopeStyle::kNeox, QkNorm::kPerHeadOptional, false, SharedExpert::kUngated, true, true, true,
              true, ExpertGating::kSigmoid, "post_attention_norm"},
+    // DeepSeek-V2 / V2-Lite / V3 / R1 (MLA layout): latent attention, NORM RoPE on the
+    // rope part; softmax (V2) or sigmoid + exp_probs_b + groups (V3) routing from the keys.
+    ArchInfo{Arch::kDeepseek2, "deepseek2", RopeStyle::kNorm, QkNorm::kNone, false, SharedExpert::kUngated, false, true, true,
+             true, ExpertGating::kSoftmax, "ffn_norm"},
 };
 
 }  // namespace

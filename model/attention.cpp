@@ -14,6 +14,7 @@
 
 #include "core/check.h"
 #include "cpu/kernels.h"
+#include "model/attend.h"
 #include "model/layers.h"
 #include "model/linear.h"
 #include "quant/fp16.h"
@@ -40,7 +41,6 @@ void softmax(float* x, size_t n) {
   for (size_t i = 0; i < n; ++i) x[i] *= inv;
 }
 
-namespace {
 
 // cos and sin of theta_k = pos * scale * base^(-2k / n_rot), k < n_rot / 2, theta built by
 // repeated multiplication in float (as llama.cpp does).
@@ -68,7 +68,6 @@ void rope_apply(float* x, uint32_t n_heads, uint32_t head_dim, uint32_t n_rot, R
   }
 }
 
-}  // namespace
 
 namespace {
 
@@ -79,10 +78,6 @@ void add_bias(float* y, const std::vector<float>& b, uint32_t n_tokens, size_t n
   }
 }
 
-void trace_rows(Trace* trace, const char* name, const BlockArgs& a, const float* rows, size_t n) {
-  if (trace == nullptr) return;
-  for (uint32_t t = 0; t < a.n_tokens; ++t) trace->tensor(name, a.layer, a.pos(t), {rows + t * n, n});
-}
 
 // Query tile: consecutive tokens of one head that share every K and V row read.
 constexpr uint32_t kQueryTile = 4;
@@ -92,20 +87,19 @@ struct AttendArgs {
   const KvCache& kv;
   const cpu::KernelTable& k;
   QuantType cache;
-  size_t head_bytes;  // bytes of one head's slice of a cache row
-  float kq_scale;
+  const AttendShape& shape;
 };
 
 // Causal attention of n_q (<= kQueryTile) consecutive tokens at positions first ..
 // first + n_q - 1, head h: query i attends to cache positions [0, first + i]. Each K and
 // V row is read once for the whole tile; per query the arithmetic is that of the query
 // alone (the same dots, sums in the same order), so any tiling gives the same bits.
-// q_i = q + i * stride, out_i = out + i * stride (head_dim floats each).
-void attend_tile(const AttendArgs& args, uint32_t first, uint32_t n_q, uint32_t h, const float* q, float* out,
-                 size_t stride) {
+// q_i = q + i * q_stride (hd_k floats), out_i = out + i * out_stride (hd_v floats).
+void attend_tile(const AttendArgs& args, uint32_t first, uint32_t n_q, uint32_t h, const float* q, size_t q_stride,
+                 float* out, size_t out_stride) {
   const BlockArgs& a = args.a;
-  const HParams& hp = a.hp;
-  const uint32_t hd = hp.head_dim, kvh = h / (hp.n_head / hp.n_head_kv);
+  const AttendShape& sh = args.shape;
+  const uint32_t hd = sh.hd_k, hv = sh.hd_v, kvh = h / sh.group;
   const uint32_t n_kv = first + n_q;  // the last query's
   const QuantType act = cpu::activation_type(args.cache);
   const size_t act_bytes = cpu::activation_row_bytes(args.cache, hd);
@@ -113,15 +107,15 @@ void attend_tile(const AttendArgs& args, uint32_t first, uint32_t n_q, uint32_t 
   thread_local std::vector<float> scores, v_tmp;  // scores: n_q rows of n_kv
   q_packed.resize(act_bytes * n_q);
   if (scores.size() < static_cast<size_t>(n_kv) * n_q) scores.resize(static_cast<size_t>(n_kv) * n_q);
-  if (v_tmp.size() < hd) v_tmp.resize(hd);
-  for (uint32_t i = 0; i < n_q; ++i) args.k.quantize[static_cast<uint32_t>(act)](q + i * stride, &q_packed[i * act_bytes], hd);
+  if (v_tmp.size() < hv) v_tmp.resize(hv);
+  for (uint32_t i = 0; i < n_q; ++i) args.k.quantize[static_cast<uint32_t>(act)](q + i * q_stride, &q_packed[i * act_bytes], hd);
   const cpu::VecDotFn dot = args.k.vec_dot[static_cast<uint32_t>(args.cache)];
-  const size_t offset = kvh * args.head_bytes;
+  const size_t offset = kvh * sh.k_head_bytes, v_offset = kvh * sh.v_head_bytes;
 
   for (uint32_t j = 0; j < n_kv; ++j) {
     const uint8_t* k_row = args.kv.k_row(a.layer, j) + offset;
     for (uint32_t i = (j > first ? j - first : 0); i < n_q; ++i) {
-      scores[static_cast<size_t>(i) * n_kv + j] = dot(hd, k_row, &q_packed[i * act_bytes]) * args.kq_scale;
+      scores[static_cast<size_t>(i) * n_kv + j] = dot(hd, k_row, &q_packed[i * act_bytes]) * sh.kq_scale;
     }
   }
   for (uint32_t i = 0; i < n_q; ++i) {
@@ -131,25 +125,53 @@ void attend_tile(const AttendArgs& args, uint32_t first, uint32_t n_q, uint32_t 
     if (args.cache == QuantType::F16) {
       for (uint32_t j = 0; j < len; ++j) s[j] = fp16_to_fp32(fp32_to_fp16(s[j]));
     }
-    std::fill(out + i * stride, out + i * stride + hd, 0.0f);
+    std::fill(out + i * out_stride, out + i * out_stride + hv, 0.0f);
   }
   for (uint32_t j = 0; j < n_kv; ++j) {
-    const uint8_t* v_row = args.kv.v_row(a.layer, j) + offset;
+    const uint8_t* v_row = args.kv.v_row(a.layer, j) + v_offset;
     const uint32_t i0 = j > first ? j - first : 0;
     if (args.cache == QuantType::F16) {
-      for (uint32_t i = i0; i < n_q; ++i) args.k.axpy_f16(hd, scores[static_cast<size_t>(i) * n_kv + j], v_row, out + i * stride);
+      for (uint32_t i = i0; i < n_q; ++i) args.k.axpy_f16(hv, scores[static_cast<size_t>(i) * n_kv + j], v_row, out + i * out_stride);
       continue;
     }
-    dequantize_row(args.cache, v_row, v_tmp.data(), hd);
+    dequantize_row(args.cache, v_row, v_tmp.data(), hv);
     for (uint32_t i = i0; i < n_q; ++i) {
       const float p = scores[static_cast<size_t>(i) * n_kv + j];
-      float* o = out + i * stride;
-      for (uint32_t e = 0; e < hd; ++e) o[e] += p * v_tmp[e];
+      float* o = out + i * out_stride;
+      for (uint32_t e = 0; e < hv; ++e) o[e] += p * v_tmp[e];
     }
   }
 }
 
 }  // namespace
+
+void attend_all(const BlockArgs& a, const AttendShape& shape, const float* q, size_t q_row, float* out, size_t out_row) {
+  // Units: (query tile, head); tiles never cross sequences.
+  struct Tile {
+    uint32_t row, n, first;  // first row, queries, position of the first
+    const KvCache* kv;
+  };
+  std::vector<Tile> tiles;
+  for (const SeqRows& sq : a.seqs) {
+    for (uint32_t i = 0; i < sq.n; i += kQueryTile) tiles.push_back({sq.row0 + i, std::min(kQueryTile, sq.n - i), sq.pos0 + i, sq.kv});
+  }
+  const QuantType cache = a.seqs.front().kv->type();
+  const uint32_t n_head = a.hp.n_head;
+  const int64_t units = static_cast<int64_t>(tiles.size()) * n_head;  // tile-major
+  const int64_t grain = std::max<int64_t>(1, units / (static_cast<int64_t>(a.pool.size()) * 16));
+  a.pool.parallel_for(
+      units,
+      [&](int64_t u0, int64_t u1) {
+        for (int64_t u = u0; u < u1; ++u) {
+          const Tile& tl = tiles[static_cast<size_t>(u / n_head)];
+          const uint32_t hh = static_cast<uint32_t>(u % n_head);
+          const AttendArgs args{a, *tl.kv, cpu::kernels(), cache, shape};
+          attend_tile(args, tl.first, tl.n, hh, q + static_cast<size_t>(tl.row) * q_row + hh * shape.hd_k, q_row,
+                      out + static_cast<size_t>(tl.row) * out_row + hh * shape.hd_v, out_row);
+        }
+      },
+      grain);
+}
 
 void attention_block(const BlockArgs& a, QkNorm qk_norm, RopeStyle rope_style) {
   const HParams& hp = a.hp;
@@ -204,32 +226,10 @@ void attention_block(const BlockArgs& a, QkNorm qk_norm, RopeStyle rope_style) {
   trace_rows(a.trace, "Kcur", a, k.data(), KV);
   trace_rows(a.trace, "Vcur", a, v.data(), KV);
 
-  // Units: (query tile, head); tiles never cross sequences.
-  struct Tile {
-    uint32_t row, n, first;  // first row, queries, position of the first
-    const KvCache* kv;
-  };
-  std::vector<Tile> tiles;
-  for (const SeqRows& sq : a.seqs) {
-    for (uint32_t i = 0; i < sq.n; i += kQueryTile) tiles.push_back({sq.row0 + i, std::min(kQueryTile, sq.n - i), sq.pos0 + i, sq.kv});
-  }
   const QuantType cache = a.seqs.front().kv->type();
-  const size_t head_bytes = static_cast<size_t>(*row_bytes(cache, hp.head_dim));
-  const float kq_scale = 1.0f / std::sqrt(static_cast<float>(hp.head_dim));
-  const int64_t units = static_cast<int64_t>(tiles.size()) * hp.n_head;  // tile-major
-  const int64_t grain = std::max<int64_t>(1, units / (static_cast<int64_t>(a.pool.size()) * 16));
-  a.pool.parallel_for(
-      units,
-      [&](int64_t u0, int64_t u1) {
-        for (int64_t u = u0; u < u1; ++u) {
-          const Tile& tl = tiles[static_cast<size_t>(u / hp.n_head)];
-          const uint32_t hh = static_cast<uint32_t>(u % hp.n_head);
-          const AttendArgs args{a, *tl.kv, cpu::kernels(), cache, head_bytes, kq_scale};
-          const size_t at = static_cast<size_t>(tl.row) * Q + hh * hp.head_dim;
-          attend_tile(args, tl.first, tl.n, hh, &q[at], &att[at], Q);
-        }
-      },
-      grain);
+  const AttendShape shape{hp.head_dim, hp.head_dim, hp.n_head / hp.n_head_kv, static_cast<size_t>(*row_bytes(cache, hp.head_dim)),
+                          static_cast<size_t>(*row_bytes(cache, hp.head_dim)), 1.0f / std::sqrt(static_cast<float>(hp.head_dim))};
+  attend_all(a, shape, q.data(), Q, att.data(), Q);
   trace_rows(a.trace, "kqv_out", a, att.data(), Q);
 
   matmul(w.wo, 0, att.data(), T, out.data(), a.pool);

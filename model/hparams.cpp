@@ -49,8 +49,29 @@ StatusOr<HParams> read_hparams(const gguf::GgufFile& f) {
   MT_ASSIGN_OR_RETURN(h.head_dim, f.get_u32_or(p + "attention.key_length", h.n_embd / h.n_head));
   MT_ASSIGN_OR_RETURN(uint32_t value_dim, f.get_u32_or(p + "attention.value_length", h.head_dim));
   if (h.head_dim == 0 || h.head_dim > 1024 || h.head_dim % 2 != 0) return bad("key_length " + std::to_string(h.head_dim) + " must be even, 2..1024");
-  if (value_dim != h.head_dim) return bad("value_length " + std::to_string(value_dim) + " differs from key_length (unsupported)");
   MT_ASSIGN_OR_RETURN(h.n_rot, f.get_u32_or(p + "rope.dimension_count", h.head_dim));
+  if (h.arch == Arch::kDeepseek2) {
+    if (!f.find(p + "attention.key_length_mla") || !f.find(p + "attention.value_length_mla")) {
+      return unimplemented("deepseek2 without attention.key_length_mla / value_length_mla (the legacy attn_kv_b layout) "
+                           "is not supported: convert the model again with a current llama.cpp converter");
+    }
+    h.mla = true;
+    MT_ASSIGN_OR_RETURN(h.mla_k, f.get_u32(p + "attention.key_length_mla"));
+    MT_ASSIGN_OR_RETURN(h.mla_v, f.get_u32(p + "attention.value_length_mla"));
+    MT_ASSIGN_OR_RETURN(h.kv_lora_rank, f.get_u32(p + "attention.kv_lora_rank"));
+    MT_ASSIGN_OR_RETURN(h.q_lora_rank, f.get_u32_or(p + "attention.q_lora_rank", 0));
+    if (h.n_head_kv != 1) return bad("MLA needs head_count_kv 1 (one latent row per position), not " + std::to_string(h.n_head_kv));
+    if (h.kv_lora_rank == 0 || h.kv_lora_rank > 8192 || h.head_dim != h.kv_lora_rank + h.n_rot || value_dim != h.kv_lora_rank) {
+      return bad("MLA needs key_length = kv_lora_rank + rope.dimension_count and value_length = kv_lora_rank (got " +
+                 std::to_string(h.head_dim) + ", " + std::to_string(value_dim) + ", kv_lora_rank " + std::to_string(h.kv_lora_rank) + ")");
+    }
+    if (h.mla_k <= h.n_rot || h.mla_k > 1024 || h.mla_v == 0 || h.mla_v > 1024 || h.q_lora_rank > 65536) {
+      return bad("key_length_mla " + std::to_string(h.mla_k) + " must exceed rope.dimension_count " + std::to_string(h.n_rot) +
+                 ", value_length_mla " + std::to_string(h.mla_v) + " must be 1..1024");
+    }
+  } else if (value_dim != h.head_dim) {
+    return bad("value_length " + std::to_string(value_dim) + " differs from key_length (unsupported)");
+  }
   if (h.n_rot == 0 || h.n_rot > h.head_dim || h.n_rot % 2 != 0) return bad("rope.dimension_count " + std::to_string(h.n_rot) + " must be even and <= key_length");
   if (h.arch == Arch::kLlama && h.n_rot != h.head_dim) return bad("llama needs rope.dimension_count == key_length");
   if (h.arch == Arch::kOlmoe && h.n_head_kv != h.n_head) return bad("olmoe needs head_count_kv == head_count");

@@ -44,7 +44,16 @@ struct HParams {
   float rope_freq_base = 10000.0f;
   float rope_freq_scale = 1.0f;  // 1 / rope.scaling.factor (linear scaling)
 
-  uint32_t q_dim() const { return n_head * head_dim; }
+  // Multi-head latent attention (deepseek2): the cache holds one latent row per position,
+  // kv_lora_rank compressed dims then n_rot rope dims (head_dim = their sum, n_head_kv 1);
+  // the value is the latent part. Per head: q of mla_k dims (mla_k - n_rot "nope" + n_rot
+  // rope), values of mla_v dims after the per-head v_b product.
+  bool mla = false;
+  uint32_t q_lora_rank = 0;    // 0: one attn_q matrix (the "lite" models)
+  uint32_t kv_lora_rank = 0;
+  uint32_t mla_k = 0, mla_v = 0;
+
+  uint32_t q_dim() const { return n_head * (mla ? mla_k : head_dim); }
   uint32_t kv_dim() const { return n_head_kv * head_dim; }
 };
 

@@ -7,7 +7,7 @@
 
 namespace mt {
 
-StatusOr<KvCache> KvCache::create(uint32_t n_layer, uint32_t n_ctx, uint32_t kv_dim, QuantType type) {
+StatusOr<KvCache> KvCache::create(uint32_t n_layer, uint32_t n_ctx, uint32_t kv_dim, QuantType type, bool latent) {
   if (type != QuantType::F16 && type != QuantType::Q8_0 && type != QuantType::F32) {
     return invalid_argument(std::string("KV cache type ") + type_name(type) + " is not supported (f16, q8_0, f32)");
   }
@@ -23,14 +23,15 @@ StatusOr<KvCache> KvCache::create(uint32_t n_layer, uint32_t n_ctx, uint32_t kv_
   c.kv_dim_ = kv_dim;
   c.row_bytes_ = *rb;
   c.k_.assign(n_layer, std::vector<uint8_t>(*per_layer));
-  c.v_.assign(n_layer, std::vector<uint8_t>(*per_layer));
+  c.latent_ = latent;
+  if (!latent) c.v_.assign(n_layer, std::vector<uint8_t>(*per_layer));
   return c;
 }
 
 void KvCache::store(uint32_t layer, uint32_t pos, const float* k, const float* v) {
   MT_CHECK(layer < k_.size() && pos < n_ctx_);
   quantize_row(type_, k, k_[layer].data() + pos * row_bytes_, kv_dim_);
-  quantize_row(type_, v, v_[layer].data() + pos * row_bytes_, kv_dim_);
+  if (!latent_) quantize_row(type_, v, v_[layer].data() + pos * row_bytes_, kv_dim_);
 }
 
 void KvCache::load_k(uint32_t layer, uint32_t pos, float* out) const {
@@ -39,8 +40,8 @@ void KvCache::load_k(uint32_t layer, uint32_t pos, float* out) const {
 }
 
 void KvCache::load_v(uint32_t layer, uint32_t pos, float* out) const {
-  MT_CHECK(layer < v_.size() && pos < n_ctx_);
-  dequantize_row(type_, v_[layer].data() + pos * row_bytes_, out, kv_dim_);
+  MT_CHECK(layer < k_.size() && pos < n_ctx_);
+  dequantize_row(type_, v_row(layer, pos), out, kv_dim_);
 }
 
 }  // namespace mt

@@ -36,6 +36,7 @@ class Trace {
 // The 1-D tensors of a layer as floats (norm weights, biases, the shared-expert gate).
 struct LayerVectors {
   std::vector<float> attn_norm, ffn_norm, q_norm, k_norm, bq, bk, bv, shexp_gate_inp, exp_probs_b;
+  std::vector<float> q_a_norm, kv_a_norm;  // MLA
 };
 
 // One sequence's rows of a batch: rows [row0, row0 + n) are its tokens at positions
@@ -82,6 +83,11 @@ inline constexpr int64_t kMinParallelRows = 8;
 // Attention sub-block: norm, Q/K/V (+biases), q/k norm, RoPE, KV cache, causal softmax
 // attention with GQA, output projection, residual add.
 void attention_block(const BlockArgs& a, QkNorm qk_norm, RopeStyle rope_style);
+// Multi-head latent attention (deepseek2, model/attention_mla.cpp): q (low-rank pair or one
+// matrix), the latent row (normed compressed KV + the shared rope key) into the cache, q's
+// nope part absorbed into latent space per head (wk_b), MQA over the latent rows with
+// scale 1/sqrt(mla_k), the latent result per head through wv_b, output projection.
+void mla_attention_block(const BlockArgs& a);
 
 // The routing math of a model (HParams' gating, renormalisation, scale, groups).
 struct MoeMath {

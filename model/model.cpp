@@ -31,7 +31,7 @@ std::vector<float> to_floats(const Tensor& t) {
 std::vector<Tensor*> matmul_tensors(ModelWeights& w) {
   std::vector<Tensor*> out;
   for (LayerWeights& l : w.layers) {
-    for (Tensor* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.gate_exps, &l.up_exps, &l.down_exps, &l.shexp_gate, &l.shexp_up,
+    for (Tensor* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.wq_a, &l.wq_b, &l.wkv_a, &l.wk_b, &l.wv_b, &l.gate_exps, &l.up_exps, &l.down_exps, &l.shexp_gate, &l.shexp_up,
                       &l.shexp_down, &l.ffn_gate, &l.ffn_up, &l.ffn_down}) {
       out.push_back(t);
     }
@@ -94,6 +94,8 @@ StatusOr<std::unique_ptr<Model>> Model::load(const std::string& path, const Load
     v.bv = to_floats(w.bv);
     v.shexp_gate_inp = to_floats(w.shexp_gate_inp);
     v.exp_probs_b = to_floats(w.exp_probs_b);
+    v.q_a_norm = to_floats(w.q_a_norm);
+    v.kv_a_norm = to_floats(w.kv_a_norm);
     m->vectors_.push_back(std::move(v));
   }
   m->output_norm_ = to_floats(m->weights_.output_norm);
@@ -212,7 +214,7 @@ StatusOr<Session> Session::create(const Model& model, uint32_t n_ctx, QuantType 
     return invalid_argument(std::string("KV cache type ") + type_name(kv_type) + " needs a head size that is a multiple of " +
                             std::to_string(block) + " (model has " + std::to_string(hp.head_dim) + ")");
   }
-  MT_ASSIGN_OR_RETURN(KvCache kv, KvCache::create(hp.n_layer, n_ctx, hp.kv_dim(), kv_type));
+  MT_ASSIGN_OR_RETURN(KvCache kv, KvCache::create(hp.n_layer, n_ctx, hp.kv_dim(), kv_type, hp.mla));
   return Session(model, std::move(kv));
 }
 

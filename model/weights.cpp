@@ -64,6 +64,22 @@ StatusOr<ModelWeights> bind_weights(const gguf::GgufFile& file, const HParams& h
   for (uint32_t l = 0; l < hp.n_layer; ++l) {
     LayerWeights& L = w.layers[l];
     MT_RETURN_IF_ERROR(b.bind(&L.attn_norm, blk(l, "attn_norm.weight"), {E}));
+    if (hp.mla) {
+      const uint64_t H = hp.n_head, R = hp.kv_lora_rank, QL = hp.q_lora_rank;
+      if (QL > 0) {
+        MT_RETURN_IF_ERROR(b.bind(&L.wq_a, blk(l, "attn_q_a.weight"), {E, QL}));
+        MT_RETURN_IF_ERROR(b.bind(&L.q_a_norm, blk(l, "attn_q_a_norm.weight"), {QL}));
+        MT_RETURN_IF_ERROR(b.bind(&L.wq_b, blk(l, "attn_q_b.weight"), {QL, q}));
+      } else {
+        MT_RETURN_IF_ERROR(b.bind(&L.wq, blk(l, "attn_q.weight"), {E, q}));
+      }
+      MT_RETURN_IF_ERROR(b.bind(&L.wkv_a, blk(l, "attn_kv_a_mqa.weight"), {E, R + hp.n_rot}));
+      MT_RETURN_IF_ERROR(b.bind(&L.kv_a_norm, blk(l, "attn_kv_a_norm.weight"), {R}));
+      MT_RETURN_IF_ERROR(b.bind(&L.wk_b, blk(l, "attn_k_b.weight"), {hp.mla_k - hp.n_rot, R, H}));
+      MT_RETURN_IF_ERROR(b.bind(&L.wv_b, blk(l, "attn_v_b.weight"), {R, hp.mla_v, H}));
+      MT_RETURN_IF_ERROR(b.bind(&L.wo, blk(l, "attn_output.weight"), {H * hp.mla_v, E}));
+    }
+    if (!hp.mla) {
     MT_RETURN_IF_ERROR(b.bind(&L.wq, blk(l, "attn_q.weight"), {E, q}));
     MT_RETURN_IF_ERROR(b.bind(&L.wk, blk(l, "attn_k.weight"), {E, kv}));
     MT_RETURN_IF_ERROR(b.bind(&L.wv, blk(l, "attn_v.weight"), {E, kv}));
@@ -80,6 +96,7 @@ StatusOr<ModelWeights> bind_weights(const gguf::GgufFile& file, const HParams& h
       MT_RETURN_IF_ERROR(b.bind(&L.k_norm, blk(l, "attn_k_norm.weight"), {kv}));
     }
     MT_RETURN_IF_ERROR(b.bind(&L.wo, blk(l, "attn_output.weight"), {q, E}));
+    }
     MT_RETURN_IF_ERROR(b.bind(&L.ffn_norm, blk(l, (std::string(a.ffn_norm) + ".weight").c_str()), {E}));
 
     // A layer with a router is MoE; one without is a dense FFN (leading dense blocks). Where

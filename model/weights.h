@@ -38,7 +38,13 @@ struct LayerWeights {
   Tensor wq, wk, wv;                       // (n_embd, q_dim) (n_embd, kv_dim) (n_embd, kv_dim)
   Tensor bq, bk, bv;                       // optional biases (q_dim) (kv_dim) (kv_dim)
   Tensor q_norm, k_norm;                   // per head (head_dim) or full width (q_dim)/(kv_dim)
-  Tensor wo;                               // (q_dim, n_embd)
+  Tensor wo;                               // (q_dim, n_embd); MLA: (n_head * mla_v, n_embd)
+  // MLA (deepseek2): q through a low-rank pair or one attn_q (wq), the latent row, and the
+  // per-head absorption matrices.
+  Tensor wq_a, q_a_norm, wq_b;             // (n_embd, q_lora_rank) (q_lora_rank) (q_lora_rank, n_head * mla_k)
+  Tensor wkv_a, kv_a_norm;                 // (n_embd, kv_lora_rank + n_rot) (kv_lora_rank)
+  Tensor wk_b;                             // (mla_k - n_rot, kv_lora_rank, n_head): q_nope -> latent
+  Tensor wv_b;                             // (kv_lora_rank, mla_v, n_head): latent -> value
   Tensor ffn_norm;                         // (n_embd) ffn_norm or post_attention_norm (ArchInfo::ffn_norm)
   // MoE layers
   Tensor router;                           // (n_embd, n_expert)

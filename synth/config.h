@@ -58,6 +58,12 @@ struct SynthConfig {
   float weights_scale = 1.0f;   // expert_weights_scale
   uint32_t n_expert_groups = 0; // expert_group_count (0: no group-limited routing)
   uint32_t n_group_used = 0;
+  bool sigmoid = false;         // expert_gating_func 2 (glm4moe always; deepseek2 V3-like)
+  bool selection_bias = false;  // exp_probs_b (glm4moe always; deepseek2 V3-like)
+  // MLA (deepseek2): head_dim is key_length_mla (nope + rope dims), n_rot the rope dims.
+  uint32_t q_lora_rank = 0;     // 0: one attn_q matrix
+  uint32_t kv_lora_rank = 0;
+  uint32_t mla_v = 0;           // value_length_mla
   uint32_t n_ff = 0;            // feed_forward_length key (0: = n_ff_exp)
   uint32_t n_vocab = 0;         // 0: the vocabulary's own size; larger pads it
   uint32_t n_ctx = 4096;

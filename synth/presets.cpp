@@ -66,6 +66,29 @@ const Preset kPresets[] = {
        c.layer_types.push_back({{0, 6, 12, 18, 24, 30, 36, 42}, QuantType::BF16});
        return c;
      }},
+    {"tiny-deepseek2-v2", [] {
+       // DeepSeek-V2-Lite-like routing on the tiny MLA geometry: one attn_q matrix (no q
+       // low-rank pair), softmax over all experts, no selection bias, no groups, the top-k
+       // weights neither renormalised nor scaled, 2 shared experts.
+       SynthConfig c = tiny_for(Arch::kDeepseek2);
+       c.name = "tiny-deepseek2-v2";
+       c.q_lora_rank = 0; c.n_expert_shared = 2; c.n_expert_groups = 0; c.n_group_used = 0;
+       c.weights_norm = false; c.weights_scale = 1.0f; c.sigmoid = false; c.selection_bias = false;
+       return c;
+     }},
+    {"deepseek-v2-lite", [] {
+       // DeepSeek-V2-Lite: 27 blocks (1 dense lead), 64 experts top-6 of width 1408, 2 shared,
+       // n_embd 2048, 16 heads, MLA (kv_lora_rank 512, rope 64, nope 128, v 128, no q
+       // low-rank pair), softmax routing, no renormalisation; vocab 102400. (The real file's
+       // YaRN rope scaling is left out: moetier does not implement YaRN yet.)
+       SynthConfig c = base("deepseek-v2-lite", Arch::kDeepseek2);
+       c.n_layer = 27; c.n_dense_lead = 1; c.n_embd = 2048; c.n_head = 16; c.n_head_kv = 1;
+       c.head_dim = 192; c.n_rot = 64; c.kv_lora_rank = 512; c.q_lora_rank = 0; c.mla_v = 128;
+       c.n_expert = 64; c.n_expert_used = 6; c.n_ff_exp = 1408; c.n_expert_shared = 2; c.n_ff = 10944;
+       c.n_vocab = 102400; c.n_ctx = 163840; c.rope_freq_base = 10000.0f;
+       c.weights_norm = false; c.weights_scale = 1.0f;
+       return c;
+     }},
     {"glm-4.5-air", [] {
        // GLM-4.5-Air: 46 blocks (1 dense lead) + 1 NextN, 128 experts top-8 of width 1408,
        // 1 shared expert, n_embd 4096, 96/8 heads of 128 with half rotated, no q/k norms,
@@ -75,7 +98,7 @@ const Preset kPresets[] = {
        c.head_dim = 128; c.n_rot = 64; c.qk_norm = false;
        c.n_expert = 128; c.n_expert_used = 8; c.n_ff_exp = 1408; c.n_expert_shared = 1; c.n_ff = 10944;
        c.n_vocab = 151552; c.n_ctx = 131072; c.rope_freq_base = 1000000.0f; c.rms_eps = 1e-5f;
-       c.weights_norm = true; c.weights_scale = 1.0f;
+       c.weights_norm = true; c.weights_scale = 1.0f; c.sigmoid = true; c.selection_bias = true;
        return c;
      }},
     {"ornith-35b", [] {
@@ -116,7 +139,18 @@ SynthConfig tiny_for(Arch arch) {
     c.n_expert_shared = 1; c.n_ff = 512;
     c.n_expert_groups = 4; c.n_group_used = 2;
     c.weights_norm = true; c.weights_scale = 2.5f;
+    c.sigmoid = true; c.selection_bias = true;
   }
+  if (arch == Arch::kDeepseek2) {
+    // DeepSeek-V3-like: MLA with a q low-rank pair, one leading dense block, sigmoid routing
+    // with the selection bias over 4 groups of which 2 are used, renormalised, scaled by 2.5.
+    c.n_layer = 3; c.n_dense_lead = 1; c.n_ff = 512; c.n_expert_shared = 1;
+    c.head_dim = 64; c.n_rot = 32; c.kv_lora_rank = 128; c.q_lora_rank = 64; c.mla_v = 32; c.n_head_kv = 1;
+    c.n_expert_groups = 4; c.n_group_used = 2;
+    c.weights_norm = true; c.weights_scale = 2.5f;
+    c.sigmoid = true; c.selection_bias = true;
+  }
+  return c;
   return c;
 }
 
@@ -205,6 +239,14 @@ Status validate(const SynthConfig& c) {
   if (!a.routing_keys && (c.n_dense_lead != 0 || c.n_nextn != 0)) return fail(std::string(a.name) + " has no dense lead or NextN blocks");
   if (c.n_dense_lead >= c.n_layer) return fail("leading dense blocks must leave at least one MoE block");
   if (c.n_dense_lead > 0 && c.n_ff == 0) return fail("leading dense blocks need a width (n_ff)");
+  if (c.arch == Arch::kDeepseek2 && (c.kv_lora_rank == 0 || c.mla_v == 0 || c.n_rot == 0 || c.n_rot >= c.head_dim)) {
+    return fail("deepseek2 needs kv_lora_rank, value dims and rope dims below head_dim");
+  }
+  if (c.arch != Arch::kDeepseek2 && (c.kv_lora_rank != 0 || c.q_lora_rank != 0 || c.mla_v != 0)) {
+    return fail(std::string(a.name) + " has no latent attention");
+  }
+  if (c.arch == Arch::kGlm4Moe && !(c.sigmoid && c.selection_bias)) return fail("glm4moe routes by sigmoid with exp_probs_b");
+  if (!a.routing_keys && (c.sigmoid || c.selection_bias)) return fail(std::string(a.name) + " routes by softmax without a bias");
   if (!(c.weights_scale > 0.0f && c.weights_scale <= 64.0f)) return fail("expert weights scale must be in (0, 64]");
   if (c.n_rot % 2 != 0 || c.n_rot > c.head_dim) return fail("rope dims must be even and <= head_dim");
   if (c.n_expert_groups > 1 && (c.n_expert % c.n_expert_groups != 0 || c.n_expert / c.n_expert_groups < 2 ||

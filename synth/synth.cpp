@@ -52,6 +52,23 @@ std::vector<TensorSpec> plan_tensors(const SynthConfig& c, uint32_t n_vocab) {
   // The main stack, then the NextN blocks (a whole MoE block plus their projection and norms).
   for (uint32_t l = 0; l < c.n_layer + c.n_nextn; ++l) {
     t.push_back({blk(l, "attn_norm.weight"), Role::kNorm, l, {E}, norm});
+    if (c.arch == Arch::kDeepseek2) {
+      // MLA layout: q through the low-rank pair (or one matrix), the latent row, the per-head
+      // absorption matrices, the output over n_head * mla_v.
+      const uint64_t H = c.n_head, R = c.kv_lora_rank, P = c.n_rot, QL = c.q_lora_rank, V = c.mla_v;
+      if (QL > 0) {
+        t.push_back({blk(l, "attn_q_a.weight"), Role::kAttnQ, l, {E, QL}, matrix(E)});
+        t.push_back({blk(l, "attn_q_a_norm.weight"), Role::kNorm, l, {QL}, norm});
+        t.push_back({blk(l, "attn_q_b.weight"), Role::kAttnQ, l, {QL, q_dim}, matrix(QL)});
+      } else {
+        t.push_back({blk(l, "attn_q.weight"), Role::kAttnQ, l, {E, q_dim}, matrix(E)});
+      }
+      t.push_back({blk(l, "attn_kv_a_mqa.weight"), Role::kAttnK, l, {E, R + P}, matrix(E)});
+      t.push_back({blk(l, "attn_kv_a_norm.weight"), Role::kNorm, l, {R}, norm});
+      t.push_back({blk(l, "attn_k_b.weight"), Role::kAttnK, l, {c.head_dim - P, R, H}, matrix(c.head_dim - P)});
+      t.push_back({blk(l, "attn_v_b.weight"), Role::kAttnV, l, {R, V, H}, matrix(R)});
+      t.push_back({blk(l, "attn_output.weight"), Role::kAttnOut, l, {H * V, E}, matrix(H * V, residual_gain)});
+    } else {
     t.push_back({blk(l, "attn_q.weight"), Role::kAttnQ, l, {E, q_dim}, matrix(E)});
     t.push_back({blk(l, "attn_k.weight"), Role::kAttnK, l, {E, kv_dim}, matrix(E)});
     t.push_back({blk(l, "attn_v.weight"), Role::kAttnV, l, {E, kv_dim}, matrix(E)});
@@ -68,6 +85,7 @@ std::vector<TensorSpec> plan_tensors(const SynthConfig& c, uint32_t n_vocab) {
       t.push_back({blk(l, "attn_k_norm.weight"), Role::kNorm, l, {kv_dim}, norm});
     }
     t.push_back({blk(l, "attn_output.weight"), Role::kAttnOut, l, {q_dim, E}, matrix(q_dim, residual_gain)});
+    }
     t.push_back({blk(l, (std::string(a.ffn_norm) + ".weight").c_str()), Role::kNorm, l, {E}, norm});
     if (l < c.n_dense_lead) {
       const uint64_t F = c.n_ff;
@@ -87,7 +105,7 @@ std::vector<TensorSpec> plan_tensors(const SynthConfig& c, uint32_t n_vocab) {
     // carry its inverse, so the residual stream grows as in the other architectures.
     t.push_back({blk(l, "ffn_down_exps.weight"), Role::kExpDown, l, {c.n_ff_exp, E, c.n_expert},
                  matrix(c.n_ff_exp, residual_gain / c.weights_scale)});
-    if (a.routing_keys) {
+    if (a.routing_keys && c.selection_bias) {
       RowRecipe selection_bias;
       selection_bias.stddev = 0.05f;  // comparable to the sigmoid scores' spread: it changes choices
       t.push_back({blk(l, "exp_probs_b.bias"), Role::kExpProbsB, l, {c.n_expert}, selection_bias});
@@ -126,9 +144,20 @@ void write_hparams(const SynthConfig& c, uint32_t n_vocab, gguf::GgufWriter& w) 
   w.set_u32(p + ".block_count", c.n_layer + c.n_nextn);
   w.set_u32(p + ".feed_forward_length", a.expert_ff_key ? (c.n_ff != 0 ? c.n_ff : c.n_ff_exp) : c.n_ff_exp);
   w.set_u32(p + ".attention.head_count", c.n_head);
-  w.set_u32(p + ".attention.head_count_kv", c.n_head_kv);
-  w.set_u32(p + ".attention.key_length", c.head_dim);
-  w.set_u32(p + ".attention.value_length", c.head_dim);
+  if (c.arch == Arch::kDeepseek2) {  // MLA: one latent "head" of kv_lora_rank + rope dims
+    w.set_u32(p + ".attention.head_count_kv", 1);
+    w.set_u32(p + ".attention.key_length", c.kv_lora_rank + c.n_rot);
+    w.set_u32(p + ".attention.value_length", c.kv_lora_rank);
+    w.set_u32(p + ".attention.key_length_mla", c.head_dim);
+    w.set_u32(p + ".attention.value_length_mla", c.mla_v);
+    w.set_u32(p + ".attention.kv_lora_rank", c.kv_lora_rank);
+    // 0 written out: llama.cpp needs the key unless the layer count says "lite" (26 / 27).
+    w.set_u32(p + ".attention.q_lora_rank", c.q_lora_rank);
+  } else {
+    w.set_u32(p + ".attention.head_count_kv", c.n_head_kv);
+    w.set_u32(p + ".attention.key_length", c.head_dim);
+    w.set_u32(p + ".attention.value_length", c.head_dim);
+  }
   w.set_f32(p + ".attention.layer_norm_rms_epsilon", c.rms_eps);
   w.set_u32(p + ".rope.dimension_count", c.n_rot != 0 ? c.n_rot : c.head_dim);
   w.set_f32(p + ".rope.freq_base", c.rope_freq_base);
@@ -142,7 +171,7 @@ void write_hparams(const SynthConfig& c, uint32_t n_vocab, gguf::GgufWriter& w) 
     if (c.n_nextn > 0) w.set_u32(p + ".nextn_predict_layers", c.n_nextn);
     w.set_f32(p + ".expert_weights_scale", c.weights_scale);
     w.set_bool(p + ".expert_weights_norm", c.weights_norm);
-    w.set_u32(p + ".expert_gating_func", a.gating == ExpertGating::kSigmoid ? 2 : 1);
+    w.set_u32(p + ".expert_gating_func", c.sigmoid ? 2 : 1);
   }
   if (c.n_expert_groups > 1) {
     w.set_u32(p + ".expert_group_count", c.n_expert_groups);

@@ -9,6 +9,7 @@ BlockFn block_fn(Arch arch) {
     case Arch::kLlama: return llama_block;
     case Arch::kOlmoe: return olmoe_block;
     case Arch::kGlm4Moe: return glm4moe_block;
+    case Arch::kDeepseek2: return deepseek2_block;
   }
   return nullptr;
 }

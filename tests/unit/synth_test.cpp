@@ -12,6 +12,7 @@
 #include "gguf/reader.h"
 #include "gguf/writer.h"
 #include "model/hparams.h"
+#include "model/kv_cache.h"
 #include "model/model.h"
 #include "quant/reference.h"
 #include "synth/synth.h"
@@ -172,6 +173,52 @@ TEST(SynthArch, Glm4MoeBadRoutingKeysAreNamed) {
   EXPECT_NE(s.message().find("nextn_predict_layers 4"), std::string::npos) << s.to_string();
   s = with("glm4moe.leading_dense_block_count", gguf::Value::u32(2), "glm-dense.gguf");
   EXPECT_NE(s.message().find("blk.1.ffn_gate_inp.weight in a leading dense layer"), std::string::npos) << s.to_string();
+}
+
+// deepseek2 in the MLA layout: the latent tensors and keys as llama.cpp's converter writes
+// them; the loader reads the latent geometry and keeps one latent cache row per position;
+// a file without the MLA keys (the legacy attn_kv_b layout) is refused by name.
+TEST(SynthArch, Deepseek2MlaTensorsKeysAndLatentCache) {
+  SynthConfig c = tiny_for(Arch::kDeepseek2);
+  GgufFile f = write_and_open(c, "deepseek2-names.gguf");
+  EXPECT_EQ(*f.get_u32("deepseek2.attention.head_count_kv"), 1u);
+  EXPECT_EQ(*f.get_u32("deepseek2.attention.key_length"), c.kv_lora_rank + c.n_rot);
+  EXPECT_EQ(*f.get_u32("deepseek2.attention.value_length"), c.kv_lora_rank);
+  EXPECT_EQ(*f.get_u32("deepseek2.attention.key_length_mla"), c.head_dim);
+  EXPECT_EQ(*f.get_u32("deepseek2.attention.value_length_mla"), c.mla_v);
+  const gguf::TensorInfo* kb = f.find_tensor("blk.1.attn_k_b.weight");
+  ASSERT_NE(kb, nullptr);
+  EXPECT_EQ(kb->ne[0], c.head_dim - c.n_rot);
+  EXPECT_EQ(kb->ne[1], c.kv_lora_rank);
+  EXPECT_EQ(kb->ne[2], c.n_head);
+  EXPECT_EQ(f.find_tensor("blk.1.attn_kv_a_mqa.weight")->ne[1], c.kv_lora_rank + c.n_rot);
+  EXPECT_EQ(f.find_tensor("blk.1.attn_q.weight"), nullptr);
+  auto m = Model::load(test::temp_path("deepseek2-names.gguf"), {1});
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  const HParams& hp = (*m)->hparams();
+  EXPECT_TRUE(hp.mla);
+  EXPECT_EQ(hp.kv_dim(), c.kv_lora_rank + c.n_rot);
+  EXPECT_EQ(hp.q_dim(), c.n_head * c.head_dim);
+  auto kv = KvCache::create(hp.n_layer, 16, hp.kv_dim(), QuantType::F16, true);
+  ASSERT_TRUE(kv.ok());
+  EXPECT_EQ(kv->bytes(), uint64_t{hp.n_layer} * 16 * hp.kv_dim() * 2);  // K rows only
+  EXPECT_EQ(kv->v_row(1, 3), kv->k_row(1, 3));
+
+  // The legacy layout (no key_length_mla): refused by name.
+  c.sparse = true;
+  GgufFile src = write_and_open(c, "deepseek2-src.gguf");
+  gguf::GgufWriter w;
+  for (const auto& kv_pair : src.metadata()) {
+    if (std::string(kv_pair.key) != "deepseek2.attention.key_length_mla") w.set(std::string(kv_pair.key), kv_pair.value);
+  }
+  for (const auto& t : src.tensors()) w.add_tensor(std::string(t.name), t.type, {t.ne.begin(), t.ne.begin() + t.n_dims}, {});
+  gguf::WriteOptions sparse;
+  sparse.sparse = true;
+  ASSERT_TRUE(w.write(test::temp_path("deepseek2-legacy.gguf"), sparse).ok());
+  auto legacy = Model::load(test::temp_path("deepseek2-legacy.gguf"), {1});
+  ASSERT_FALSE(legacy.ok());
+  EXPECT_EQ(legacy.status().code(), StatusCode::kUnimplemented);
+  EXPECT_NE(legacy.status().message().find("legacy attn_kv_b layout"), std::string::npos) << legacy.status().to_string();
 }
 
 // The tensor set of each architecture, as in ../shared/reference/moe_arch_facts.md.
