@@ -19,6 +19,10 @@ constexpr std::array kArchs = {
     // rope part; softmax (V2) or sigmoid + exp_probs_b + groups (V3) routing from the keys.
     ArchInfo{Arch::kDeepseek2, "deepseek2", RopeStyle::kNorm, QkNorm::kNone, false, SharedExpert::kUngated, false, true, true,
              true, ExpertGating::kSoftmax, "ffn_norm"},
+    // gpt-oss-20b / 120b (llama.cpp's OPENAI_MOE): sinks, alternating sliding-window layers,
+    // biases everywhere, softmax over the selected logits, the clamped SwiGLU.
+    ArchInfo{Arch::kGptOss, "gpt-oss", RopeStyle::kNeox, QkNorm::kNone, false, SharedExpert::kNone, true, true, false,
+             false, ExpertGating::kSoftmaxOfSelected, "post_attention_norm", true},
 };
 
 }  // namespace

@@ -9,13 +9,14 @@
 
 namespace mt {
 
-enum class Arch { kQwen3Moe, kQwen2Moe, kLlama, kOlmoe, kGlm4Moe, kDeepseek2 };
+enum class Arch { kQwen3Moe, kQwen2Moe, kLlama, kOlmoe, kGlm4Moe, kDeepseek2, kGptOss };
 
 enum class RopeStyle { kNorm, kNeox };  // adjacent pairs vs halves
 // kPerHeadOptional: per-head norms used where the file has them (GLM-4.5 355B has, Air not).
 enum class QkNorm { kNone, kPerHead, kFullWidth, kPerHeadOptional };
 // How router logits become expert scores (`{arch}.expert_gating_func`: 1 softmax, 2 sigmoid).
-enum class ExpertGating { kSoftmax, kSigmoid };
+// kSoftmaxOfSelected (gpt-oss): top-k on the raw logits, the weights a softmax over those k.
+enum class ExpertGating { kSoftmax, kSigmoid, kSoftmaxOfSelected };
 // kGated: one expert of `expert_shared_feed_forward_length` scaled by sigmoid(w . h)
 // (qwen2moe); kUngated: `expert_shared_count` experts' width as one plain SwiGLU FFN added
 // to the routed sum (glm4moe, deepseek2).
@@ -36,6 +37,9 @@ struct ArchInfo {
   bool routing_keys = false;
   ExpertGating gating = ExpertGating::kSoftmax;  // when the file does not say
   const char* ffn_norm = "ffn_norm";             // the pre-FFN norm's tensor name
+  // gpt-oss: per-head attention sinks, sliding-window layers, attn_output / router / expert
+  // biases, and the clamped SwiGLU (min(g, 7) * sigmoid(1.702 g') * (clamp(u, -7, 7) + 1)).
+  bool oai = false;
 };
 
 const ArchInfo& arch_info(Arch arch);

@@ -21,6 +21,8 @@ struct AttendShape {
   uint32_t group = 1;            // query heads per cache head
   size_t k_head_bytes = 0, v_head_bytes = 0;
   float kq_scale = 1.0f;
+  uint32_t window = 0;           // sliding window: position p sees (p - window, p] (0: all)
+  const float* sinks = nullptr;  // per query head: a logit in the softmax's denominator only
 };
 
 // q: (n_tokens, q_row) with head h at h * hd_k; out: (n_tokens, out_row), head h at h * hd_v.

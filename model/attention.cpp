@@ -30,6 +30,18 @@ void rms_norm(const float* x, const std::vector<float>& w, float eps, int64_t n,
   for (int64_t i = 0; i < n; ++i) out[i] = x[i] * scale * (w.empty() ? 1.0f : w[static_cast<size_t>(i)]);
 }
 
+void softmax_with_sink(float* x, size_t n, float sink) {
+  const float mx = std::max(*std::max_element(x, x + n), sink);
+  double sum = 0.0;
+  for (size_t i = 0; i < n; ++i) {
+    x[i] = std::exp(x[i] - mx);
+    sum += x[i];
+  }
+  sum += static_cast<double>(std::exp(sink - mx));
+  const float inv = static_cast<float>(1.0 / sum);
+  for (size_t i = 0; i < n; ++i) x[i] *= inv;
+}
+
 void softmax(float* x, size_t n) {
   const float mx = *std::max_element(x, x + n);
   double sum = 0.0;
@@ -112,30 +124,41 @@ void attend_tile(const AttendArgs& args, uint32_t first, uint32_t n_q, uint32_t 
   const cpu::VecDotFn dot = args.k.vec_dot[static_cast<uint32_t>(args.cache)];
   const size_t offset = kvh * sh.k_head_bytes, v_offset = kvh * sh.v_head_bytes;
 
-  for (uint32_t j = 0; j < n_kv; ++j) {
+  // Query i (position first + i) sees [lo(i), first + i]: everything, or its window.
+  auto lo = [&](uint32_t i) { return sh.window == 0 || first + i + 1 <= sh.window ? 0u : first + i + 1 - sh.window; };
+  const uint32_t j0 = lo(0);
+  for (uint32_t j = j0; j < n_kv; ++j) {
     const uint8_t* k_row = args.kv.k_row(a.layer, j) + offset;
     for (uint32_t i = (j > first ? j - first : 0); i < n_q; ++i) {
+      if (j < lo(i)) break;  // lo grows with i
       scores[static_cast<size_t>(i) * n_kv + j] = dot(hd, k_row, &q_packed[i * act_bytes]) * sh.kq_scale;
     }
   }
   for (uint32_t i = 0; i < n_q; ++i) {
-    float* s = &scores[static_cast<size_t>(i) * n_kv];
-    const uint32_t len = first + i + 1;
-    softmax(s, len);
+    float* s = &scores[static_cast<size_t>(i) * n_kv + lo(i)];
+    const uint32_t len = first + i + 1 - lo(i);
+    if (sh.sinks != nullptr) {
+      softmax_with_sink(s, len, sh.sinks[h]);
+    } else {
+      softmax(s, len);
+    }
     if (args.cache == QuantType::F16) {
       for (uint32_t j = 0; j < len; ++j) s[j] = fp16_to_fp32(fp32_to_fp16(s[j]));
     }
     std::fill(out + i * out_stride, out + i * out_stride + hv, 0.0f);
   }
-  for (uint32_t j = 0; j < n_kv; ++j) {
+  // i1: the queries whose window still holds j (those before it).
+  for (uint32_t j = j0; j < n_kv; ++j) {
     const uint8_t* v_row = args.kv.v_row(a.layer, j) + v_offset;
     const uint32_t i0 = j > first ? j - first : 0;
+    uint32_t i1 = n_q;
+    while (i1 > i0 && j < lo(i1 - 1)) --i1;
     if (args.cache == QuantType::F16) {
-      for (uint32_t i = i0; i < n_q; ++i) args.k.axpy_f16(hv, scores[static_cast<size_t>(i) * n_kv + j], v_row, out + i * out_stride);
+      for (uint32_t i = i0; i < i1; ++i) args.k.axpy_f16(hv, scores[static_cast<size_t>(i) * n_kv + j], v_row, out + i * out_stride);
       continue;
     }
     dequantize_row(args.cache, v_row, v_tmp.data(), hv);
-    for (uint32_t i = i0; i < n_q; ++i) {
+    for (uint32_t i = i0; i < i1; ++i) {
       const float p = scores[static_cast<size_t>(i) * n_kv + j];
       float* o = out + i * out_stride;
       for (uint32_t e = 0; e < hv; ++e) o[e] += p * v_tmp[e];
@@ -216,7 +239,8 @@ void attention_block(const BlockArgs& a, QkNorm qk_norm, RopeStyle rope_style) {
         rms_norm(kt, a.v.k_norm, hp.rms_eps, KV, kt);
       }
       const uint32_t pos = pos_of[t];
-      rope_angles(hp.n_rot, pos, hp.rope_freq_base, hp.rope_freq_scale, cos_k.data(), sin_k.data());
+      rope_angles(hp.n_rot, pos, hp.is_swa(a.layer) ? hp.rope_freq_base_swa : hp.rope_freq_base, hp.rope_freq_scale,
+                  cos_k.data(), sin_k.data());
       rope_apply(qt, hp.n_head, hp.head_dim, hp.n_rot, rope_style, cos_k.data(), sin_k.data());
       rope_apply(kt, hp.n_head_kv, hp.head_dim, hp.n_rot, rope_style, cos_k.data(), sin_k.data());
       kv_of[t]->store(a.layer, pos, kt, &v[t * KV]);
@@ -228,11 +252,13 @@ void attention_block(const BlockArgs& a, QkNorm qk_norm, RopeStyle rope_style) {
 
   const QuantType cache = a.seqs.front().kv->type();
   const AttendShape shape{hp.head_dim, hp.head_dim, hp.n_head / hp.n_head_kv, static_cast<size_t>(*row_bytes(cache, hp.head_dim)),
-                          static_cast<size_t>(*row_bytes(cache, hp.head_dim)), 1.0f / std::sqrt(static_cast<float>(hp.head_dim))};
+                          static_cast<size_t>(*row_bytes(cache, hp.head_dim)), 1.0f / std::sqrt(static_cast<float>(hp.head_dim)),
+                          hp.is_swa(a.layer) ? hp.n_swa : 0u, a.v.sinks.empty() ? nullptr : a.v.sinks.data()};
   attend_all(a, shape, q.data(), Q, att.data(), Q);
   trace_rows(a.trace, "kqv_out", a, att.data(), Q);
 
   matmul(w.wo, 0, att.data(), T, out.data(), a.pool);
+  add_bias(out.data(), a.v.bo, T, E);
   trace_rows(a.trace, "attn_out", a, out.data(), E);
   for (size_t i = 0; i < T * E; ++i) a.x[i] += out[i];
 }

@@ -33,6 +33,26 @@ void swiglu(const float* g, float* u, size_t n) {
   }
 }
 
+// gpt-oss's expert activation: g' = min(g, 7), u' = clamp(u, -7, 7),
+// u <- g' / (1 + exp(-1.702 g')) * (u' + 1).
+void swiglu_oai(const float* g, float* u, size_t n) {
+  constexpr float kAlpha = 1.702f, kLimit = 7.0f;
+  for (size_t i = 0; i < n; ++i) {
+    const float x = std::min(g[i], kLimit);
+    const float y = std::clamp(u[i], -kLimit, kLimit);
+    u[i] = x / (1.0f + std::exp(kAlpha * (-x))) * (y + 1.0f);
+  }
+}
+
+// Adds row `e` of a (n, n_expert) F32 bias tensor to `rows` rows of n floats.
+void add_expert_bias(const Tensor& b, uint32_t e, float* y, size_t rows, size_t n) {
+  if (!b.present()) return;
+  const float* v = reinterpret_cast<const float*>(b.row(e));
+  for (size_t r = 0; r < rows; ++r) {
+    for (size_t i = 0; i < n; ++i) y[r * n + i] += v[i];
+  }
+}
+
 // A per-thread buffer of at least n floats, reused across calls (no zeroing).
 float* scratch(std::vector<float>& buf, size_t n) {
   if (buf.size() < n) buf.resize(n);
@@ -48,6 +68,7 @@ struct ExpertRun {
   const Tensor* down;
   uint64_t matrix;
   uint32_t row0, n;
+  uint32_t expert = 0;  // the expert id (matrix is 0 when the run reads a device slot view)
 };
 
 // The buffers of one MoE layer-step (rows as in moe_block).
@@ -80,9 +101,17 @@ void expert_rows(const LayerWeights& w, std::span<const ExpertRun> runs, size_t 
     jobs.push_back({&w.shexp_gate, 0, h_packs.get(w.shexp_gate.type), b.g_sh, static_cast<int64_t>(b.n_ff_sh)});
   }
   matmul_jobs(jobs, pool);
+  for (const ExpertRun& r : runs) {  // gpt-oss: per-expert biases on gate and up
+    add_expert_bias(w.up_exps_b, r.expert, b.u + r.row0 * n_ff, r.n, n_ff);
+    add_expert_bias(w.gate_exps_b, r.expert, b.g + r.row0 * n_ff, r.n, n_ff);
+  }
   maybe_parallel_for(pool, static_cast<int64_t>(n), kMinParallelRows, [&](int64_t i0, int64_t i1) {
     const size_t at = (r0 + static_cast<size_t>(i0)) * n_ff;
-    swiglu(gated ? b.g + at : nullptr, b.u + at, static_cast<size_t>(i1 - i0) * n_ff);
+    if (w.swiglu_oai) {
+      swiglu_oai(b.g + at, b.u + at, static_cast<size_t>(i1 - i0) * n_ff);
+    } else {
+      swiglu(gated ? b.g + at : nullptr, b.u + at, static_cast<size_t>(i1 - i0) * n_ff);
+    }
   });
   if (shared) {
     maybe_parallel_for(pool, b.T, kMinParallelRows, [&](int64_t t0, int64_t t1) {
@@ -98,6 +127,7 @@ void expert_rows(const LayerWeights& w, std::span<const ExpertRun> runs, size_t 
   }
   if (shared) jobs.push_back({&w.shexp_down, 0, sh_packs.get(w.shexp_down.type), b.d_sh, static_cast<int64_t>(E)});
   matmul_jobs(jobs, pool);
+  for (const ExpertRun& r : runs) add_expert_bias(w.down_exps_b, r.expert, b.d + r.row0 * E, r.n, E);
 }
 
 }  // namespace
@@ -110,9 +140,9 @@ void route_token(const MoeMath& math, float* p, uint32_t X, uint32_t K, const st
                  int32_t* selected, float* weights, std::vector<float>& sel) {
   if (math.gating == ExpertGating::kSoftmax) {
     softmax(p, X);
-  } else {
+  } else if (math.gating == ExpertGating::kSigmoid) {
     for (uint32_t e = 0; e < X; ++e) p[e] = 1.0f / (1.0f + std::exp(-p[e]));
-  }
+  }  // kSoftmaxOfSelected: the raw logits choose
   sel.assign(p, p + X);                            // selection scores
   if (!bias.empty()) for (uint32_t e = 0; e < X; ++e) sel[e] += bias[e];
   auto before = [&](uint32_t i, uint32_t j) { return sel[i] > sel[j] || (sel[i] == sel[j] && i < j); };
@@ -151,6 +181,7 @@ void route_token(const MoeMath& math, float* p, uint32_t X, uint32_t K, const st
     weights[i] = p[order[i]];
     sum += p[order[i]];
   }
+  if (math.gating == ExpertGating::kSoftmaxOfSelected) softmax(weights, K);
   if (math.renormalize) {
     sum = std::max(sum, 6.103515625e-5f);
     for (uint32_t i = 0; i < K; ++i) weights[i] /= sum;
@@ -184,6 +215,7 @@ void moe_block(const BlockArgs& a, const MoeMath& math) {
   std::vector<float> work;
   for (uint32_t t = 0; t < T; ++t) {
     float* p = &probs[t * X];
+    if (!a.v.router_b.empty()) for (uint32_t e = 0; e < X; ++e) p[e] += a.v.router_b[e];
     route_token(math, p, X, K, a.v.exp_probs_b, &selected[t * K], &weights[t * K], work);
     if (a.trace) a.trace->tensor("ffn_moe_probs", a.layer, a.pos(t), {p, X});
     if (a.trace) a.trace->routing(a.layer, a.pos(t), {&selected[t * K], K}, {&weights[t * K], K});
@@ -219,7 +251,7 @@ void moe_block(const BlockArgs& a, const MoeMath& math) {
     uint32_t row = 0;
     for (size_t i = 0; i < active.size(); ++i) {
       first[active[i]] = row;
-      runs[i] = {&w.gate_exps, &w.up_exps, &w.down_exps, active[i], row, count[active[i]]};
+      runs[i] = {&w.gate_exps, &w.up_exps, &w.down_exps, active[i], row, count[active[i]], active[i]};
       row += count[active[i]];
     }
     std::vector<uint32_t> fill(first);
@@ -320,7 +352,7 @@ void expert_outputs(const LayerWeights& w, const float* h, uint32_t n_tokens, si
   for (uint32_t r = 0; r < S; ++r) {
     const uint32_t e = jobs[order[r]].expert;
     MT_CHECK(jobs[order[r]].token < n_tokens && e < w.up_exps.ne[2]);
-    if (runs.empty() || runs.back().matrix != e) runs.push_back({&w.gate_exps, &w.up_exps, &w.down_exps, e, r, 0});
+    if (runs.empty() || runs.back().matrix != e) runs.push_back({&w.gate_exps, &w.up_exps, &w.down_exps, e, r, 0, e});
     ++runs.back().n;
   }
   std::vector<float> in(S * E), g(S * n_ff), u(S * n_ff), d(S * E);  // rows in run order

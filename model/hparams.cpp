@@ -50,6 +50,14 @@ StatusOr<HParams> read_hparams(const gguf::GgufFile& f) {
   MT_ASSIGN_OR_RETURN(uint32_t value_dim, f.get_u32_or(p + "attention.value_length", h.head_dim));
   if (h.head_dim == 0 || h.head_dim > 1024 || h.head_dim % 2 != 0) return bad("key_length " + std::to_string(h.head_dim) + " must be even, 2..1024");
   MT_ASSIGN_OR_RETURN(h.n_rot, f.get_u32_or(p + "rope.dimension_count", h.head_dim));
+  if (info.oai) {
+    if (h.n_rot != h.head_dim) return bad("gpt-oss needs rope.dimension_count == key_length (its head dim)");
+    MT_ASSIGN_OR_RETURN(h.n_swa, f.get_u32(p + "attention.sliding_window"));
+    MT_ASSIGN_OR_RETURN(h.swa_period, f.get_u32_or(p + "attention.sliding_window_pattern", 2));
+    if (h.n_swa == 0 || h.swa_period == 0) return bad("attention.sliding_window and its pattern must be positive");
+    MT_ASSIGN_OR_RETURN(h.rope_freq_base_swa, f.get_f32_or(p + "rope.freq_base_swa", h.rope_freq_base));
+    if (!(h.rope_freq_base_swa > 0.0f)) return bad("rope.freq_base_swa must be positive");
+  }
   if (h.arch == Arch::kDeepseek2) {
     if (!f.find(p + "attention.key_length_mla") || !f.find(p + "attention.value_length_mla")) {
       return unimplemented("deepseek2 without attention.key_length_mla / value_length_mla (the legacy attn_kv_b layout) "

@@ -48,6 +48,14 @@ struct HParams {
   // kv_lora_rank compressed dims then n_rot rope dims (head_dim = their sum, n_head_kv 1);
   // the value is the latent part. Per head: q of mla_k dims (mla_k - n_rot "nope" + n_rot
   // rope), values of mla_v dims after the per-head v_b product.
+  // Sliding-window attention (gpt-oss): layers with l % swa_period < swa_period - 1 see only
+  // the last n_swa positions (a key is masked when pos_q - pos_k >= n_swa), with their own
+  // RoPE base. n_swa 0: every layer full.
+  uint32_t n_swa = 0;
+  uint32_t swa_period = 0;
+  float rope_freq_base_swa = 10000.0f;
+  bool is_swa(uint32_t layer) const { return n_swa > 0 && swa_period > 0 && layer % swa_period < swa_period - 1; }
+
   bool mla = false;
   uint32_t q_lora_rank = 0;    // 0: one attn_q matrix (the "lite" models)
   uint32_t kv_lora_rank = 0;

@@ -37,6 +37,7 @@ class Trace {
 struct LayerVectors {
   std::vector<float> attn_norm, ffn_norm, q_norm, k_norm, bq, bk, bv, shexp_gate_inp, exp_probs_b;
   std::vector<float> q_a_norm, kv_a_norm;  // MLA
+  std::vector<float> bo, sinks, router_b;  // gpt-oss
 };
 
 // One sequence's rows of a batch: rows [row0, row0 + n) are its tokens at positions
@@ -75,6 +76,8 @@ struct BlockArgs {
 void rms_norm(const float* x, const std::vector<float>& w, float eps, int64_t n, float* out);
 // Softmax in place: max-subtracted, the sum accumulated in double, scaled by its inverse.
 void softmax(float* x, size_t n);
+// The same with one more logit in the denominator only (an attention sink).
+void softmax_with_sink(float* x, size_t n, float sink);
 
 // Below this many rows (tokens, slots), a block's per-row work stays on the calling thread:
 // a decode step's one row costs less than a pool hand-off.

@@ -96,6 +96,9 @@ StatusOr<std::unique_ptr<Model>> Model::load(const std::string& path, const Load
     v.exp_probs_b = to_floats(w.exp_probs_b);
     v.q_a_norm = to_floats(w.q_a_norm);
     v.kv_a_norm = to_floats(w.kv_a_norm);
+    v.bo = to_floats(w.bo);
+    v.sinks = to_floats(w.sinks);
+    v.router_b = to_floats(w.router_b);
     m->vectors_.push_back(std::move(v));
   }
   m->output_norm_ = to_floats(m->weights_.output_norm);

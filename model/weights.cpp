@@ -97,6 +97,10 @@ StatusOr<ModelWeights> bind_weights(const gguf::GgufFile& file, const HParams& h
     }
     MT_RETURN_IF_ERROR(b.bind(&L.wo, blk(l, "attn_output.weight"), {q, E}));
     }
+    if (a.oai) {
+      MT_RETURN_IF_ERROR(b.bind(&L.bo, blk(l, "attn_output.bias"), {E}));
+      MT_RETURN_IF_ERROR(b.bind(&L.sinks, blk(l, "attn_sinks.weight"), {hp.n_head}));
+    }
     MT_RETURN_IF_ERROR(b.bind(&L.ffn_norm, blk(l, (std::string(a.ffn_norm) + ".weight").c_str()), {E}));
 
     // A layer with a router is MoE; one without is a dense FFN (leading dense blocks). Where
@@ -118,6 +122,16 @@ StatusOr<ModelWeights> bind_weights(const gguf::GgufFile& file, const HParams& h
       MT_RETURN_IF_ERROR(b.bind(&L.gate_exps, blk(l, "ffn_gate_exps.weight"), {E, F, X}, hp.arch != Arch::kLlama));
       MT_RETURN_IF_ERROR(b.bind(&L.up_exps, blk(l, "ffn_up_exps.weight"), {E, F, X}));
       MT_RETURN_IF_ERROR(b.bind(&L.down_exps, blk(l, "ffn_down_exps.weight"), {F, E, X}));
+      if (a.oai) {
+        MT_RETURN_IF_ERROR(b.bind(&L.router_b, blk(l, "ffn_gate_inp.bias"), {X}));
+        MT_RETURN_IF_ERROR(b.bind(&L.gate_exps_b, blk(l, "ffn_gate_exps.bias"), {F, X}));
+        MT_RETURN_IF_ERROR(b.bind(&L.up_exps_b, blk(l, "ffn_up_exps.bias"), {F, X}));
+        MT_RETURN_IF_ERROR(b.bind(&L.down_exps_b, blk(l, "ffn_down_exps.bias"), {E, X}));
+        L.swiglu_oai = true;
+        for (const Tensor* t : {&L.router_b, &L.gate_exps_b, &L.up_exps_b, &L.down_exps_b}) {
+          if (t->type != QuantType::F32) return unimplemented(t->name + " must be F32 (is " + std::string(type_name(t->type)) + ")");
+        }
+      }
       if (a.shared_expert != SharedExpert::kNone && hp.n_ff_shexp > 0) {
         const uint64_t S = hp.n_ff_shexp;
         if (a.shared_expert == SharedExpert::kGated) {

@@ -49,6 +49,12 @@ struct LayerWeights {
   // MoE layers
   Tensor router;                           // (n_embd, n_expert)
   Tensor exp_probs_b;                      // (n_expert) selection bias (glm4moe, deepseek2)
+  Tensor router_b;                         // (n_expert) gpt-oss: added to the router logits
+  Tensor gate_exps_b, up_exps_b;           // (n_ff_exp, n_expert) gpt-oss expert biases
+  Tensor down_exps_b;                      // (n_embd, n_expert)
+  Tensor bo;                               // (n_embd) attn_output bias (gpt-oss)
+  Tensor sinks;                            // (n_head) attention sink logits (gpt-oss)
+  bool swiglu_oai = false;                 // experts use gpt-oss's clamped SwiGLU
   Tensor gate_exps, up_exps;               // (n_embd, n_ff_exp, n_expert); gate optional
   Tensor down_exps;                        // (n_ff_exp, n_embd, n_expert)
   Tensor shexp_gate_inp;                   // (n_embd) qwen2moe's shared-expert gate

@@ -64,6 +64,8 @@ struct SynthConfig {
   uint32_t q_lora_rank = 0;     // 0: one attn_q matrix
   uint32_t kv_lora_rank = 0;
   uint32_t mla_v = 0;           // value_length_mla
+  uint32_t n_swa = 0;           // gpt-oss: sliding window of the even layers
+  float rope_freq_base_swa = 0.0f;  // gpt-oss: their RoPE base (0: rope_freq_base)
   uint32_t n_ff = 0;            // feed_forward_length key (0: = n_ff_exp)
   uint32_t n_vocab = 0;         // 0: the vocabulary's own size; larger pads it
   uint32_t n_ctx = 4096;

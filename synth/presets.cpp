@@ -89,6 +89,17 @@ const Preset kPresets[] = {
        c.weights_norm = false; c.weights_scale = 1.0f;
        return c;
      }},
+    {"gpt-oss-20b", [] {
+       // gpt-oss-20b: 24 layers, 32 experts top-4 of width 2880, n_embd 2880, 64/8 heads of
+       // 64, window 128 on the even layers, vocab 201088; MXFP4 experts. (The real file's
+       // YaRN rope scaling is left out: moetier does not implement YaRN yet.)
+       SynthConfig c = base("gpt-oss-20b", Arch::kGptOss);
+       c.n_layer = 24; c.n_embd = 2880; c.n_head = 64; c.n_head_kv = 8; c.head_dim = 64;
+       c.n_expert = 32; c.n_expert_used = 4; c.n_ff_exp = 2880; c.n_vocab = 201088;
+       c.n_ctx = 131072; c.rope_freq_base = 150000.0f; c.rms_eps = 1e-5f; c.n_swa = 128;
+       c.quant = *parse_quant_mix("mxfp4");
+       return c;
+     }},
     {"glm-4.5-air", [] {
        // GLM-4.5-Air: 46 blocks (1 dense lead) + 1 NextN, 128 experts top-8 of width 1408,
        // 1 shared expert, n_embd 4096, 96/8 heads of 128 with half rotated, no q/k norms,
@@ -140,6 +151,11 @@ SynthConfig tiny_for(Arch arch) {
     c.n_expert_groups = 4; c.n_group_used = 2;
     c.weights_norm = true; c.weights_scale = 2.5f;
     c.sigmoid = true; c.selection_bias = true;
+  }
+  if (arch == Arch::kGptOss) {
+    // Even layers slide a 16-position window (crossed by the 64-token tests) with their own
+    // RoPE base; the experts are MXFP4 in the real files (--quant mxfp4).
+    c.n_layer = 2; c.n_swa = 16; c.rope_freq_base_swa = 5000.0f;
   }
   if (arch == Arch::kDeepseek2) {
     // DeepSeek-V3-like: MLA with a q low-rank pair, one leading dense block, sigmoid routing
@@ -247,6 +263,8 @@ Status validate(const SynthConfig& c) {
   }
   if (c.arch == Arch::kGlm4Moe && !(c.sigmoid && c.selection_bias)) return fail("glm4moe routes by sigmoid with exp_probs_b");
   if (!a.routing_keys && (c.sigmoid || c.selection_bias)) return fail(std::string(a.name) + " routes by softmax without a bias");
+  if (a.oai && c.n_swa == 0) return fail("gpt-oss needs a sliding window");
+  if (!a.oai && c.n_swa != 0) return fail(std::string(a.name) + " has no sliding-window layers");
   if (!(c.weights_scale > 0.0f && c.weights_scale <= 64.0f)) return fail("expert weights scale must be in (0, 64]");
   if (c.n_rot % 2 != 0 || c.n_rot > c.head_dim) return fail("rope dims must be even and <= head_dim");
   if (c.n_expert_groups > 1 && (c.n_expert % c.n_expert_groups != 0 || c.n_expert / c.n_expert_groups < 2 ||

@@ -86,6 +86,12 @@ std::vector<TensorSpec> plan_tensors(const SynthConfig& c, uint32_t n_vocab) {
     }
     t.push_back({blk(l, "attn_output.weight"), Role::kAttnOut, l, {q_dim, E}, matrix(q_dim, residual_gain)});
     }
+    if (a.oai) {
+      RowRecipe sink;
+      sink.stddev = 1.0f;  // logits of the scores' order: the sink takes a real share
+      t.push_back({blk(l, "attn_output.bias"), Role::kBias, l, {E}, bias});
+      t.push_back({blk(l, "attn_sinks.weight"), Role::kBias, l, {c.n_head}, sink});
+    }
     t.push_back({blk(l, (std::string(a.ffn_norm) + ".weight").c_str()), Role::kNorm, l, {E}, norm});
     if (l < c.n_dense_lead) {
       const uint64_t F = c.n_ff;
@@ -105,6 +111,14 @@ std::vector<TensorSpec> plan_tensors(const SynthConfig& c, uint32_t n_vocab) {
     // carry its inverse, so the residual stream grows as in the other architectures.
     t.push_back({blk(l, "ffn_down_exps.weight"), Role::kExpDown, l, {c.n_ff_exp, E, c.n_expert},
                  matrix(c.n_ff_exp, residual_gain / c.weights_scale)});
+    if (a.oai) {
+      RowRecipe expert_bias;
+      expert_bias.stddev = 0.05f;
+      t.push_back({blk(l, "ffn_gate_inp.bias"), Role::kBias, l, {c.n_expert}, expert_bias});
+      t.push_back({blk(l, "ffn_gate_exps.bias"), Role::kBias, l, {c.n_ff_exp, c.n_expert}, expert_bias});
+      t.push_back({blk(l, "ffn_up_exps.bias"), Role::kBias, l, {c.n_ff_exp, c.n_expert}, expert_bias});
+      t.push_back({blk(l, "ffn_down_exps.bias"), Role::kBias, l, {E, c.n_expert}, bias});
+    }
     if (a.routing_keys && c.selection_bias) {
       RowRecipe selection_bias;
       selection_bias.stddev = 0.05f;  // comparable to the sigmoid scores' spread: it changes choices
@@ -172,6 +186,11 @@ void write_hparams(const SynthConfig& c, uint32_t n_vocab, gguf::GgufWriter& w) 
     w.set_f32(p + ".expert_weights_scale", c.weights_scale);
     w.set_bool(p + ".expert_weights_norm", c.weights_norm);
     w.set_u32(p + ".expert_gating_func", c.sigmoid ? 2 : 1);
+  }
+  if (a.oai) {
+    w.set_u32(p + ".attention.sliding_window", c.n_swa);
+    w.set_u32(p + ".attention.sliding_window_pattern", 2);
+    w.set_f32(p + ".rope.freq_base_swa", c.rope_freq_base_swa > 0.0f ? c.rope_freq_base_swa : c.rope_freq_base);
   }
   if (c.n_expert_groups > 1) {
     w.set_u32(p + ".expert_group_count", c.n_expert_groups);

@@ -10,6 +10,7 @@ BlockFn block_fn(Arch arch) {
     case Arch::kOlmoe: return olmoe_block;
     case Arch::kGlm4Moe: return glm4moe_block;
     case Arch::kDeepseek2: return deepseek2_block;
+    case Arch::kGptOss: return gpt_oss_block;
   }
   return nullptr;
 }

@@ -80,7 +80,7 @@ def check(name, args, n_layer=2, top_k=2, n_expert=8, renorm=True, ids=None):
 
 
 # glm4moe, deepseek2: the weights are renormalised and then scaled by 2.5, so they do not sum to 1.
-ARCHS = {"qwen3moe": True, "qwen2moe": False, "llama": True, "olmoe": False, "glm4moe": False, "deepseek2": False}
+ARCHS = {"qwen3moe": True, "qwen2moe": False, "llama": True, "olmoe": False, "glm4moe": False, "deepseek2": False, "gpt-oss": True}
 TYPES = ["q8_0", "q4_k_m", "f16", "bf16", "q4_0", "q5_1", "q3_k", "q6_k", "iq4_xs", "mxfp4"]
 for arch, renorm in ARCHS.items():
     for q in TYPES:

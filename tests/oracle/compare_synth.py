@@ -35,12 +35,12 @@ Only the python3 standard library is used.
 import json, os, struct, subprocess, sys
 
 MOETIER, ORACLE, WORK = sys.argv[1:4]
-ARCHS = sys.argv[4:] or ["qwen3moe", "qwen2moe", "llama", "olmoe", "glm4moe", "deepseek2", "deepseek2-v2"]
+ARCHS = sys.argv[4:] or ["qwen3moe", "qwen2moe", "llama", "olmoe", "glm4moe", "deepseek2", "deepseek2-v2", "gpt-oss"]
 TYPES = ["f32", "f16", "bf16", "q8_0", "q4_0", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "iq4_nl", "iq4_xs", "q4_k_m"]
 # The families of issue 9 share the kernels above: their new math (routing variants, dense
 # lead and NextN blocks, partial RoPE) is checked at the float and the common mixes.
 NEW_TYPES = ["f32", "f16", "q8_0", "q4_k", "q4_k_m"]
-TYPES_OF = {"glm4moe": NEW_TYPES, "deepseek2": NEW_TYPES, "deepseek2-v2": NEW_TYPES}
+TYPES_OF = {"glm4moe": NEW_TYPES, "deepseek2": NEW_TYPES, "deepseek2-v2": NEW_TYPES, "gpt-oss": NEW_TYPES + ["mxfp4"]}
 # How each entry is synthesized: --arch NAME, or a preset.
 SYNTH_OF = {"deepseek2-v2": ["--preset", "tiny-deepseek2-v2"]}
 # A near tie in the router scores, below which the two engines may choose differently.

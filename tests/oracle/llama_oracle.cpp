@@ -198,7 +198,8 @@ Kind kind_of(const ggml_tensor * t, int & layer) {
     if (!split_name(t->name, base, layer)) return Kind::none;
     if (base == "ffn_moe_topk") return Kind::topk;
     if (base == "ffn_moe_weights") return Kind::weights;
-    if (base == "ffn_moe_weights_norm") return Kind::weights_norm;
+    // gpt-oss: the softmax over the selected logits (it has no renormalisation step)
+    if (base == "ffn_moe_weights_norm" || base == "ffn_moe_weights_softmax") return Kind::weights_norm;
     if (base == "ffn_moe_probs") return Kind::probs;
     if (base == "ffn_moe_probs_biased") return Kind::probs_biased;
     if (base == "ffn_moe_weights_scaled") return Kind::weights_scaled;

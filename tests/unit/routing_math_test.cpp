@@ -1,6 +1,7 @@
 // The routing math variants of model/layers.h route_token, each on a hand-worked case:
 // softmax vs sigmoid scores, the exp_probs_b selection bias (chooses, does not weigh),
-// group-limited routing (sum of each group's best two), renormalisation and the scale.
+// group-limited routing (sum of each group's best two), renormalisation and the scale,
+// gpt-oss's softmax over the selected logits; and the attention sink's softmax.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -81,6 +82,31 @@ TEST(RoutingMath, GroupsRankedBySumOfTheirBestTwo) {
   // k = 3 with groups {1, 0}: 0, 3, 4; with only group 1: 3, 4, 5.
   Routed three = route({ExpertGating::kSigmoid, false, 1.0f, 3, 1}, logits, 3);
   EXPECT_EQ(three.experts, (std::vector<int32_t>{3, 4, 5}));
+}
+
+TEST(RoutingMath, SoftmaxOfTheSelectedLogits) {
+  // gpt-oss: the raw logits choose; the weights are a softmax over the k chosen only.
+  const std::vector<float> logits = {0.5f, 3.0f, -1.0f, 2.0f};
+  Routed r = route({ExpertGating::kSoftmaxOfSelected, false, 1.0f, 0, 0}, logits, 2);
+  EXPECT_EQ(r.experts, (std::vector<int32_t>{1, 3}));
+  const float e = std::exp(1.0f);  // exp(3 - 2)
+  EXPECT_NEAR(r.weights[0], e / (e + 1.0f), 1e-6);
+  EXPECT_NEAR(r.weights[1], 1.0f / (e + 1.0f), 1e-6);
+}
+
+TEST(AttentionMath, SoftmaxWithSinkLeavesTheSinkShareOut) {
+  // Scores {0, ln 2} and a sink logit ln 1 = 0: exp values 1, 2 and 1 in the denominator.
+  std::vector<float> s = {0.0f, std::log(2.0f)};
+  softmax_with_sink(s.data(), s.size(), 0.0f);
+  EXPECT_NEAR(s[0], 0.25f, 1e-6);
+  EXPECT_NEAR(s[1], 0.5f, 1e-6);
+  // A sink far below changes nothing; one far above takes almost everything.
+  std::vector<float> low = {1.0f, 2.0f}, plain = {1.0f, 2.0f}, high = {1.0f, 2.0f};
+  softmax_with_sink(low.data(), 2, -100.0f);
+  softmax(plain.data(), 2);
+  EXPECT_FLOAT_EQ(low[0], plain[0]);
+  softmax_with_sink(high.data(), 2, 30.0f);
+  EXPECT_LT(high[0] + high[1], 1e-9);
 }
 
 }  // namespace
