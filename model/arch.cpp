@@ -23,6 +23,11 @@ constexpr std::array kArchs = {
     // biases everywhere, softmax over the selected logits, the clamped SwiGLU.
     ArchInfo{Arch::kGptOss, "gpt-oss", RopeStyle::kNeox, QkNorm::kNone, false, SharedExpert::kNone, true, true, false,
              false, ExpertGating::kSoftmaxOfSelected, "post_attention_norm", true},
+    // poolside Laguna XS.2 / S.2 / M.1: per-layer query-head counts, full + sliding-window
+    // layers (full first, period 4) with their own RoPE dims and base, a softplus gate on
+    // the attention output; sigmoid routing with exp_probs_b, dense lead, one shared expert.
+    ArchInfo{Arch::kLaguna, "laguna", RopeStyle::kNeox, QkNorm::kPerHead, false, SharedExpert::kUngated, false, true, true,
+             true, ExpertGating::kSigmoid, "ffn_norm"},
 };
 
 }  // namespace

@@ -9,7 +9,7 @@
 
 namespace mt {
 
-enum class Arch { kQwen3Moe, kQwen2Moe, kLlama, kOlmoe, kGlm4Moe, kDeepseek2, kGptOss };
+enum class Arch { kQwen3Moe, kQwen2Moe, kLlama, kOlmoe, kGlm4Moe, kDeepseek2, kGptOss, kLaguna };
 
 enum class RopeStyle { kNorm, kNeox };  // adjacent pairs vs halves
 // kPerHeadOptional: per-head norms used where the file has them (GLM-4.5 355B has, Air not).

@@ -208,9 +208,13 @@ void attention_block(const BlockArgs& a, QkNorm qk_norm, RopeStyle rope_style) {
   trace_rows(a.trace, "attn_norm", a, h.data(), E);
 
   PackSet h_packs(h.data(), T, static_cast<int64_t>(E), &a.pool);
-  const MatJob qkv[] = {{&w.wq, 0, h_packs.get(w.wq.type), q.data(), static_cast<int64_t>(Q)},
-                        {&w.wk, 0, h_packs.get(w.wk.type), k.data(), static_cast<int64_t>(KV)},
-                        {&w.wv, 0, h_packs.get(w.wv.type), v.data(), static_cast<int64_t>(KV)}};
+  // laguna: the output gate from the same normed input, softplus'd below.
+  const size_t G = w.attn_gate.present() ? w.attn_gate.ne[1] : 0;
+  std::vector<float> gate(T * G);
+  std::vector<MatJob> qkv = {{&w.wq, 0, h_packs.get(w.wq.type), q.data(), static_cast<int64_t>(Q)},
+                             {&w.wk, 0, h_packs.get(w.wk.type), k.data(), static_cast<int64_t>(KV)},
+                             {&w.wv, 0, h_packs.get(w.wv.type), v.data(), static_cast<int64_t>(KV)}};
+  if (G > 0) qkv.push_back({&w.attn_gate, 0, h_packs.get(w.attn_gate.type), gate.data(), static_cast<int64_t>(G)});
   matmul_jobs(qkv, a.pool);
   add_bias(q.data(), a.v.bq, T, Q);
   add_bias(k.data(), a.v.bk, T, KV);
@@ -256,6 +260,13 @@ void attention_block(const BlockArgs& a, QkNorm qk_norm, RopeStyle rope_style) {
                           hp.is_swa(a.layer) ? hp.n_swa : 0u, a.v.sinks.empty() ? nullptr : a.v.sinks.data()};
   attend_all(a, shape, q.data(), Q, att.data(), Q);
   trace_rows(a.trace, "kqv_out", a, att.data(), Q);
+  if (G > 0) {  // o <- o * softplus(gate): per head (broadcast over head_dim) or per element
+    const size_t per = Q / G;
+    for (size_t i = 0; i < T * Q; ++i) {
+      const float z = gate[(i / Q) * G + (i % Q) / per];
+      att[i] *= z > 20.0f ? z : std::log(1.0f + std::exp(z));
+    }
+  }
 
   matmul(w.wo, 0, att.data(), T, out.data(), a.pool);
   add_bias(out.data(), a.v.bo, T, E);

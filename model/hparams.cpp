@@ -1,5 +1,6 @@
 #include "model/hparams.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace mt {
@@ -18,7 +19,21 @@ StatusOr<HParams> read_hparams(const gguf::GgufFile& f) {
   h.arch = *arch;
   MT_ASSIGN_OR_RETURN(h.n_embd, f.get_u32(p + "embedding_length"));
   MT_ASSIGN_OR_RETURN(h.n_layer, f.get_u32(p + "block_count"));
-  MT_ASSIGN_OR_RETURN(h.n_head, f.get_u32(p + "attention.head_count"));
+  if (const gguf::Value* heads = f.find(p + "attention.head_count"); heads != nullptr && heads->array() != nullptr) {
+    const gguf::Array& arr = *heads->array();
+    if (!gguf::is_integer(arr.elem_type) || arr.count != h.n_layer) {
+      return data_loss(std::string(arch_name) + " hyper-parameters: attention.head_count array must hold one integer per block (" +
+                       std::to_string(arr.count) + " for " + std::to_string(h.n_layer) + ")");
+    }
+    for (uint64_t i = 0; i < arr.count; ++i) {
+      const int64_t v = arr.int_at(i);
+      if (v <= 0 || v > 4096) return data_loss(std::string(arch_name) + " hyper-parameters: attention.head_count[" + std::to_string(i) + "] out of range");
+      h.n_head_per_layer.push_back(static_cast<uint32_t>(v));
+      h.n_head = std::max(h.n_head, static_cast<uint32_t>(v));
+    }
+  } else {
+    MT_ASSIGN_OR_RETURN(h.n_head, f.get_u32(p + "attention.head_count"));
+  }
   MT_ASSIGN_OR_RETURN(h.n_head_kv, f.get_u32_or(p + "attention.head_count_kv", h.n_head));
   MT_ASSIGN_OR_RETURN(h.n_ctx_train, f.get_u32_or(p + "context_length", 4096));
   MT_ASSIGN_OR_RETURN(h.n_ff, f.get_u32_or(p + "feed_forward_length", 0));
@@ -43,6 +58,9 @@ StatusOr<HParams> read_hparams(const gguf::GgufFile& f) {
     }
   }
   if (h.n_head == 0 || h.n_head > 4096) return bad("head_count " + std::to_string(h.n_head) + " out of range");
+  for (uint32_t n : h.n_head_per_layer) {
+    if (h.n_head_kv == 0 || n % h.n_head_kv != 0) return bad("a layer's head_count " + std::to_string(n) + " is not a multiple of head_count_kv");
+  }
   if (h.n_head_kv == 0 || h.n_head % h.n_head_kv != 0) {
     return bad("head_count " + std::to_string(h.n_head) + " is not a multiple of head_count_kv " + std::to_string(h.n_head_kv));
   }
@@ -50,6 +68,21 @@ StatusOr<HParams> read_hparams(const gguf::GgufFile& f) {
   MT_ASSIGN_OR_RETURN(uint32_t value_dim, f.get_u32_or(p + "attention.value_length", h.head_dim));
   if (h.head_dim == 0 || h.head_dim > 1024 || h.head_dim % 2 != 0) return bad("key_length " + std::to_string(h.head_dim) + " must be even, 2..1024");
   MT_ASSIGN_OR_RETURN(h.n_rot, f.get_u32_or(p + "rope.dimension_count", h.head_dim));
+  h.n_rot_swa = h.n_rot;
+  h.rope_freq_base_swa = h.rope_freq_base;
+  if (h.arch == Arch::kLaguna) {
+    MT_ASSIGN_OR_RETURN(h.n_swa, f.get_u32_or(p + "attention.sliding_window", 0));
+    if (h.n_swa > 0) {
+      h.swa_dense_first = true;
+      MT_ASSIGN_OR_RETURN(h.swa_period, f.get_u32_or(p + "attention.sliding_window_pattern", 4));
+      if (h.swa_period == 0) return bad("attention.sliding_window_pattern must be positive");
+      MT_ASSIGN_OR_RETURN(h.rope_freq_base_swa, f.get_f32_or(p + "rope.freq_base_swa", h.rope_freq_base));
+      MT_ASSIGN_OR_RETURN(h.n_rot_swa, f.get_u32_or(p + "rope.dimension_count_swa", h.n_rot));
+      if (h.n_rot_swa == 0 || h.n_rot_swa > h.head_dim || h.n_rot_swa % 2 != 0 || !(h.rope_freq_base_swa > 0.0f)) {
+        return bad("rope.dimension_count_swa / freq_base_swa out of range");
+      }
+    }
+  }
   if (info.oai) {
     if (h.n_rot != h.head_dim) return bad("gpt-oss needs rope.dimension_count == key_length (its head dim)");
     MT_ASSIGN_OR_RETURN(h.n_swa, f.get_u32(p + "attention.sliding_window"));
@@ -111,6 +144,11 @@ StatusOr<HParams> read_hparams(const gguf::GgufFile& f) {
     if (h.n_ff_exp == 0) return bad("expert width is 0");
     if (info.shared_expert == SharedExpert::kGated) {
       MT_ASSIGN_OR_RETURN(h.n_ff_shexp, f.get_u32_or(p + "expert_shared_feed_forward_length", h.n_ff));
+    } else if (info.shared_expert == SharedExpert::kUngated && h.arch == Arch::kLaguna) {
+      // One shared expert unless the file says otherwise; its own width key.
+      MT_ASSIGN_OR_RETURN(uint32_t n_shared, f.get_u32_or(p + "expert_shared_count", 1));
+      if (n_shared > 64) return bad("expert_shared_count " + std::to_string(n_shared) + " out of range");
+      MT_ASSIGN_OR_RETURN(h.n_ff_shexp, f.get_u32_or(p + "expert_shared_feed_forward_length", h.n_ff_exp * n_shared));
     } else if (info.shared_expert == SharedExpert::kUngated) {
       MT_ASSIGN_OR_RETURN(uint32_t n_shared, f.get_u32(p + "expert_shared_count"));
       if (n_shared > 64) return bad("expert_shared_count " + std::to_string(n_shared) + " out of range");

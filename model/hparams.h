@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/status.h"
 #include "gguf/reader.h"
@@ -51,10 +52,30 @@ struct HParams {
   // Sliding-window attention (gpt-oss): layers with l % swa_period < swa_period - 1 see only
   // the last n_swa positions (a key is masked when pos_q - pos_k >= n_swa), with their own
   // RoPE base. n_swa 0: every layer full.
+  // Laguna: the full layer first in each period (layer l is full iff l % period == 0), and
+  // the SWA layers rotate n_rot_swa dims.
   uint32_t n_swa = 0;
   uint32_t swa_period = 0;
+  bool swa_dense_first = false;
   float rope_freq_base_swa = 10000.0f;
-  bool is_swa(uint32_t layer) const { return n_swa > 0 && swa_period > 0 && layer % swa_period < swa_period - 1; }
+  uint32_t n_rot_swa = 0;
+  bool is_swa(uint32_t layer) const {
+    if (n_swa == 0 || swa_period == 0) return false;
+    return swa_dense_first ? layer % swa_period != 0 : layer % swa_period < swa_period - 1;
+  }
+  // Per-layer query-head counts (laguna writes head_count as an array; empty: n_head for
+  // every layer, else n_head is their maximum). for_layer() gives one layer's view.
+  std::vector<uint32_t> n_head_per_layer;
+  HParams for_layer(uint32_t layer) const {
+    HParams h = *this;
+    if (!n_head_per_layer.empty()) h.n_head = n_head_per_layer[layer];
+    if (is_swa(layer)) {
+      h.n_rot = n_rot_swa;
+      h.rope_freq_base = rope_freq_base_swa;
+    }
+    h.n_head_per_layer.clear();
+    return h;
+  }
 
   bool mla = false;
   uint32_t q_lora_rank = 0;    // 0: one attn_q matrix (the "lite" models)

@@ -188,7 +188,8 @@ Status Model::eval_batch(std::span<const SeqBatch> seqs, std::vector<float>* log
   }
   const BlockFn block = block_fn(hp_.arch);
   for (uint32_t l = 0; l < hp_.n_layer; ++l) {
-    BlockArgs args{hp_, weights_.layers[l], vectors_[l], l, x.data(), T, rows, *pool_, trace, offload};
+    const HParams hp_l = hp_.for_layer(l);  // per-layer heads and RoPE (laguna, gpt-oss)
+    BlockArgs args{hp_l, weights_.layers[l], vectors_[l], l, x.data(), T, rows, *pool_, trace, offload};
     block(args);
     if (trace) for (uint32_t t = 0; t < T; ++t) trace->tensor("l_out", l, args.pos(t), {&x[t * E], E});
   }

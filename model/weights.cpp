@@ -54,7 +54,7 @@ StatusOr<ModelWeights> bind_weights(const gguf::GgufFile& file, const HParams& h
   const ArchInfo& a = arch_info(hp.arch);
   Binder b(file);
   ModelWeights w;
-  const uint64_t E = hp.n_embd, V = hp.n_vocab, q = hp.q_dim(), kv = hp.kv_dim();
+  const uint64_t E = hp.n_embd, V = hp.n_vocab, kv = hp.kv_dim();
   MT_RETURN_IF_ERROR(b.bind(&w.token_embd, "token_embd.weight", {E, V}));
   MT_RETURN_IF_ERROR(b.bind(&w.output_norm, "output_norm.weight", {E}));
   MT_RETURN_IF_ERROR(b.bind(&w.output, "output.weight", {E, V}, !a.output_may_be_tied));
@@ -63,6 +63,7 @@ StatusOr<ModelWeights> bind_weights(const gguf::GgufFile& file, const HParams& h
   w.layers.resize(hp.n_layer);
   for (uint32_t l = 0; l < hp.n_layer; ++l) {
     LayerWeights& L = w.layers[l];
+    const uint64_t q = hp.for_layer(l).q_dim();  // laguna: this layer's query heads
     MT_RETURN_IF_ERROR(b.bind(&L.attn_norm, blk(l, "attn_norm.weight"), {E}));
     if (hp.mla) {
       const uint64_t H = hp.n_head, R = hp.kv_lora_rank, QL = hp.q_lora_rank;
@@ -96,6 +97,13 @@ StatusOr<ModelWeights> bind_weights(const gguf::GgufFile& file, const HParams& h
       MT_RETURN_IF_ERROR(b.bind(&L.k_norm, blk(l, "attn_k_norm.weight"), {kv}));
     }
     MT_RETURN_IF_ERROR(b.bind(&L.wo, blk(l, "attn_output.weight"), {q, E}));
+    }
+    if (hp.arch == Arch::kLaguna) {
+      // The gate's width says its form: one scalar per head, or one per q element.
+      const gguf::TensorInfo* g = file.find_tensor(blk(l, "attn_gate.weight"));
+      const uint64_t heads = q / hp.head_dim;
+      const uint64_t width = g != nullptr && g->ne[1] == heads ? heads : q;
+      MT_RETURN_IF_ERROR(b.bind(&L.attn_gate, blk(l, "attn_gate.weight"), {E, width}));
     }
     if (a.oai) {
       MT_RETURN_IF_ERROR(b.bind(&L.bo, blk(l, "attn_output.bias"), {E}));

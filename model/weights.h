@@ -55,6 +55,7 @@ struct LayerWeights {
   Tensor bo;                               // (n_embd) attn_output bias (gpt-oss)
   Tensor sinks;                            // (n_head) attention sink logits (gpt-oss)
   bool swiglu_oai = false;                 // experts use gpt-oss's clamped SwiGLU
+  Tensor attn_gate;                        // laguna: (n_embd, n_head) per head or (n_embd, q_dim) per element
   Tensor gate_exps, up_exps;               // (n_embd, n_ff_exp, n_expert); gate optional
   Tensor down_exps;                        // (n_ff_exp, n_embd, n_expert)
   Tensor shexp_gate_inp;                   // (n_embd) qwen2moe's shared-expert gate

@@ -64,7 +64,10 @@ struct SynthConfig {
   uint32_t q_lora_rank = 0;     // 0: one attn_q matrix
   uint32_t kv_lora_rank = 0;
   uint32_t mla_v = 0;           // value_length_mla
-  uint32_t n_swa = 0;           // gpt-oss: sliding window of the even layers
+  uint32_t n_swa = 0;           // gpt-oss: the even layers' window; laguna: 3 of every 4 layers
+  uint32_t n_head_swa = 0;      // laguna: query heads of the sliding-window layers (0: n_head)
+  uint32_t n_rot_swa = 0;       // laguna: their rotated dims (0: n_rot)
+  bool gate_per_head = true;    // laguna: attn_gate one scalar per head (else per element)
   float rope_freq_base_swa = 0.0f;  // gpt-oss: their RoPE base (0: rope_freq_base)
   uint32_t n_ff = 0;            // feed_forward_length key (0: = n_ff_exp)
   uint32_t n_vocab = 0;         // 0: the vocabulary's own size; larger pads it

@@ -152,6 +152,16 @@ SynthConfig tiny_for(Arch arch) {
     c.weights_norm = true; c.weights_scale = 2.5f;
     c.sigmoid = true; c.selection_bias = true;
   }
+  if (arch == Arch::kLaguna) {
+    // XS.2-like: one leading dense block, then MoE; layer 0 (and every 4th) full attention
+    // with 4 heads rotating 32 dims at base 500000, the others a 16-position window with 8
+    // heads rotating all 64 dims at base 10000; per-head softplus gate; sigmoid routing
+    // with the selection bias, renormalised, scaled by 2.5; one shared expert.
+    c.n_layer = 4; c.n_dense_lead = 1; c.n_ff = 512; c.n_expert_shared = 1;
+    c.n_swa = 16; c.n_head_swa = 8; c.n_rot = 32; c.n_rot_swa = 64;
+    c.rope_freq_base = 500000.0f; c.rope_freq_base_swa = 10000.0f;
+    c.weights_norm = true; c.weights_scale = 2.5f; c.sigmoid = true; c.selection_bias = true;
+  }
   if (arch == Arch::kGptOss) {
     // Even layers slide a 16-position window (crossed by the 64-token tests) with their own
     // RoPE base; the experts are MXFP4 in the real files (--quant mxfp4).
@@ -264,7 +274,10 @@ Status validate(const SynthConfig& c) {
   if (c.arch == Arch::kGlm4Moe && !(c.sigmoid && c.selection_bias)) return fail("glm4moe routes by sigmoid with exp_probs_b");
   if (!a.routing_keys && (c.sigmoid || c.selection_bias)) return fail(std::string(a.name) + " routes by softmax without a bias");
   if (a.oai && c.n_swa == 0) return fail("gpt-oss needs a sliding window");
-  if (!a.oai && c.n_swa != 0) return fail(std::string(a.name) + " has no sliding-window layers");
+  if (!a.oai && c.arch != Arch::kLaguna && c.n_swa != 0) return fail(std::string(a.name) + " has no sliding-window layers");
+  if (c.n_head_swa != 0 && (c.arch != Arch::kLaguna || c.n_head_swa % c.n_head_kv != 0)) {
+    return fail("per-layer head counts are laguna's, and must be multiples of head_count_kv");
+  }
   if (!(c.weights_scale > 0.0f && c.weights_scale <= 64.0f)) return fail("expert weights scale must be in (0, 64]");
   if (c.n_rot % 2 != 0 || c.n_rot > c.head_dim) return fail("rope dims must be even and <= head_dim");
   if (c.n_expert_groups > 1 && (c.n_expert % c.n_expert_groups != 0 || c.n_expert / c.n_expert_groups < 2 ||

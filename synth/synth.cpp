@@ -28,7 +28,7 @@ std::string blk(uint32_t layer, const char* name) { return "blk." + std::to_stri
 // Every tensor of the model with its shape (ggml order: ne0 = n_in) and value recipe.
 std::vector<TensorSpec> plan_tensors(const SynthConfig& c, uint32_t n_vocab) {
   const ArchInfo& a = arch_info(c.arch);
-  const uint64_t E = c.n_embd, q_dim = uint64_t{c.n_head} * c.head_dim, kv_dim = uint64_t{c.n_head_kv} * c.head_dim;
+  const uint64_t E = c.n_embd, kv_dim = uint64_t{c.n_head_kv} * c.head_dim;
   const float residual_gain = 1.0f / std::sqrt(2.0f * static_cast<float>(c.n_layer));
   auto matrix = [](uint64_t n_in, float gain = 1.0f) {
     RowRecipe r;
@@ -51,6 +51,9 @@ std::vector<TensorSpec> plan_tensors(const SynthConfig& c, uint32_t n_vocab) {
   t.push_back({"token_embd.weight", Role::kEmbedding, 0, {E, n_vocab}, embd});
   // The main stack, then the NextN blocks (a whole MoE block plus their projection and norms).
   for (uint32_t l = 0; l < c.n_layer + c.n_nextn; ++l) {
+    // laguna: the sliding-window layers (all but every 4th) may have more query heads.
+    const bool swa_layer = c.arch == Arch::kLaguna && c.n_swa > 0 && l % 4 != 0;
+    const uint64_t q_dim = uint64_t{swa_layer && c.n_head_swa ? c.n_head_swa : c.n_head} * c.head_dim;
     t.push_back({blk(l, "attn_norm.weight"), Role::kNorm, l, {E}, norm});
     if (c.arch == Arch::kDeepseek2) {
       // MLA layout: q through the low-rank pair (or one matrix), the latent row, the per-head
@@ -85,6 +88,9 @@ std::vector<TensorSpec> plan_tensors(const SynthConfig& c, uint32_t n_vocab) {
       t.push_back({blk(l, "attn_k_norm.weight"), Role::kNorm, l, {kv_dim}, norm});
     }
     t.push_back({blk(l, "attn_output.weight"), Role::kAttnOut, l, {q_dim, E}, matrix(q_dim, residual_gain)});
+    }
+    if (c.arch == Arch::kLaguna) {
+      t.push_back({blk(l, "attn_gate.weight"), Role::kAttnQ, l, {E, c.gate_per_head ? q_dim / c.head_dim : q_dim}, matrix(E)});
     }
     if (a.oai) {
       RowRecipe sink;
@@ -186,6 +192,20 @@ void write_hparams(const SynthConfig& c, uint32_t n_vocab, gguf::GgufWriter& w) 
     w.set_f32(p + ".expert_weights_scale", c.weights_scale);
     w.set_bool(p + ".expert_weights_norm", c.weights_norm);
     w.set_u32(p + ".expert_gating_func", c.sigmoid ? 2 : 1);
+  }
+  if (c.arch == Arch::kLaguna) {
+    // head_count as one INT32 per layer, as the converter writes it.
+    std::vector<int32_t> heads;
+    for (uint32_t l = 0; l < c.n_layer; ++l) {
+      heads.push_back(static_cast<int32_t>(c.n_swa > 0 && l % 4 != 0 && c.n_head_swa ? c.n_head_swa : c.n_head));
+    }
+    w.set_i32_array(p + ".attention.head_count", heads);
+    w.set_u32(p + ".expert_shared_feed_forward_length", c.n_ff_exp * c.n_expert_shared);
+    if (c.n_swa > 0) {
+      w.set_u32(p + ".attention.sliding_window", c.n_swa);
+      w.set_f32(p + ".rope.freq_base_swa", c.rope_freq_base_swa > 0.0f ? c.rope_freq_base_swa : c.rope_freq_base);
+      w.set_u32(p + ".rope.dimension_count_swa", c.n_rot_swa != 0 ? c.n_rot_swa : (c.n_rot != 0 ? c.n_rot : c.head_dim));
+    }
   }
   if (a.oai) {
     w.set_u32(p + ".attention.sliding_window", c.n_swa);

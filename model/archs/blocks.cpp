@@ -11,6 +11,7 @@ BlockFn block_fn(Arch arch) {
     case Arch::kGlm4Moe: return glm4moe_block;
     case Arch::kDeepseek2: return deepseek2_block;
     case Arch::kGptOss: return gpt_oss_block;
+    case Arch::kLaguna: return laguna_block;
   }
   return nullptr;
 }

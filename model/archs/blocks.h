@@ -13,6 +13,7 @@ void olmoe_block(const BlockArgs& a);
 void glm4moe_block(const BlockArgs& a);
 void deepseek2_block(const BlockArgs& a);
 void gpt_oss_block(const BlockArgs& a);
+void laguna_block(const BlockArgs& a);
 
 using BlockFn = void (*)(const BlockArgs&);
 BlockFn block_fn(Arch arch);

@@ -13,7 +13,10 @@ weights renormalised and scaled by 2.5, an ungated shared expert, half of each h
 deepseek2 (same types): multi-head latent attention (q low-rank pair, latent cache row,
 per-head absorption) with V3-like routing (sigmoid, selection bias, groups, scale 2.5), and
 deepseek2-v2 (preset tiny-deepseek2-v2): one attn_q matrix, V2-like softmax routing without
-renormalisation, 2 shared experts.
+renormalisation, 2 shared experts. gpt-oss (same types and MXFP4): sinks, a 16-position
+window on the even layers, biases, the clamped SwiGLU. laguna (same types): 4 layers, the
+first full (4 heads, 32 rotated dims) and 3 with a 16-position window (8 heads, 64 dims,
+another RoPE base), a per-head softplus output gate, sigmoid routing as glm4moe.
 Checked, per model:
   * selected experts (as sets) equal llama.cpp's at >= 99% of (layer, position) pairs,
     and every mismatch is a near tie in llama.cpp's own router scores (k-th vs (k+1)-th
@@ -35,12 +38,12 @@ Only the python3 standard library is used.
 import json, os, struct, subprocess, sys
 
 MOETIER, ORACLE, WORK = sys.argv[1:4]
-ARCHS = sys.argv[4:] or ["qwen3moe", "qwen2moe", "llama", "olmoe", "glm4moe", "deepseek2", "deepseek2-v2", "gpt-oss"]
+ARCHS = sys.argv[4:] or ["qwen3moe", "qwen2moe", "llama", "olmoe", "glm4moe", "deepseek2", "deepseek2-v2", "gpt-oss", "laguna"]
 TYPES = ["f32", "f16", "bf16", "q8_0", "q4_0", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "iq4_nl", "iq4_xs", "q4_k_m"]
 # The families of issue 9 share the kernels above: their new math (routing variants, dense
 # lead and NextN blocks, partial RoPE) is checked at the float and the common mixes.
 NEW_TYPES = ["f32", "f16", "q8_0", "q4_k", "q4_k_m"]
-TYPES_OF = {"glm4moe": NEW_TYPES, "deepseek2": NEW_TYPES, "deepseek2-v2": NEW_TYPES, "gpt-oss": NEW_TYPES + ["mxfp4"]}
+TYPES_OF = {"glm4moe": NEW_TYPES, "deepseek2": NEW_TYPES, "deepseek2-v2": NEW_TYPES, "gpt-oss": NEW_TYPES + ["mxfp4"], "laguna": NEW_TYPES}
 # How each entry is synthesized: --arch NAME, or a preset.
 SYNTH_OF = {"deepseek2-v2": ["--preset", "tiny-deepseek2-v2"]}
 # A near tie in the router scores, below which the two engines may choose differently.
@@ -48,7 +51,8 @@ SYNTH_OF = {"deepseek2-v2": ["--preset", "tiny-deepseek2-v2"]}
 # normalised (each ~0.5, the 8 experts ~0.05 apart) and carry more of the activation
 # rounding noise: on deepseek2-q4_k (2026-12-01) the two engines' ffn_moe_probs differ by up
 # to 3.3e-3 at a position whose top-2 gap is 3.6e-3, so those archs use 5e-3.
-TIE_GAP = {"glm4moe": 5e-3, "deepseek2": 5e-3}
+TIE_GAP = {"glm4moe": 5e-3, "deepseek2": 5e-3, "laguna": 5e-3}
+MOE_LAYERS = {"laguna": 3}  # MoE layers of each synthetic model (others: 2)
 N_TOKENS = 64
 os.makedirs(WORK, exist_ok=True)
 
@@ -135,7 +139,7 @@ for arch in ARCHS:
             failures.append(f"{name}: logits max rel {worst:.3e} > {tol}")
         if not_tie:
             failures.append(f"{name}: argmax differs where llama.cpp's top-2 gap is not a near tie: {not_tie}")
-        if n_pairs != 2 * N_TOKENS or share < 0.99 or bad:
+        if n_pairs != MOE_LAYERS.get(arch, 2) * N_TOKENS or share < 0.99 or bad:
             failures.append(f"{name}: experts equal at {same}/{n_pairs}; not near ties: {bad[:3]}")
 
 print("\n".join(rows))

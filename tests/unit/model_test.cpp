@@ -27,7 +27,7 @@ std::unique_ptr<Model> load_or_die(const std::string& path) {
 int32_t argmax(const float* v, size_t n) { return static_cast<int32_t>(std::max_element(v, v + n) - v); }
 
 TEST(ModelForward, BatchEqualsOneTokenStepsThroughTheKvCache) {
-  for (Arch arch : {Arch::kQwen3Moe, Arch::kQwen2Moe, Arch::kLlama, Arch::kOlmoe, Arch::kGlm4Moe, Arch::kDeepseek2, Arch::kGptOss}) {
+  for (Arch arch : {Arch::kQwen3Moe, Arch::kQwen2Moe, Arch::kLlama, Arch::kOlmoe, Arch::kGlm4Moe, Arch::kDeepseek2, Arch::kGptOss, Arch::kLaguna}) {
     synth::SynthConfig c = synth::tiny_for(arch);
     c.quant = *synth::parse_quant_mix("q4_k_m");
     const std::string path = test::temp_path(std::string(arch_info(arch).name) + "-batch.gguf");
