@@ -24,7 +24,8 @@ StatusOr<ModelSizes> read_model_sizes(const gguf::GgufFile& f) {
       m.dense_bytes += t.nbytes;
     }
   }
-  const uint64_t kv_elements = static_cast<uint64_t>(h.n_layer) * 2 * h.kv_dim();
+  // K and V rows per layer; a latent (MLA) cache keeps one row, read as both.
+  const uint64_t kv_elements = static_cast<uint64_t>(h.n_layer) * (h.mla ? 1 : 2) * h.kv_dim();
   m.kv_bytes_per_token_f16 = kv_elements * 2;
   m.kv_bytes_per_token_q8_0 = (kv_elements * 34 + 31) / 32;
   m.n_expert_used = h.n_expert_used;
