@@ -28,8 +28,9 @@ struct AttendShape {
 // q: (n_tokens, q_row) with head h at h * hd_k; out: (n_tokens, out_row), head h at h * hd_v.
 void attend_all(const BlockArgs& a, const AttendShape& shape, const float* q, size_t q_row, float* out, size_t out_row);
 
-// cos and sin of theta_k = pos * scale * base^(-2k / n_rot), k < n_rot / 2.
-void rope_angles(uint32_t n_rot, uint32_t pos, float freq_base, float freq_scale, float* cos_out, float* sin_out);
+// cos and sin of the n_rot / 2 rotation angles of position pos: theta_k = pos * scale *
+// base^(-2k / n_rot), or YaRN's mix (HParams), each times the rope's attention factor.
+void rope_angles(const HParams& hp, uint32_t n_rot, uint32_t pos, float* cos_out, float* sin_out);
 // Rotates the first n_rot dims of each of n_heads heads of head_dim floats.
 void rope_apply(float* x, uint32_t n_heads, uint32_t head_dim, uint32_t n_rot, RopeStyle style, const float* c,
                 const float* s);

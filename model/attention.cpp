@@ -54,15 +54,44 @@ void softmax(float* x, size_t n) {
 }
 
 
-// cos and sin of theta_k = pos * scale * base^(-2k / n_rot), k < n_rot / 2, theta built by
-// repeated multiplication in float (as llama.cpp does).
-void rope_angles(uint32_t n_rot, uint32_t pos, float freq_base, float freq_scale, float* cos_out, float* sin_out) {
+// theta built by repeated multiplication in float (as llama.cpp does). YaRN as ggml's
+// rope: correction dims [lo, hi] where the rotation's wavelength crosses n_ctx_orig /
+// beta_fast and / beta_slow; pair k mixes interpolated and extrapolated angles by
+// ramp(k) = 1 - clamp((k - lo) / max(0.001, hi - lo), 0, 1).
+void rope_angles(const HParams& hp, uint32_t n_rot, uint32_t pos, float* cos_out, float* sin_out) {
+  const float freq_base = hp.rope_freq_base, freq_scale = hp.rope_freq_scale;
   const float theta_scale = std::pow(freq_base, -2.0f / static_cast<float>(n_rot));
-  float theta = static_cast<float>(pos) * freq_scale;
+  if (hp.yarn_ext == 0.0f) {
+    float theta = static_cast<float>(pos) * freq_scale;
+    for (uint32_t k = 0; k < n_rot / 2; ++k) {
+      cos_out[k] = std::cos(theta);
+      sin_out[k] = std::sin(theta);
+      theta *= theta_scale;
+    }
+    if (hp.rope_attn_factor != 1.0f) {
+      for (uint32_t k = 0; k < n_rot / 2; ++k) {
+        cos_out[k] *= hp.rope_attn_factor;
+        sin_out[k] *= hp.rope_attn_factor;
+      }
+    }
+    return;
+  }
+  auto corr_dim = [&](float beta) {  // ggml's expression, in its order
+    return static_cast<float>(n_rot) * std::log(static_cast<float>(hp.n_ctx_orig) / (beta * 2.0f * static_cast<float>(M_PI))) /
+           (2.0f * std::log(freq_base));
+  };
+  const float lo = std::max(0.0f, std::floor(corr_dim(hp.yarn_beta_fast)));
+  const float hi = std::min(static_cast<float>(n_rot - 1), std::ceil(corr_dim(hp.yarn_beta_slow)));
+  const float mscale = hp.rope_attn_factor * (1.0f + 0.1f * std::log(1.0f / freq_scale));
+  float theta_extrap = static_cast<float>(pos);
   for (uint32_t k = 0; k < n_rot / 2; ++k) {
-    cos_out[k] = std::cos(theta);
-    sin_out[k] = std::sin(theta);
-    theta *= theta_scale;
+    const float theta_interp = freq_scale * theta_extrap;
+    const float y = (static_cast<float>(k) - lo) / std::max(0.001f, hi - lo);
+    const float ramp_mix = (1.0f - std::min(1.0f, std::max(0.0f, y))) * hp.yarn_ext;
+    const float theta = theta_interp * (1.0f - ramp_mix) + theta_extrap * ramp_mix;
+    cos_out[k] = std::cos(theta) * mscale;
+    sin_out[k] = std::sin(theta) * mscale;
+    theta_extrap *= theta_scale;
   }
 }
 
@@ -243,8 +272,7 @@ void attention_block(const BlockArgs& a, QkNorm qk_norm, RopeStyle rope_style) {
         rms_norm(kt, a.v.k_norm, hp.rms_eps, KV, kt);
       }
       const uint32_t pos = pos_of[t];
-      rope_angles(hp.n_rot, pos, hp.is_swa(a.layer) ? hp.rope_freq_base_swa : hp.rope_freq_base, hp.rope_freq_scale,
-                  cos_k.data(), sin_k.data());
+      rope_angles(hp, hp.n_rot, pos, cos_k.data(), sin_k.data());  // hp: this layer's view (SWA base)
       rope_apply(qt, hp.n_head, hp.head_dim, hp.n_rot, rope_style, cos_k.data(), sin_k.data());
       rope_apply(kt, hp.n_head_kv, hp.head_dim, hp.n_rot, rope_style, cos_k.data(), sin_k.data());
       kv_of[t]->store(a.layer, pos, kt, &v[t * KV]);

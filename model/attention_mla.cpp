@@ -19,6 +19,18 @@
 #include "quant/reference.h"
 
 namespace mt {
+namespace {
+
+// llama.cpp's deepseek2 scale: YaRN's magnitude (the rope's own factor undone) times the
+// yarn_log_multiplier term, squared, over sqrt(mla_k); 1 / sqrt(mla_k) without YaRN.
+float mla_kq_scale(const HParams& hp) {
+  const float inv = std::log(1.0f / hp.rope_freq_scale);
+  const float attn_factor_org = hp.rope_attn_factor * (1.0f + 0.1f * inv);
+  const float mscale = attn_factor_org * (1.0f + 0.1f * hp.yarn_log_mul * inv);
+  return mscale * mscale / std::sqrt(static_cast<float>(hp.mla_k));
+}
+
+}  // namespace
 
 void mla_attention_block(const BlockArgs& a) {
   const HParams& hp = a.hp;
@@ -55,7 +67,7 @@ void mla_attention_block(const BlockArgs& a) {
     std::vector<float> cos_k(P / 2), sin_k(P / 2);
     for (uint32_t i = 0; i < sq.n; ++i) {
       const uint32_t t = sq.row0 + i, pos = sq.pos0 + i;
-      rope_angles(static_cast<uint32_t>(P), pos, hp.rope_freq_base, hp.rope_freq_scale, cos_k.data(), sin_k.data());
+      rope_angles(hp, static_cast<uint32_t>(P), pos, cos_k.data(), sin_k.data());
       float* ct = &c[t * L];
       rms_norm(ct, a.v.kv_a_norm, hp.rms_eps, static_cast<int64_t>(R), ct);
       rope_apply(ct + R, 1, static_cast<uint32_t>(P), static_cast<uint32_t>(P), RopeStyle::kNorm, cos_k.data(), sin_k.data());
@@ -84,7 +96,7 @@ void mla_attention_block(const BlockArgs& a) {
   const QuantType cache = a.seqs.front().kv->type();
   const AttendShape shape{static_cast<uint32_t>(L), static_cast<uint32_t>(R), hp.n_head,
                           static_cast<size_t>(*row_bytes(cache, L)), 0,
-                          1.0f / std::sqrt(static_cast<float>(QK))};
+                          mla_kq_scale(hp)};
   std::vector<float> o(T * H * R);
   attend_all(a, shape, q_full.data(), H * L, o.data(), H * R);
 

@@ -119,17 +119,40 @@ StatusOr<HParams> read_hparams(const gguf::GgufFile& f) {
   if (!(h.rms_eps > 0.0f && h.rms_eps < 1.0f)) return bad("layer_norm_rms_epsilon must be in (0, 1)");
   if (!(h.rope_freq_base > 0.0f)) return bad("rope.freq_base must be positive");
 
+  std::string_view scaling = "linear";  // llama.cpp's default when the key is absent
   if (f.find(p + "rope.scaling.type")) {
-    MT_ASSIGN_OR_RETURN(std::string_view scaling, f.get_string(p + "rope.scaling.type"));
-    if (scaling != "none" && scaling != "linear") {
-      return unimplemented("rope scaling '" + std::string(scaling) + "' is not supported yet");
+    MT_ASSIGN_OR_RETURN(scaling, f.get_string(p + "rope.scaling.type"));
+    if (scaling != "none" && scaling != "linear" && scaling != "yarn") {
+      return unimplemented("rope scaling '" + std::string(scaling) + "' is not supported yet (none, linear, yarn)");
     }
   }
   float factor = 0.0f;
   if (f.find(p + "rope.scaling.factor")) {
     MT_ASSIGN_OR_RETURN(factor, f.get_f32(p + "rope.scaling.factor"));
   }
-  h.rope_freq_scale = factor > 0.0f ? 1.0f / factor : 1.0f;
+  if (!std::isfinite(factor) || factor < 0.0f) return bad("rope.scaling.factor must be finite and >= 0");
+  h.rope_freq_scale = factor > 0.0f && scaling != "none" ? 1.0f / factor : 1.0f;
+  MT_ASSIGN_OR_RETURN(h.n_ctx_orig, f.get_u32_or(p + "rope.scaling.original_context_length", h.n_ctx_train));
+  MT_ASSIGN_OR_RETURN(float attn_factor_key, f.get_f32_or(p + "rope.scaling.attn_factor", 1.0f));
+  if (h.arch == Arch::kDeepseek2 && f.find(p + "rope.scaling.yarn_log_multiplier")) {
+    MT_ASSIGN_OR_RETURN(h.yarn_log_mul, f.get_f32(p + "rope.scaling.yarn_log_multiplier"));
+    h.yarn_log_mul /= 0.1f;  // the converter stores 0.1 x mscale_all_dim
+  }
+  h.rope_attn_factor = 1.0f;
+  if (scaling == "yarn") {
+    if (h.n_ctx_orig == 0) return bad("YaRN needs rope.scaling.original_context_length");
+    h.yarn_ext = 1.0f;
+    const float s = 1.0f / h.rope_freq_scale;
+    auto get_mscale = [](float sc, float m) { return sc <= 1.0f ? 1.0f : 0.1f * m * std::log(sc) + 1.0f; };
+    if (h.yarn_log_mul != 0.0f) {
+      const float m = h.arch == Arch::kDeepseek2 && h.yarn_log_mul != 1.0f ? h.yarn_log_mul : 1.0f;
+      h.rope_attn_factor = get_mscale(s, m) / get_mscale(s, h.yarn_log_mul);
+    } else {
+      h.rope_attn_factor = get_mscale(s, 1.0f);
+    }
+    h.rope_attn_factor *= 1.0f / (1.0f + 0.1f * std::log(s));  // the rope multiplies it back
+  }
+  h.rope_attn_factor *= attn_factor_key;
 
   if (h.n_expert > 0) {
     if (h.n_expert > 1024) return bad("expert_count " + std::to_string(h.n_expert) + " exceeds 1024");

@@ -43,7 +43,16 @@ struct HParams {
   uint32_t n_group_used = 0;
   float rms_eps = 1e-6f;
   float rope_freq_base = 10000.0f;
-  float rope_freq_scale = 1.0f;  // 1 / rope.scaling.factor (linear scaling)
+  float rope_freq_scale = 1.0f;  // 1 / rope.scaling.factor (linear and YaRN scaling)
+  // YaRN (rope.scaling.type yarn), as llama.cpp computes it: per rotated pair k the angle
+  // mixes the interpolated (freq_scale x) and extrapolated angle by a ramp over the
+  // correction dims from n_ctx_orig and the betas; cos and sin are multiplied by
+  // rope_attn_factor x (1 + 0.1 ln(1 / freq_scale)). yarn_ext 0: no YaRN.
+  float yarn_ext = 0.0f;
+  float yarn_beta_fast = 32.0f, yarn_beta_slow = 1.0f;
+  uint32_t n_ctx_orig = 0;
+  float rope_attn_factor = 1.0f;  // what llama.cpp passes its rope as attn_factor
+  float yarn_log_mul = 0.0f;      // deepseek2: rope.scaling.yarn_log_multiplier / 0.1
 
   // Multi-head latent attention (deepseek2): the cache holds one latent row per position,
   // kv_lora_rank compressed dims then n_rot rope dims (head_dim = their sum, n_head_kv 1);
@@ -72,6 +81,11 @@ struct HParams {
     if (is_swa(layer)) {
       h.n_rot = n_rot_swa;
       h.rope_freq_base = rope_freq_base_swa;
+      if (swa_dense_first) {  // laguna's SWA layers: plain RoPE, no scaling
+        h.rope_freq_scale = 1.0f;
+        h.yarn_ext = 0.0f;
+        h.rope_attn_factor = 1.0f;
+      }
     }
     h.n_head_per_layer.clear();
     return h;

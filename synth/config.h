@@ -49,6 +49,9 @@ struct SynthConfig {
   uint32_t n_ff_exp = 256;      // expert width
   uint32_t n_ff_shexp = 0;      // shared expert width (qwen2moe)
   uint32_t n_rot = 0;           // rope.dimension_count (0: head_dim)
+  float yarn_factor = 0.0f;     // YaRN rope scaling by this factor (0: none)
+  uint32_t yarn_orig_ctx = 4096;  // rope.scaling.original_context_length
+  float yarn_mscale_all_dim = 0.0f;  // deepseek2: written as yarn_log_multiplier = 0.1 x this
   // glm4moe / deepseek2 style (ArchInfo::routing_keys)
   uint32_t n_expert_shared = 0; // ungated shared experts of width n_ff_exp
   uint32_t n_dense_lead = 0;    // leading dense FFN blocks (width n_ff)

@@ -74,30 +74,32 @@ const Preset kPresets[] = {
        c.name = "tiny-deepseek2-v2";
        c.q_lora_rank = 0; c.n_expert_shared = 2; c.n_expert_groups = 0; c.n_group_used = 0;
        c.weights_norm = false; c.weights_scale = 1.0f; c.sigmoid = false; c.selection_bias = false;
+       c.yarn_factor = 0.0f;  // plain RoPE here: the V3-like tiny model covers YaRN
        return c;
      }},
     {"deepseek-v2-lite", [] {
        // DeepSeek-V2-Lite: 27 blocks (1 dense lead), 64 experts top-6 of width 1408, 2 shared,
        // n_embd 2048, 16 heads, MLA (kv_lora_rank 512, rope 64, nope 128, v 128, no q
-       // low-rank pair), softmax routing, no renormalisation; vocab 102400. (The real file's
-       // YaRN rope scaling is left out: moetier does not implement YaRN yet.)
+       // low-rank pair), softmax routing, no renormalisation; vocab 102400; YaRN 40x over 4096
+       // with mscale_all_dim 0.707.
        SynthConfig c = base("deepseek-v2-lite", Arch::kDeepseek2);
        c.n_layer = 27; c.n_dense_lead = 1; c.n_embd = 2048; c.n_head = 16; c.n_head_kv = 1;
        c.head_dim = 192; c.n_rot = 64; c.kv_lora_rank = 512; c.q_lora_rank = 0; c.mla_v = 128;
        c.n_expert = 64; c.n_expert_used = 6; c.n_ff_exp = 1408; c.n_expert_shared = 2; c.n_ff = 10944;
        c.n_vocab = 102400; c.n_ctx = 163840; c.rope_freq_base = 10000.0f;
        c.weights_norm = false; c.weights_scale = 1.0f;
+       c.yarn_factor = 40.0f; c.yarn_orig_ctx = 4096; c.yarn_mscale_all_dim = 0.707f;
        return c;
      }},
     {"gpt-oss-20b", [] {
        // gpt-oss-20b: 24 layers, 32 experts top-4 of width 2880, n_embd 2880, 64/8 heads of
-       // 64, window 128 on the even layers, vocab 201088; MXFP4 experts. (The real file's
-       // YaRN rope scaling is left out: moetier does not implement YaRN yet.)
+       // 64, window 128 on the even layers, vocab 201088; MXFP4 experts; YaRN 32x over 4096.
        SynthConfig c = base("gpt-oss-20b", Arch::kGptOss);
        c.n_layer = 24; c.n_embd = 2880; c.n_head = 64; c.n_head_kv = 8; c.head_dim = 64;
        c.n_expert = 32; c.n_expert_used = 4; c.n_ff_exp = 2880; c.n_vocab = 201088;
        c.n_ctx = 131072; c.rope_freq_base = 150000.0f; c.rms_eps = 1e-5f; c.n_swa = 128;
        c.quant = *parse_quant_mix("mxfp4");
+       c.yarn_factor = 32.0f; c.yarn_orig_ctx = 4096;
        return c;
      }},
     {"glm-4.5-air", [] {
@@ -161,11 +163,13 @@ SynthConfig tiny_for(Arch arch) {
     c.n_swa = 16; c.n_head_swa = 8; c.n_rot = 32; c.n_rot_swa = 64;
     c.rope_freq_base = 500000.0f; c.rope_freq_base_swa = 10000.0f;
     c.weights_norm = true; c.weights_scale = 2.5f; c.sigmoid = true; c.selection_bias = true;
+    c.yarn_factor = 32.0f;  // full layers only (XS.2: factor 32 over 4096)
   }
   if (arch == Arch::kGptOss) {
     // Even layers slide a 16-position window (crossed by the 64-token tests) with their own
     // RoPE base; the experts are MXFP4 in the real files (--quant mxfp4).
     c.n_layer = 2; c.n_swa = 16; c.rope_freq_base_swa = 5000.0f;
+    c.yarn_factor = 32.0f;  // gpt-oss: YaRN factor 32 over 4096 on every layer
   }
   if (arch == Arch::kDeepseek2) {
     // DeepSeek-V3-like: MLA with a q low-rank pair, one leading dense block, sigmoid routing
@@ -175,6 +179,7 @@ SynthConfig tiny_for(Arch arch) {
     c.n_expert_groups = 4; c.n_group_used = 2;
     c.weights_norm = true; c.weights_scale = 2.5f;
     c.sigmoid = true; c.selection_bias = true;
+    c.yarn_factor = 40.0f; c.yarn_mscale_all_dim = 0.707f;  // V2/V3: YaRN 40x with the log multiplier
   }
   return c;
   return c;
@@ -277,6 +282,9 @@ Status validate(const SynthConfig& c) {
   if (!a.oai && c.arch != Arch::kLaguna && c.n_swa != 0) return fail(std::string(a.name) + " has no sliding-window layers");
   if (c.n_head_swa != 0 && (c.arch != Arch::kLaguna || c.n_head_swa % c.n_head_kv != 0)) {
     return fail("per-layer head counts are laguna's, and must be multiples of head_count_kv");
+  }
+  if (!(c.yarn_factor == 0.0f || (c.yarn_factor >= 1.0f && c.yarn_factor <= 1024.0f)) || c.yarn_orig_ctx == 0) {
+    return fail("YaRN factor must be 1..1024 (0: none) over a positive original context");
   }
   if (!(c.weights_scale > 0.0f && c.weights_scale <= 64.0f)) return fail("expert weights scale must be in (0, 64]");
   if (c.n_rot % 2 != 0 || c.n_rot > c.head_dim) return fail("rope dims must be even and <= head_dim");

@@ -68,7 +68,11 @@ std::vector<TensorSpec> plan_tensors(const SynthConfig& c, uint32_t n_vocab) {
       }
       t.push_back({blk(l, "attn_kv_a_mqa.weight"), Role::kAttnK, l, {E, R + P}, matrix(E)});
       t.push_back({blk(l, "attn_kv_a_norm.weight"), Role::kNorm, l, {R}, norm});
-      t.push_back({blk(l, "attn_k_b.weight"), Role::kAttnK, l, {c.head_dim - P, R, H}, matrix(c.head_dim - P)});
+      // q_nope absorbed into the R latent dims: gain sqrt(nope / R) keeps its dot with the
+      // (normed) latent row at the spread of a nope-dim dot, as in a plain head.
+      const uint64_t nope = c.head_dim - P;
+      t.push_back({blk(l, "attn_k_b.weight"), Role::kAttnK, l, {nope, R, H},
+                   matrix(nope, std::sqrt(static_cast<float>(nope) / static_cast<float>(R)))});
       t.push_back({blk(l, "attn_v_b.weight"), Role::kAttnV, l, {R, V, H}, matrix(R)});
       t.push_back({blk(l, "attn_output.weight"), Role::kAttnOut, l, {H * V, E}, matrix(H * V, residual_gain)});
     } else {
@@ -181,6 +185,12 @@ void write_hparams(const SynthConfig& c, uint32_t n_vocab, gguf::GgufWriter& w) 
   w.set_f32(p + ".attention.layer_norm_rms_epsilon", c.rms_eps);
   w.set_u32(p + ".rope.dimension_count", c.n_rot != 0 ? c.n_rot : c.head_dim);
   w.set_f32(p + ".rope.freq_base", c.rope_freq_base);
+  if (c.yarn_factor > 0.0f) {
+    w.set_string(p + ".rope.scaling.type", "yarn");
+    w.set_f32(p + ".rope.scaling.factor", c.yarn_factor);
+    w.set_u32(p + ".rope.scaling.original_context_length", c.yarn_orig_ctx);
+    if (c.yarn_mscale_all_dim != 0.0f) w.set_f32(p + ".rope.scaling.yarn_log_multiplier", 0.1f * c.yarn_mscale_all_dim);
+  }
   w.set_u32(p + ".expert_count", c.n_expert);
   w.set_u32(p + ".expert_used_count", c.n_expert_used);
   if (a.expert_ff_key) w.set_u32(p + ".expert_feed_forward_length", c.n_ff_exp);

@@ -199,6 +199,13 @@ TEST(SynthArch, Deepseek2MlaTensorsKeysAndLatentCache) {
   EXPECT_TRUE(hp.mla);
   EXPECT_EQ(hp.kv_dim(), c.kv_lora_rank + c.n_rot);
   EXPECT_EQ(hp.q_dim(), c.n_head * c.head_dim);
+  // YaRN 40x with mscale_all_dim 0.707: llama.cpp's rope attn factor is the ratio of the two
+  // mscales (here 1) over the magnitude the rope multiplies back in, 1 + 0.1 ln 40.
+  EXPECT_EQ(hp.yarn_ext, 1.0f);
+  EXPECT_FLOAT_EQ(hp.rope_freq_scale, 1.0f / 40.0f);
+  EXPECT_NEAR(hp.yarn_log_mul, 0.707f, 1e-5);
+  EXPECT_NEAR(hp.rope_attn_factor, 1.0f / (1.0f + 0.1f * std::log(40.0f)), 1e-6);
+  EXPECT_EQ(hp.n_ctx_orig, 4096u);
   auto kv = KvCache::create(hp.n_layer, 16, hp.kv_dim(), QuantType::F16, true);
   ASSERT_TRUE(kv.ok());
   EXPECT_EQ(kv->bytes(), uint64_t{hp.n_layer} * 16 * hp.kv_dim() * 2);  // K rows only
