@@ -42,17 +42,8 @@ void softmax_with_sink(float* x, size_t n, float sink) {
   for (size_t i = 0; i < n; ++i) x[i] *= inv;
 }
 
-void softmax(float* x, size_t n) {
-  const float mx = *std::max_element(x, x + n);
-  double sum = 0.0;
-  for (size_t i = 0; i < n; ++i) {
-    x[i] = std::exp(x[i] - mx);
-    sum += x[i];
-  }
-  const float inv = static_cast<float>(1.0 / sum);
-  for (size_t i = 0; i < n; ++i) x[i] *= inv;
-}
-
+// exp(-inf - max) adds an exact 0 to the sum: the same bits as a softmax without a sink.
+void softmax(float* x, size_t n) { softmax_with_sink(x, n, -INFINITY); }
 
 // theta built by repeated multiplication in float (as llama.cpp does). YaRN as ggml's
 // rope: correction dims [lo, hi] where the rotation's wavelength crosses n_ctx_orig /
@@ -109,7 +100,6 @@ void rope_apply(float* x, uint32_t n_heads, uint32_t head_dim, uint32_t n_rot, R
   }
 }
 
-
 namespace {
 
 void add_bias(float* y, const std::vector<float>& b, uint32_t n_tokens, size_t n) {
@@ -118,7 +108,6 @@ void add_bias(float* y, const std::vector<float>& b, uint32_t n_tokens, size_t n
     for (size_t i = 0; i < n; ++i) y[t * n + i] += b[i];
   }
 }
-
 
 // Query tile: consecutive tokens of one head that share every K and V row read.
 constexpr uint32_t kQueryTile = 4;

@@ -101,6 +101,7 @@ StatusOr<std::unique_ptr<Model>> Model::load(const std::string& path, const Load
     v.router_b = to_floats(w.router_b);
     m->vectors_.push_back(std::move(v));
   }
+  for (uint32_t l = 0; l < m->hp_.n_layer; ++l) m->layer_hp_.push_back(m->hp_.for_layer(l));
   m->output_norm_ = to_floats(m->weights_.output_norm);
   int threads = options.n_threads > 0 ? options.n_threads : static_cast<int>(std::thread::hardware_concurrency());
   m->pool_ = std::make_unique<ThreadPool>(std::max(1, threads));
@@ -188,8 +189,8 @@ Status Model::eval_batch(std::span<const SeqBatch> seqs, std::vector<float>* log
   }
   const BlockFn block = block_fn(hp_.arch);
   for (uint32_t l = 0; l < hp_.n_layer; ++l) {
-    const HParams hp_l = hp_.for_layer(l);  // per-layer heads and RoPE (laguna, gpt-oss)
-    BlockArgs args{hp_l, weights_.layers[l], vectors_[l], l, x.data(), T, rows, *pool_, trace, offload};
+    // layer_hp_: per-layer heads and RoPE (laguna, gpt-oss)
+    BlockArgs args{layer_hp_[l], weights_.layers[l], vectors_[l], l, x.data(), T, rows, *pool_, trace, offload};
     block(args);
     if (trace) for (uint32_t t = 0; t < T; ++t) trace->tensor("l_out", l, args.pos(t), {&x[t * E], E});
   }

@@ -69,6 +69,7 @@ class Model {
   Model() = default;
   gguf::GgufFile file_;
   HParams hp_;
+  std::vector<HParams> layer_hp_;  // hp_.for_layer(l), made once at load
   ModelWeights weights_;
   std::vector<LayerVectors> vectors_;
   std::vector<float> output_norm_;

@@ -48,13 +48,53 @@ class Binder {
 
 std::string blk(uint32_t l, const char* name) { return "blk." + std::to_string(l) + "." + name; }
 
+// Q/K/V (+ optional biases), the q/k norms the arch has, the output projection; q is this
+// layer's query width.
+Status bind_attention(Binder& b, const HParams& hp, const ArchInfo& a, uint32_t l, uint64_t q, LayerWeights& L) {
+  const uint64_t E = hp.n_embd, kv = hp.kv_dim();
+  MT_RETURN_IF_ERROR(b.bind(&L.wq, blk(l, "attn_q.weight"), {E, q}));
+  MT_RETURN_IF_ERROR(b.bind(&L.wk, blk(l, "attn_k.weight"), {E, kv}));
+  MT_RETURN_IF_ERROR(b.bind(&L.wv, blk(l, "attn_v.weight"), {E, kv}));
+  MT_RETURN_IF_ERROR(b.bind(&L.bq, blk(l, "attn_q.bias"), {q}, false));
+  MT_RETURN_IF_ERROR(b.bind(&L.bk, blk(l, "attn_k.bias"), {kv}, false));
+  MT_RETURN_IF_ERROR(b.bind(&L.bv, blk(l, "attn_v.bias"), {kv}, false));
+  if (a.qk_norm == QkNorm::kPerHead || a.qk_norm == QkNorm::kPerHeadOptional) {
+    const bool required = a.qk_norm == QkNorm::kPerHead;
+    MT_RETURN_IF_ERROR(b.bind(&L.q_norm, blk(l, "attn_q_norm.weight"), {hp.head_dim}, required));
+    MT_RETURN_IF_ERROR(b.bind(&L.k_norm, blk(l, "attn_k_norm.weight"), {hp.head_dim}, required));
+    if (L.q_norm.present() != L.k_norm.present()) return data_loss(blk(l, "attn_q_norm / attn_k_norm: one without the other"));
+  } else if (a.qk_norm == QkNorm::kFullWidth) {
+    MT_RETURN_IF_ERROR(b.bind(&L.q_norm, blk(l, "attn_q_norm.weight"), {q}));
+    MT_RETURN_IF_ERROR(b.bind(&L.k_norm, blk(l, "attn_k_norm.weight"), {kv}));
+  }
+  return b.bind(&L.wo, blk(l, "attn_output.weight"), {q, E});
+}
+
+// MLA (deepseek2): q through the low-rank pair or one matrix, the latent row, the per-head
+// absorption matrices, the output over n_head * mla_v.
+Status bind_mla_attention(Binder& b, const HParams& hp, uint32_t l, LayerWeights& L) {
+  const uint64_t E = hp.n_embd, H = hp.n_head, R = hp.kv_lora_rank, QL = hp.q_lora_rank, q = hp.q_dim();
+  if (QL > 0) {
+    MT_RETURN_IF_ERROR(b.bind(&L.wq_a, blk(l, "attn_q_a.weight"), {E, QL}));
+    MT_RETURN_IF_ERROR(b.bind(&L.q_a_norm, blk(l, "attn_q_a_norm.weight"), {QL}));
+    MT_RETURN_IF_ERROR(b.bind(&L.wq_b, blk(l, "attn_q_b.weight"), {QL, q}));
+  } else {
+    MT_RETURN_IF_ERROR(b.bind(&L.wq, blk(l, "attn_q.weight"), {E, q}));
+  }
+  MT_RETURN_IF_ERROR(b.bind(&L.wkv_a, blk(l, "attn_kv_a_mqa.weight"), {E, R + hp.n_rot}));
+  MT_RETURN_IF_ERROR(b.bind(&L.kv_a_norm, blk(l, "attn_kv_a_norm.weight"), {R}));
+  MT_RETURN_IF_ERROR(b.bind(&L.wk_b, blk(l, "attn_k_b.weight"), {hp.mla_k - hp.n_rot, R, H}));
+  MT_RETURN_IF_ERROR(b.bind(&L.wv_b, blk(l, "attn_v_b.weight"), {R, hp.mla_v, H}));
+  return b.bind(&L.wo, blk(l, "attn_output.weight"), {H * hp.mla_v, E});
+}
+
 }  // namespace
 
 StatusOr<ModelWeights> bind_weights(const gguf::GgufFile& file, const HParams& hp) {
   const ArchInfo& a = arch_info(hp.arch);
   Binder b(file);
   ModelWeights w;
-  const uint64_t E = hp.n_embd, V = hp.n_vocab, kv = hp.kv_dim();
+  const uint64_t E = hp.n_embd, V = hp.n_vocab;
   MT_RETURN_IF_ERROR(b.bind(&w.token_embd, "token_embd.weight", {E, V}));
   MT_RETURN_IF_ERROR(b.bind(&w.output_norm, "output_norm.weight", {E}));
   MT_RETURN_IF_ERROR(b.bind(&w.output, "output.weight", {E, V}, !a.output_may_be_tied));
@@ -65,39 +105,7 @@ StatusOr<ModelWeights> bind_weights(const gguf::GgufFile& file, const HParams& h
     LayerWeights& L = w.layers[l];
     const uint64_t q = hp.for_layer(l).q_dim();  // laguna: this layer's query heads
     MT_RETURN_IF_ERROR(b.bind(&L.attn_norm, blk(l, "attn_norm.weight"), {E}));
-    if (hp.mla) {
-      const uint64_t H = hp.n_head, R = hp.kv_lora_rank, QL = hp.q_lora_rank;
-      if (QL > 0) {
-        MT_RETURN_IF_ERROR(b.bind(&L.wq_a, blk(l, "attn_q_a.weight"), {E, QL}));
-        MT_RETURN_IF_ERROR(b.bind(&L.q_a_norm, blk(l, "attn_q_a_norm.weight"), {QL}));
-        MT_RETURN_IF_ERROR(b.bind(&L.wq_b, blk(l, "attn_q_b.weight"), {QL, q}));
-      } else {
-        MT_RETURN_IF_ERROR(b.bind(&L.wq, blk(l, "attn_q.weight"), {E, q}));
-      }
-      MT_RETURN_IF_ERROR(b.bind(&L.wkv_a, blk(l, "attn_kv_a_mqa.weight"), {E, R + hp.n_rot}));
-      MT_RETURN_IF_ERROR(b.bind(&L.kv_a_norm, blk(l, "attn_kv_a_norm.weight"), {R}));
-      MT_RETURN_IF_ERROR(b.bind(&L.wk_b, blk(l, "attn_k_b.weight"), {hp.mla_k - hp.n_rot, R, H}));
-      MT_RETURN_IF_ERROR(b.bind(&L.wv_b, blk(l, "attn_v_b.weight"), {R, hp.mla_v, H}));
-      MT_RETURN_IF_ERROR(b.bind(&L.wo, blk(l, "attn_output.weight"), {H * hp.mla_v, E}));
-    }
-    if (!hp.mla) {
-    MT_RETURN_IF_ERROR(b.bind(&L.wq, blk(l, "attn_q.weight"), {E, q}));
-    MT_RETURN_IF_ERROR(b.bind(&L.wk, blk(l, "attn_k.weight"), {E, kv}));
-    MT_RETURN_IF_ERROR(b.bind(&L.wv, blk(l, "attn_v.weight"), {E, kv}));
-    MT_RETURN_IF_ERROR(b.bind(&L.bq, blk(l, "attn_q.bias"), {q}, false));
-    MT_RETURN_IF_ERROR(b.bind(&L.bk, blk(l, "attn_k.bias"), {kv}, false));
-    MT_RETURN_IF_ERROR(b.bind(&L.bv, blk(l, "attn_v.bias"), {kv}, false));
-    if (a.qk_norm == QkNorm::kPerHead || a.qk_norm == QkNorm::kPerHeadOptional) {
-      const bool required = a.qk_norm == QkNorm::kPerHead;
-      MT_RETURN_IF_ERROR(b.bind(&L.q_norm, blk(l, "attn_q_norm.weight"), {hp.head_dim}, required));
-      MT_RETURN_IF_ERROR(b.bind(&L.k_norm, blk(l, "attn_k_norm.weight"), {hp.head_dim}, required));
-      if (L.q_norm.present() != L.k_norm.present()) return data_loss(blk(l, "attn_q_norm / attn_k_norm: one without the other"));
-    } else if (a.qk_norm == QkNorm::kFullWidth) {
-      MT_RETURN_IF_ERROR(b.bind(&L.q_norm, blk(l, "attn_q_norm.weight"), {q}));
-      MT_RETURN_IF_ERROR(b.bind(&L.k_norm, blk(l, "attn_k_norm.weight"), {kv}));
-    }
-    MT_RETURN_IF_ERROR(b.bind(&L.wo, blk(l, "attn_output.weight"), {q, E}));
-    }
+    MT_RETURN_IF_ERROR(hp.mla ? bind_mla_attention(b, hp, l, L) : bind_attention(b, hp, a, l, q, L));
     if (hp.arch == Arch::kLaguna) {
       // The gate's width says its form: one scalar per head, or one per q element.
       const gguf::TensorInfo* g = file.find_tensor(blk(l, "attn_gate.weight"));
