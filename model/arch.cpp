@@ -28,6 +28,13 @@ constexpr std::array kArchs = {
     // the attention output; sigmoid routing with exp_probs_b, dense lead, one shared expert.
     ArchInfo{Arch::kLaguna, "laguna", RopeStyle::kNeox, QkNorm::kPerHead, false, SharedExpert::kUngated, false, true, true,
              true, ExpertGating::kSigmoid, "ffn_norm"},
+    // Qwen3-Next / Qwen3.5-MoE (../shared/reference/moe_arch_facts_hybrid.md §1): three Gated
+    // DeltaNet layers per gated full-attention layer, partial NEOX RoPE (qwen35moe's IMROPE
+    // is the same for text), softmax routing renormalised, a sigmoid-gated shared expert.
+    ArchInfo{Arch::kQwen3Next, "qwen3next", RopeStyle::kNeox, QkNorm::kPerHead, true, SharedExpert::kGated, false, true, true,
+             false, ExpertGating::kSoftmax, "post_attention_norm", false, true},
+    ArchInfo{Arch::kQwen35Moe, "qwen35moe", RopeStyle::kNeox, QkNorm::kPerHead, true, SharedExpert::kGated, false, true, true,
+             false, ExpertGating::kSoftmax, "post_attention_norm", false, true},
 };
 
 }  // namespace

@@ -9,7 +9,7 @@
 
 namespace mt {
 
-enum class Arch { kQwen3Moe, kQwen2Moe, kLlama, kOlmoe, kGlm4Moe, kDeepseek2, kGptOss, kLaguna };
+enum class Arch { kQwen3Moe, kQwen2Moe, kLlama, kOlmoe, kGlm4Moe, kDeepseek2, kGptOss, kLaguna, kQwen3Next, kQwen35Moe };
 
 enum class RopeStyle { kNorm, kNeox };  // adjacent pairs vs halves
 // kPerHeadOptional: per-head norms used where the file has them (GLM-4.5 355B has, Air not).
@@ -40,6 +40,10 @@ struct ArchInfo {
   // gpt-oss: per-head attention sinks, sliding-window layers, attn_output / router / expert
   // biases, and the clamped SwiGLU (min(g, 7) * sigmoid(1.702 g') * (clamp(u, -7, 7) + 1)).
   bool oai = false;
+  // qwen3next / qwen35moe: Gated DeltaNet layers (a recurrent state, no KV rows) between
+  // gated full-attention layers (attn_q holds each head's query and its sigmoid gate);
+  // NextN (MTP) blocks may follow the main stack.
+  bool linear_attention = false;
 };
 
 const ArchInfo& arch_info(Arch arch);

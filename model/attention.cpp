@@ -229,11 +229,24 @@ void attention_block(const BlockArgs& a, QkNorm qk_norm, RopeStyle rope_style) {
   // laguna: the output gate from the same normed input, softplus'd below.
   const size_t G = w.attn_gate.present() ? w.attn_gate.ne[1] : 0;
   std::vector<float> gate(T * G);
-  std::vector<MatJob> qkv = {{&w.wq, 0, h_packs.get(w.wq.type), q.data(), static_cast<int64_t>(Q)},
+  // qwen3next / qwen35moe: attn_q gives each head's query then its output gate.
+  std::vector<float> qg(w.q_gated ? T * 2 * Q : 0), qgate(w.q_gated ? T * Q : 0);
+  std::vector<MatJob> qkv = {{&w.wq, 0, h_packs.get(w.wq.type), w.q_gated ? qg.data() : q.data(),
+                              static_cast<int64_t>(w.q_gated ? 2 * Q : Q)},
                              {&w.wk, 0, h_packs.get(w.wk.type), k.data(), static_cast<int64_t>(KV)},
                              {&w.wv, 0, h_packs.get(w.wv.type), v.data(), static_cast<int64_t>(KV)}};
   if (G > 0) qkv.push_back({&w.attn_gate, 0, h_packs.get(w.attn_gate.type), gate.data(), static_cast<int64_t>(G)});
   matmul_jobs(qkv, a.pool);
+  if (w.q_gated) {
+    const size_t hd = hp.head_dim;
+    for (size_t t = 0; t < T; ++t) {
+      for (size_t hh = 0; hh < hp.n_head; ++hh) {
+        const float* src = &qg[t * 2 * Q + hh * 2 * hd];
+        std::copy(src, src + hd, &q[t * Q + hh * hd]);
+        std::copy(src + hd, src + 2 * hd, &qgate[t * Q + hh * hd]);
+      }
+    }
+  }
   add_bias(q.data(), a.v.bq, T, Q);
   add_bias(k.data(), a.v.bk, T, KV);
   add_bias(v.data(), a.v.bv, T, KV);
@@ -277,6 +290,9 @@ void attention_block(const BlockArgs& a, QkNorm qk_norm, RopeStyle rope_style) {
                           hp.is_swa(a.layer) ? hp.n_swa : 0u, a.v.sinks.empty() ? nullptr : a.v.sinks.data()};
   attend_all(a, shape, q.data(), Q, att.data(), Q);
   trace_rows(a.trace, "kqv_out", a, att.data(), Q);
+  if (w.q_gated) {
+    for (size_t i = 0; i < T * Q; ++i) att[i] *= 1.0f / (1.0f + std::exp(-qgate[i]));
+  }
   if (G > 0) {  // o <- o * softplus(gate): per head (broadcast over head_dim) or per element
     const size_t per = Q / G;
     for (size_t i = 0; i < T * Q; ++i) {

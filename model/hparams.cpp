@@ -5,6 +5,82 @@
 
 namespace mt {
 
+namespace {
+
+// The Gated DeltaNet keys, which layers are recurrent, and qwen35moe's IMROPE sections
+// (../shared/reference/moe_arch_facts_hybrid.md §1.1, §1.2, §1.6).
+Status read_linear_attention(const gguf::GgufFile& f, const std::string& p, HParams& h) {
+  auto bad = [&](const std::string& m) { return data_loss(std::string(arch_info(h.arch).name) + " hyper-parameters: " + m); };
+  MT_ASSIGN_OR_RETURN(h.ssm_conv, f.get_u32(p + "ssm.conv_kernel"));
+  MT_ASSIGN_OR_RETURN(uint32_t inner, f.get_u32(p + "ssm.inner_size"));
+  MT_ASSIGN_OR_RETURN(h.ssm_state, f.get_u32(p + "ssm.state_size"));
+  MT_ASSIGN_OR_RETURN(h.ssm_nv, f.get_u32(p + "ssm.time_step_rank"));
+  MT_ASSIGN_OR_RETURN(h.ssm_nk, f.get_u32(p + "ssm.group_count"));
+  if (h.ssm_conv < 2 || h.ssm_conv > 64) return bad("ssm.conv_kernel " + std::to_string(h.ssm_conv) + " must be 2..64");
+  if (h.ssm_state == 0 || h.ssm_state > 1024) return bad("ssm.state_size " + std::to_string(h.ssm_state) + " must be 1..1024");
+  if (h.ssm_nk == 0 || h.ssm_nv == 0 || h.ssm_nv > 4096 || h.ssm_nv % h.ssm_nk != 0) {
+    return bad("ssm.time_step_rank " + std::to_string(h.ssm_nv) + " must be a positive multiple of ssm.group_count " +
+               std::to_string(h.ssm_nk));
+  }
+  if (inner != h.ssm_nv * h.ssm_state) {
+    return unimplemented("ssm.inner_size " + std::to_string(inner) + " != time_step_rank x state_size (" +
+                         std::to_string(h.ssm_nv * h.ssm_state) + "): value heads wider than key heads are not supported");
+  }
+  h.ssm_tiled = h.arch == Arch::kQwen35Moe;
+  h.recurrent.assign(h.n_layer, 0);
+  if (const gguf::Value* v = f.find(p + "attention.recurrent_layers"); v != nullptr) {
+    if (const gguf::Array* arr = v->array(); arr != nullptr) {
+      const bool ok = (gguf::is_integer(arr->elem_type) || arr->elem_type == gguf::ValueType::kBool) && arr->count == h.n_layer_file;
+      if (!ok) return bad("attention.recurrent_layers must hold one bool or integer per block");
+      for (uint32_t l = 0; l < h.n_layer; ++l) {
+        h.recurrent[l] = arr->elem_type == gguf::ValueType::kBool ? arr->raw[l] != 0 : arr->int_at(l) != 0;
+      }
+    } else {
+      bool all = false;
+      if (v->type == gguf::ValueType::kBool) {
+        MT_ASSIGN_OR_RETURN(all, f.get_bool(p + "attention.recurrent_layers"));
+      } else {
+        MT_ASSIGN_OR_RETURN(uint32_t n, f.get_u32(p + "attention.recurrent_layers"));
+        all = n != 0;
+      }
+      h.recurrent.assign(h.n_layer, all ? 1 : 0);
+    }
+  } else {
+    MT_ASSIGN_OR_RETURN(uint32_t interval, f.get_u32_or(p + "full_attention_interval", 4));
+    if (interval == 0) return bad("full_attention_interval must be positive");
+    for (uint32_t l = 0; l < h.n_layer; ++l) h.recurrent[l] = (l + 1) % interval != 0 ? 1 : 0;
+  }
+  if (h.arch == Arch::kQwen35Moe) {
+    // IMROPE: pair k takes the t / h / w position by k % 3 within the sections (all the
+    // token's position for text) or the unused 4th stream (position 0). Only the former
+    // is plain NEOX RoPE; a file that sends rotated pairs to the 4th stream is refused.
+    const gguf::Value* v = f.find(p + "rope.dimension_sections");
+    if (v == nullptr) return bad("rope.dimension_sections is missing");
+    int64_t sec[4] = {0, 0, 0, 0};
+    if (const gguf::Array* arr = v->array(); arr != nullptr) {
+      if (!gguf::is_integer(arr->elem_type) || arr->count < 3 || arr->count > 4) return bad("rope.dimension_sections must be 3-4 integers");
+      for (uint64_t i = 0; i < arr->count; ++i) sec[i] = arr->int_at(i);
+    } else {
+      MT_ASSIGN_OR_RETURN(uint32_t s0, f.get_u32(p + "rope.dimension_sections"));
+      for (int64_t& s : sec) s = s0;
+    }
+    const int64_t total = sec[0] + sec[1] + sec[2] + sec[3];
+    if (sec[0] < 0 || sec[1] < 0 || sec[2] < 0 || sec[3] < 0 || total <= 0) return bad("rope.dimension_sections must be non-negative, not all 0");
+    for (int64_t k = 0; k < h.n_rot / 2; ++k) {
+      const int64_t s = k % total;
+      const bool text = (s % 3 == 0 && s < 3 * sec[0]) || (s % 3 == 1 && s < 3 * sec[1]) || (s % 3 == 2 && s < 3 * sec[2]);
+      if (!text) {
+        return unimplemented("rope.dimension_sections [" + std::to_string(sec[0]) + ", " + std::to_string(sec[1]) + ", " +
+                             std::to_string(sec[2]) + ", " + std::to_string(sec[3]) + "] rotate pair " + std::to_string(k) +
+                             " by the 4th position stream: not supported");
+      }
+    }
+  }
+  return {};
+}
+
+}  // namespace
+
 StatusOr<HParams> read_hparams(const gguf::GgufFile& f) {
   MT_ASSIGN_OR_RETURN(std::string_view arch_name, f.get_string("general.architecture"));
   auto arch = arch_from_name(arch_name);
@@ -46,12 +122,14 @@ StatusOr<HParams> read_hparams(const gguf::GgufFile& f) {
   if (h.n_embd == 0 || h.n_embd > (1u << 20)) return bad("embedding_length " + std::to_string(h.n_embd) + " out of range");
   if (h.n_layer == 0 || h.n_layer > 4096) return bad("block_count " + std::to_string(h.n_layer) + " out of range");
   h.n_layer_file = h.n_layer;
-  if (info.routing_keys) {
+  if (info.routing_keys || info.linear_attention) {
     MT_ASSIGN_OR_RETURN(h.n_nextn, f.get_u32_or(p + "nextn_predict_layers", 0));
     if (h.n_nextn >= h.n_layer) {
       return bad("nextn_predict_layers " + std::to_string(h.n_nextn) + " must be below block_count " + std::to_string(h.n_layer));
     }
     h.n_layer -= h.n_nextn;
+  }
+  if (info.routing_keys) {
     MT_ASSIGN_OR_RETURN(h.n_dense_lead, f.get_u32_or(p + "leading_dense_block_count", 0));
     if (h.n_dense_lead > h.n_layer) {
       return bad("leading_dense_block_count " + std::to_string(h.n_dense_lead) + " exceeds the " + std::to_string(h.n_layer) + " layers");
@@ -159,7 +237,15 @@ StatusOr<HParams> read_hparams(const gguf::GgufFile& f) {
     if (h.n_expert_used == 0 || h.n_expert_used > h.n_expert) {
       return bad("expert_used_count " + std::to_string(h.n_expert_used) + " must be 1.." + std::to_string(h.n_expert));
     }
-    if (info.expert_ff_key) {
+    const gguf::Value* ff_arr = f.find(p + "expert_feed_forward_length");
+    if (info.expert_ff_key && ff_arr != nullptr && ff_arr->array() != nullptr) {
+      // One width per block: layer 0's sets every MoE layer's shapes (as llama.cpp).
+      const gguf::Array& arr = *ff_arr->array();
+      if (!gguf::is_integer(arr.elem_type) || arr.count != h.n_layer_file || arr.int_at(0) <= 0 || arr.int_at(0) > (1 << 20)) {
+        return bad("expert_feed_forward_length array must hold one positive integer per block");
+      }
+      h.n_ff_exp = static_cast<uint32_t>(arr.int_at(0));
+    } else if (info.expert_ff_key) {
       MT_ASSIGN_OR_RETURN(h.n_ff_exp, f.get_u32_or(p + "expert_feed_forward_length", h.n_ff / h.n_expert_used));
     } else {
       h.n_ff_exp = h.n_ff;
@@ -209,6 +295,8 @@ StatusOr<HParams> read_hparams(const gguf::GgufFile& f) {
   } else if (h.n_expert_used != 0) {
     return bad("expert_used_count without experts");
   }
+
+  if (info.linear_attention) MT_RETURN_IF_ERROR(read_linear_attention(f, p, h));
 
   MT_ASSIGN_OR_RETURN(const gguf::Array* tokens, f.get_array("tokenizer.ggml.tokens"));
   if (tokens->count == 0 || tokens->count > (1u << 24)) return bad("vocabulary size " + std::to_string(tokens->count) + " out of range");

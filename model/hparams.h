@@ -96,6 +96,28 @@ struct HParams {
   uint32_t kv_lora_rank = 0;
   uint32_t mla_k = 0, mla_v = 0;
 
+  // Gated DeltaNet (qwen3next / qwen35moe; ../shared/reference/moe_arch_facts_hybrid.md
+  // §1.7-1.8): a recurrent layer keeps, per sequence, the last ssm_conv - 1 pre-conv rows of
+  // its q|k|v projection (conv_dim() each) and a delta-rule state of ssm_nv heads, each
+  // ssm_state x ssm_state floats; it has no KV rows.
+  uint32_t ssm_conv = 0;    // ssm.conv_kernel
+  uint32_t ssm_state = 0;   // ssm.state_size: key head dim (= value head dim)
+  uint32_t ssm_nk = 0;      // ssm.group_count: key heads
+  uint32_t ssm_nv = 0;      // ssm.time_step_rank: value heads
+  bool ssm_tiled = false;   // value head h reads key head h % nk (qwen35moe), else h / (nv / nk)
+  std::vector<uint8_t> recurrent;  // per main-stack layer: 1 for a Gated DeltaNet layer
+  bool is_recurrent(uint32_t layer) const { return layer < recurrent.size() && recurrent[layer] != 0; }
+  uint32_t ssm_key_dim() const { return ssm_nk * ssm_state; }
+  uint32_t ssm_value_dim() const { return ssm_nv * ssm_state; }
+  uint32_t ssm_conv_dim() const { return 2 * ssm_key_dim() + ssm_value_dim(); }
+  uint64_t conv_state_floats() const { return uint64_t{ssm_conv - 1} * ssm_conv_dim(); }
+  uint64_t delta_state_floats() const { return uint64_t{ssm_nv} * ssm_state * ssm_state; }
+  uint32_t n_attention_layers() const {
+    uint32_t n = 0;
+    for (uint32_t l = 0; l < n_layer; ++l) n += is_recurrent(l) ? 0 : 1;
+    return n;
+  }
+
   uint32_t q_dim() const { return n_head * (mla ? mla_k : head_dim); }
   uint32_t kv_dim() const { return n_head_kv * head_dim; }
 };

@@ -3,25 +3,51 @@
 // Layout per layer: K and V each (n_ctx, kv_dim) rows in the cache type (F16 by default,
 // Q8_0 as an option: a row is kv_dim / 32 blocks). Position p's row is written once when
 // the token at p is evaluated and read by every later token's attention.
+//
+// Recurrent (Gated DeltaNet) layers keep no rows: a fixed-size F32 state instead (the conv
+// window and the delta-rule matrices), updated in place by every token. Such a state
+// cannot go back: a cache with recurrent layers only continues at recurrent_pos() or
+// starts over at position 0 (Model::eval_batch enforces it).
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
 #include "core/status.h"
+#include "model/hparams.h"
 #include "quant/types.h"
 
 namespace mt {
+
+// Which layers are recurrent, and the floats of their two states.
+struct RecurrentShape {
+  std::vector<uint8_t> layers;
+  uint64_t conv_floats = 0, delta_floats = 0;
+};
 
 class KvCache {
  public:
   // latent: one row per position whose leading part is also the value (MLA): no V rows are
   // stored, v_row() is k_row().
-  static StatusOr<KvCache> create(uint32_t n_layer, uint32_t n_ctx, uint32_t kv_dim, QuantType type, bool latent = false);
+  // recurrent: per layer 1 where the layer keeps conv_floats + delta_floats of state instead
+  // of rows (empty: every layer has rows).
+  static StatusOr<KvCache> create(uint32_t n_layer, uint32_t n_ctx, uint32_t kv_dim, QuantType type, bool latent = false,
+                                  const RecurrentShape& recurrent = {});
+  // The cache a model's sequence needs: rows per attention layer (one latent row for MLA),
+  // states for its recurrent layers.
+  static StatusOr<KvCache> for_model(const HParams& hp, uint32_t n_ctx, QuantType type);
+
+  // A recurrent layer's states (zero at creation and after reset_recurrent()).
+  float* conv_state(uint32_t layer) { return conv_[layer].data(); }
+  float* delta_state(uint32_t layer) { return delta_[layer].data(); }
+  bool has_recurrent() const { return has_recurrent_; }
+  uint32_t recurrent_pos() const { return recurrent_pos_; }  // positions the states have absorbed
+  void set_recurrent_pos(uint32_t pos) { recurrent_pos_ = pos; }
+  void reset_recurrent();
 
   QuantType type() const { return type_; }
   uint32_t n_ctx() const { return n_ctx_; }
-  uint64_t bytes() const { return (latent_ ? 1ull : 2ull) * k_.size() * (k_.empty() ? 0 : k_[0].size()); }
+  uint64_t bytes() const;
 
   void store(uint32_t layer, uint32_t pos, const float* k, const float* v);
   // The raw K or V row (kv_dim elements in the cache type) of one position, and its size.
@@ -38,7 +64,10 @@ class KvCache {
   uint32_t kv_dim_ = 0;
   uint64_t row_bytes_ = 0;
   bool latent_ = false;
-  std::vector<std::vector<uint8_t>> k_, v_;  // per layer: n_ctx * row_bytes
+  std::vector<std::vector<uint8_t>> k_, v_;  // per layer: n_ctx * row_bytes (empty for recurrent layers)
+  std::vector<std::vector<float>> conv_, delta_;  // per layer: recurrent state (empty for attention layers)
+  bool has_recurrent_ = false;
+  uint32_t recurrent_pos_ = 0;
 };
 
 }  // namespace mt

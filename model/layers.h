@@ -38,6 +38,7 @@ struct LayerVectors {
   std::vector<float> attn_norm, ffn_norm, q_norm, k_norm, bq, bk, bv, shexp_gate_inp, exp_probs_b;
   std::vector<float> q_a_norm, kv_a_norm;  // MLA
   std::vector<float> bo, sinks, router_b;  // gpt-oss
+  std::vector<float> ssm_conv1d, ssm_dt, ssm_a, ssm_norm;  // Gated DeltaNet
 };
 
 // One sequence's rows of a batch: rows [row0, row0 + n) are its tokens at positions
@@ -86,6 +87,11 @@ inline constexpr int64_t kMinParallelRows = 8;
 // Attention sub-block: norm, Q/K/V (+biases), q/k norm, RoPE, KV cache, causal softmax
 // attention with GQA, output projection, residual add.
 void attention_block(const BlockArgs& a, QkNorm qk_norm, RopeStyle rope_style);
+// Gated DeltaNet mixer (qwen3next / qwen35moe, model/gated_delta_net.cpp): norm, the fused
+// q|k|v projection through the causal conv (its window in the sequence's conv state), L2-
+// normed q / k, the delta rule on the sequence's recurrent state, the z-gated RMSNorm,
+// ssm_out, residual add.
+void gated_delta_net_block(const BlockArgs& a);
 // Multi-head latent attention (deepseek2, model/attention_mla.cpp): q (low-rank pair or one
 // matrix), the latent row (normed compressed KV + the shared rope key) into the cache, q's
 // nope part absorbed into latent space per head (wk_b), MQA over the latent rows with

@@ -32,7 +32,8 @@ std::vector<Tensor*> matmul_tensors(ModelWeights& w) {
   std::vector<Tensor*> out;
   for (LayerWeights& l : w.layers) {
     for (Tensor* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.wq_a, &l.wq_b, &l.wkv_a, &l.wk_b, &l.wv_b, &l.gate_exps, &l.up_exps, &l.down_exps, &l.shexp_gate, &l.shexp_up,
-                      &l.shexp_down, &l.ffn_gate, &l.ffn_up, &l.ffn_down}) {
+                      &l.shexp_down, &l.ffn_gate, &l.ffn_up, &l.ffn_down, &l.ssm_qkv, &l.ssm_z, &l.ssm_ba, &l.ssm_beta,
+                      &l.ssm_alpha, &l.ssm_out}) {
       out.push_back(t);
     }
   }
@@ -99,6 +100,10 @@ StatusOr<std::unique_ptr<Model>> Model::load(const std::string& path, const Load
     v.bo = to_floats(w.bo);
     v.sinks = to_floats(w.sinks);
     v.router_b = to_floats(w.router_b);
+    v.ssm_conv1d = to_floats(w.ssm_conv1d);
+    v.ssm_dt = to_floats(w.ssm_dt);
+    v.ssm_a = to_floats(w.ssm_a);
+    v.ssm_norm = to_floats(w.ssm_norm);
     m->vectors_.push_back(std::move(v));
   }
   for (uint32_t l = 0; l < m->hp_.n_layer; ++l) m->layer_hp_.push_back(m->hp_.for_layer(l));
@@ -173,8 +178,16 @@ Status Model::eval_batch(std::span<const SeqBatch> seqs, std::vector<float>* log
                                 std::to_string(hp_.n_vocab - 1) + ")");
       }
     }
+    if (sb.kv->has_recurrent() && sb.pos0 != 0 && sb.pos0 != sb.kv->recurrent_pos()) {
+      return invalid_argument("this model's recurrent (Gated DeltaNet) state holds " + std::to_string(sb.kv->recurrent_pos()) +
+                                 " positions and cannot go back or skip to position " + std::to_string(sb.pos0) +
+                                 ": continue the sequence or start it again at 0");
+    }
     rows.push_back({T, n, sb.pos0, sb.kv});
     T += n;
+  }
+  for (const SeqRows& r : rows) {
+    if (r.kv->has_recurrent() && r.pos0 == 0) r.kv->reset_recurrent();
   }
   if (trace) trace->begin_step();
   if (offload) offload->scheduler->begin_step(T);
@@ -193,6 +206,9 @@ Status Model::eval_batch(std::span<const SeqBatch> seqs, std::vector<float>* log
     BlockArgs args{layer_hp_[l], weights_.layers[l], vectors_[l], l, x.data(), T, rows, *pool_, trace, offload};
     block(args);
     if (trace) for (uint32_t t = 0; t < T; ++t) trace->tensor("l_out", l, args.pos(t), {&x[t * E], E});
+  }
+  for (const SeqRows& r : rows) {
+    if (r.kv->has_recurrent()) r.kv->set_recurrent_pos(r.pos0 + r.n);
   }
   std::vector<uint32_t> out_rows;  // rows whose logits are returned, in order
   for (size_t i = 0; i < seqs.size(); ++i) {
@@ -219,7 +235,7 @@ StatusOr<Session> Session::create(const Model& model, uint32_t n_ctx, QuantType 
     return invalid_argument(std::string("KV cache type ") + type_name(kv_type) + " needs a head size that is a multiple of " +
                             std::to_string(block) + " (model has " + std::to_string(hp.head_dim) + ")");
   }
-  MT_ASSIGN_OR_RETURN(KvCache kv, KvCache::create(hp.n_layer, n_ctx, hp.kv_dim(), kv_type, hp.mla));
+  MT_ASSIGN_OR_RETURN(KvCache kv, KvCache::for_model(hp, n_ctx, kv_type));
   return Session(model, std::move(kv));
 }
 

@@ -52,7 +52,8 @@ std::string blk(uint32_t l, const char* name) { return "blk." + std::to_string(l
 // layer's query width.
 Status bind_attention(Binder& b, const HParams& hp, const ArchInfo& a, uint32_t l, uint64_t q, LayerWeights& L) {
   const uint64_t E = hp.n_embd, kv = hp.kv_dim();
-  MT_RETURN_IF_ERROR(b.bind(&L.wq, blk(l, "attn_q.weight"), {E, q}));
+  L.q_gated = a.linear_attention;  // qwen3next / qwen35moe: each head's query, then its gate
+  MT_RETURN_IF_ERROR(b.bind(&L.wq, blk(l, "attn_q.weight"), {E, L.q_gated ? 2 * q : q}));
   MT_RETURN_IF_ERROR(b.bind(&L.wk, blk(l, "attn_k.weight"), {E, kv}));
   MT_RETURN_IF_ERROR(b.bind(&L.wv, blk(l, "attn_v.weight"), {E, kv}));
   MT_RETURN_IF_ERROR(b.bind(&L.bq, blk(l, "attn_q.bias"), {q}, false));
@@ -88,6 +89,29 @@ Status bind_mla_attention(Binder& b, const HParams& hp, uint32_t l, LayerWeights
   return b.bind(&L.wo, blk(l, "attn_output.weight"), {H * hp.mla_v, E});
 }
 
+// A Gated DeltaNet layer: the fused q|k|v projection, the output gate z, the causal conv,
+// the decay and step-size inputs, the gated norm and the output projection.
+Status bind_gated_delta_net(const gguf::GgufFile& file, Binder& b, const HParams& hp, uint32_t l, LayerWeights& L) {
+  const uint64_t E = hp.n_embd, nv = hp.ssm_nv, conv = hp.ssm_conv_dim(), V = hp.ssm_value_dim();
+  if (file.find_tensor(blk(l, "attn_qkv.weight")) == nullptr && file.find_tensor(blk(l, "ssm_in.weight")) != nullptr) {
+    return unimplemented(blk(l, "ssm_in.weight") + ": the legacy fused qkvz layout of early qwen3next files is not supported; "
+                         "convert the model again with a current llama.cpp converter");
+  }
+  MT_RETURN_IF_ERROR(b.bind(&L.ssm_qkv, blk(l, "attn_qkv.weight"), {E, conv}));
+  MT_RETURN_IF_ERROR(b.bind(&L.ssm_z, blk(l, "attn_gate.weight"), {E, V}));
+  MT_RETURN_IF_ERROR(b.bind(&L.ssm_conv1d, blk(l, "ssm_conv1d.weight"), {hp.ssm_conv, conv}));
+  MT_RETURN_IF_ERROR(b.bind(&L.ssm_dt, blk(l, "ssm_dt.bias"), {nv}));
+  MT_RETURN_IF_ERROR(b.bind(&L.ssm_a, blk(l, "ssm_a"), {nv}));
+  if (hp.arch == Arch::kQwen3Next) {
+    MT_RETURN_IF_ERROR(b.bind(&L.ssm_ba, blk(l, "ssm_ba.weight"), {E, 2 * nv}));
+  } else {
+    MT_RETURN_IF_ERROR(b.bind(&L.ssm_beta, blk(l, "ssm_beta.weight"), {E, nv}));
+    MT_RETURN_IF_ERROR(b.bind(&L.ssm_alpha, blk(l, "ssm_alpha.weight"), {E, nv}));
+  }
+  MT_RETURN_IF_ERROR(b.bind(&L.ssm_norm, blk(l, "ssm_norm.weight"), {hp.ssm_state}));
+  return b.bind(&L.ssm_out, blk(l, "ssm_out.weight"), {V, E});
+}
+
 }  // namespace
 
 StatusOr<ModelWeights> bind_weights(const gguf::GgufFile& file, const HParams& hp) {
@@ -105,7 +129,11 @@ StatusOr<ModelWeights> bind_weights(const gguf::GgufFile& file, const HParams& h
     LayerWeights& L = w.layers[l];
     const uint64_t q = hp.for_layer(l).q_dim();  // laguna: this layer's query heads
     MT_RETURN_IF_ERROR(b.bind(&L.attn_norm, blk(l, "attn_norm.weight"), {E}));
-    MT_RETURN_IF_ERROR(hp.mla ? bind_mla_attention(b, hp, l, L) : bind_attention(b, hp, a, l, q, L));
+    if (hp.is_recurrent(l)) {
+      MT_RETURN_IF_ERROR(bind_gated_delta_net(file, b, hp, l, L));
+    } else {
+      MT_RETURN_IF_ERROR(hp.mla ? bind_mla_attention(b, hp, l, L) : bind_attention(b, hp, a, l, q, L));
+    }
     if (hp.arch == Arch::kLaguna) {
       // The gate's width says its form: one scalar per head, or one per q element.
       const gguf::TensorInfo* g = file.find_tensor(blk(l, "attn_gate.weight"));

@@ -56,6 +56,17 @@ struct LayerWeights {
   Tensor sinks;                            // (n_head) attention sink logits (gpt-oss)
   bool swiglu_oai = false;                 // experts use gpt-oss's clamped SwiGLU
   Tensor attn_gate;                        // laguna: (n_embd, n_head) per head or (n_embd, q_dim) per element
+  // Gated DeltaNet layers (qwen3next / qwen35moe), moe_arch_facts_hybrid.md §1.3
+  Tensor ssm_qkv;                          // attn_qkv (n_embd, conv_dim): all q heads, all k heads, all v heads
+  Tensor ssm_z;                            // attn_gate (n_embd, value_dim): the output gate
+  Tensor ssm_conv1d;                       // (ssm_conv, conv_dim): each channel's taps, oldest first
+  Tensor ssm_dt;                           // (nv) ssm_dt.bias
+  Tensor ssm_a;                            // (nv) -exp(A_log)
+  Tensor ssm_ba;                           // qwen3next: (n_embd, 2 nv), per key head [b x r | a x r]
+  Tensor ssm_beta, ssm_alpha;              // qwen35moe: (n_embd, nv) each
+  Tensor ssm_norm;                         // (ssm_state) the gated RMSNorm's weight
+  Tensor ssm_out;                          // (value_dim, n_embd)
+  bool q_gated = false;                    // attn_q (n_embd, 2 q_dim): per head [query | gate], o *= sigmoid(gate)
   Tensor gate_exps, up_exps;               // (n_embd, n_ff_exp, n_expert); gate optional
   Tensor down_exps;                        // (n_ff_exp, n_embd, n_expert)
   Tensor shexp_gate_inp;                   // (n_embd) qwen2moe's shared-expert gate

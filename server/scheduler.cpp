@@ -130,7 +130,7 @@ struct Scheduler::Impl {
       Queued& q = queue.front();
       const uint64_t need = q.req.prompt.size() + q.req.max_tokens;
       if (m.kv_tokens_used + need > o.kv_budget_tokens) break;  // waits for memory
-      auto kv = KvCache::create(model.hparams().n_layer, static_cast<uint32_t>(need), model.hparams().kv_dim(), o.kv_type);
+      auto kv = KvCache::for_model(model.hparams(), static_cast<uint32_t>(need), o.kv_type);
       if (!kv.ok()) {
         GenerationEvent e;
         e.kind = GenerationEvent::Kind::kError;

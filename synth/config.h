@@ -72,6 +72,10 @@ struct SynthConfig {
   uint32_t n_rot_swa = 0;       // laguna: their rotated dims (0: n_rot)
   bool gate_per_head = true;    // laguna: attn_gate one scalar per head (else per element)
   float rope_freq_base_swa = 0.0f;  // gpt-oss: their RoPE base (0: rope_freq_base)
+  // qwen3next / qwen35moe: every full_attention_interval-th layer gated full attention, the
+  // others Gated DeltaNet with ssm_nk key heads and ssm_nv value heads of ssm_state dims.
+  uint32_t full_attention_interval = 4;
+  uint32_t ssm_conv = 4, ssm_state = 0, ssm_nk = 0, ssm_nv = 0;
   uint32_t n_ff = 0;            // feed_forward_length key (0: = n_ff_exp)
   uint32_t n_vocab = 0;         // 0: the vocabulary's own size; larger pads it
   uint32_t n_ctx = 4096;

@@ -117,11 +117,33 @@ const Preset kPresets[] = {
     {"ornith-35b", [] {
        // Seed 001's Ornith-1.5-35B-A3B Q4_K_M geometry: 40 MoE layers, 256 experts top-8,
        // n_embd 2048, expert width 512, Q4_K gate/up, Q6_K down on the 20 "more bits"
-       // layers of the q4_k_m rule and Q4_K down on the other 20; vocab 248320. Until
-       // `qwen35moe` lands it is written as qwen3moe with that geometry.
-       SynthConfig c = base("ornith-35b", Arch::kQwen3Moe);
-       c.n_layer = 40; c.n_embd = 2048; c.n_head = 16; c.n_head_kv = 2; c.head_dim = 256;
-       c.n_expert = 256; c.n_expert_used = 8; c.n_ff_exp = 512; c.n_vocab = 248320;
+       // layers of the q4_k_m rule and Q4_K down on the other 20; vocab 248320. A real
+       // qwen35moe: 30 Gated DeltaNet layers (16 key / 32 value heads of 128, conv 4) and
+       // 10 gated full-attention layers (16/2 heads of 256, 64 rotated), a gated shared
+       // expert of 512.
+       SynthConfig c = base("ornith-35b", Arch::kQwen35Moe);
+       c.n_layer = 40; c.n_embd = 2048; c.n_head = 16; c.n_head_kv = 2; c.head_dim = 256; c.n_rot = 64;
+       c.n_expert = 256; c.n_expert_used = 8; c.n_ff_exp = 512; c.n_ff_shexp = 512; c.n_vocab = 248320;
+       c.ssm_state = 128; c.ssm_nk = 16; c.ssm_nv = 32; c.ssm_conv = 4; c.full_attention_interval = 4;
+       c.n_ctx = 262144; c.rope_freq_base = 10000000.0f;
+       c.quant = *parse_quant_mix("q4_k_m");
+       return c;
+     }},
+    {"qwen3.6-35b-a3b-mtp", [] {
+       // Seed 003's Qwen3.6-35B-A3B-MTP: the ornith-35b geometry plus its one MTP block.
+       SynthConfig c = *preset("ornith-35b");
+       c.name = "qwen3.6-35b-a3b-mtp";
+       c.n_nextn = 1;
+       return c;
+     }},
+    {"qwen3.8-flash-next", [] {
+       // A Qwen3.8-Flash-Next-like qwen3next: 48 layers (36 Gated DeltaNet, 12 gated full
+       // attention), 512 experts top-10 of width 512, a gated shared expert of 512, n_embd
+       // 2048, 16/2 heads of 256 (64 rotated), 16 key / 32 value heads of 128, one MTP block.
+       SynthConfig c = base("qwen3.8-flash-next", Arch::kQwen3Next);
+       c.n_layer = 48; c.n_nextn = 1; c.n_embd = 2048; c.n_head = 16; c.n_head_kv = 2; c.head_dim = 256; c.n_rot = 64;
+       c.n_expert = 512; c.n_expert_used = 10; c.n_ff_exp = 512; c.n_ff_shexp = 512; c.n_vocab = 151936;
+       c.ssm_state = 128; c.ssm_nk = 16; c.ssm_nv = 32; c.ssm_conv = 4; c.full_attention_interval = 4;
        c.n_ctx = 262144; c.rope_freq_base = 10000000.0f;
        c.quant = *parse_quant_mix("q4_k_m");
        return c;
@@ -171,6 +193,15 @@ SynthConfig tiny_for(Arch arch) {
     c.n_layer = 2; c.n_swa = 16; c.rope_freq_base_swa = 5000.0f;
     c.yarn_factor = 32.0f;  // gpt-oss: YaRN factor 32 over 4096 on every layer
   }
+  if (arch == Arch::kQwen3Next || arch == Arch::kQwen35Moe) {
+    // Three Gated DeltaNet layers then one gated full-attention layer (4 heads of 64, a
+    // quarter rotated), 2 key heads and 4 value heads of 64 (qwen3next groups value heads
+    // by key head, qwen35moe tiles them), conv 4, a gated shared expert of 256; qwen35moe
+    // with one MTP block after the stack (loaded, unused).
+    c.n_layer = 4; c.n_rot = 16; c.n_ff_shexp = 256;
+    c.ssm_state = 64; c.ssm_nk = 2; c.ssm_nv = 4; c.ssm_conv = 4; c.full_attention_interval = 4;
+    if (arch == Arch::kQwen35Moe) c.n_nextn = 1;
+  }
   if (arch == Arch::kDeepseek2) {
     // DeepSeek-V3-like: MLA with a q low-rank pair, one leading dense block, sigmoid routing
     // with the selection bias over 4 groups of which 2 are used, renormalised, scaled by 2.5.
@@ -181,7 +212,6 @@ SynthConfig tiny_for(Arch arch) {
     c.sigmoid = true; c.selection_bias = true;
     c.yarn_factor = 40.0f; c.yarn_mscale_all_dim = 0.707f;  // V2/V3: YaRN 40x with the log multiplier
   }
-  return c;
   return c;
 }
 
@@ -267,7 +297,12 @@ Status validate(const SynthConfig& c) {
   if (a.shared_expert == SharedExpert::kGated && c.n_ff_shexp == 0) return fail(std::string(a.name) + " needs a shared expert width");
   if (a.shared_expert != SharedExpert::kGated && c.n_ff_shexp != 0) return fail(std::string(a.name) + " has no gated shared expert");
   if (a.shared_expert != SharedExpert::kUngated && c.n_expert_shared != 0) return fail(std::string(a.name) + " has no shared experts");
-  if (!a.routing_keys && (c.n_dense_lead != 0 || c.n_nextn != 0)) return fail(std::string(a.name) + " has no dense lead or NextN blocks");
+  if (!a.routing_keys && c.n_dense_lead != 0) return fail(std::string(a.name) + " has no dense lead blocks");
+  if (!a.routing_keys && !a.linear_attention && c.n_nextn != 0) return fail(std::string(a.name) + " has no NextN blocks");
+  if (a.linear_attention && (c.ssm_state == 0 || c.ssm_state % 2 != 0 || c.ssm_nk == 0 || c.ssm_nv % c.ssm_nk != 0 ||
+                             c.ssm_nv == 0 || c.ssm_conv < 2 || c.full_attention_interval < 2)) {
+    return fail(std::string(a.name) + " needs Gated DeltaNet dims (state, key heads dividing value heads, conv >= 2) and an attention interval >= 2");
+  }
   if (c.n_dense_lead >= c.n_layer) return fail("leading dense blocks must leave at least one MoE block");
   if (c.n_dense_lead > 0 && c.n_ff == 0) return fail("leading dense blocks need a width (n_ff)");
   if (c.arch == Arch::kDeepseek2 && (c.kv_lora_rank == 0 || c.mla_v == 0 || c.n_rot == 0 || c.n_rot >= c.head_dim)) {

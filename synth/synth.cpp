@@ -55,7 +55,40 @@ std::vector<TensorSpec> plan_tensors(const SynthConfig& c, uint32_t n_vocab) {
     const bool swa_layer = c.arch == Arch::kLaguna && c.n_swa > 0 && l % 4 != 0;
     const uint64_t q_dim = uint64_t{swa_layer && c.n_head_swa ? c.n_head_swa : c.n_head} * c.head_dim;
     t.push_back({blk(l, "attn_norm.weight"), Role::kNorm, l, {E}, norm});
-    if (c.arch == Arch::kDeepseek2) {
+    const bool recurrent = a.linear_attention && l < c.n_layer && (l + 1) % c.full_attention_interval != 0;
+    if (recurrent) {
+      // Gated DeltaNet: q|k|v through the conv, z, the step size and decay inputs, the
+      // decay rates -exp(A_log) in [-0.45, -0.15] and dt biases near -1 (a per-token decay
+      // near 0.9: memory over ~10 tokens), the gated norm, ssm_out.
+      const uint64_t nv = c.ssm_nv, V = nv * c.ssm_state, conv = 2ull * c.ssm_nk * c.ssm_state + V;
+      RowRecipe decay;
+      decay.offset = -0.3f;
+      decay.stddev = 0.05f;
+      RowRecipe dt;
+      dt.offset = -1.0f;
+      dt.stddev = 0.5f;
+      t.push_back({blk(l, "attn_qkv.weight"), Role::kAttnQ, l, {E, conv}, matrix(E)});
+      t.push_back({blk(l, "attn_gate.weight"), Role::kAttnK, l, {E, V}, matrix(E)});
+      t.push_back({blk(l, "ssm_conv1d.weight"), Role::kSsmConv, l, {c.ssm_conv, conv}, matrix(c.ssm_conv)});
+      t.push_back({blk(l, "ssm_dt.bias"), Role::kBias, l, {nv}, dt});
+      t.push_back({blk(l, "ssm_a"), Role::kBias, l, {nv}, decay});
+      if (c.arch == Arch::kQwen3Next) {
+        t.push_back({blk(l, "ssm_ba.weight"), Role::kAttnK, l, {E, 2 * nv}, matrix(E)});
+      } else {
+        t.push_back({blk(l, "ssm_beta.weight"), Role::kAttnK, l, {E, nv}, matrix(E)});
+        t.push_back({blk(l, "ssm_alpha.weight"), Role::kAttnK, l, {E, nv}, matrix(E)});
+      }
+      t.push_back({blk(l, "ssm_norm.weight"), Role::kNorm, l, {c.ssm_state}, norm});
+      t.push_back({blk(l, "ssm_out.weight"), Role::kAttnOut, l, {V, E}, matrix(V, residual_gain)});
+    } else if (a.linear_attention) {
+      // Gated full attention: attn_q gives each head's query and its output gate.
+      t.push_back({blk(l, "attn_q.weight"), Role::kAttnQ, l, {E, 2 * q_dim}, matrix(E)});
+      t.push_back({blk(l, "attn_k.weight"), Role::kAttnK, l, {E, kv_dim}, matrix(E)});
+      t.push_back({blk(l, "attn_v.weight"), Role::kAttnV, l, {E, kv_dim}, matrix(E)});
+      t.push_back({blk(l, "attn_q_norm.weight"), Role::kNorm, l, {c.head_dim}, norm});
+      t.push_back({blk(l, "attn_k_norm.weight"), Role::kNorm, l, {c.head_dim}, norm});
+      t.push_back({blk(l, "attn_output.weight"), Role::kAttnOut, l, {q_dim, E}, matrix(q_dim, residual_gain)});
+    } else if (c.arch == Arch::kDeepseek2) {
       // MLA layout: q through the low-rank pair (or one matrix), the latent row, the per-head
       // absorption matrices, the output over n_head * mla_v.
       const uint64_t H = c.n_head, R = c.kv_lora_rank, P = c.n_rot, QL = c.q_lora_rank, V = c.mla_v;
@@ -221,6 +254,23 @@ void write_hparams(const SynthConfig& c, uint32_t n_vocab, gguf::GgufWriter& w) 
     w.set_u32(p + ".attention.sliding_window", c.n_swa);
     w.set_u32(p + ".attention.sliding_window_pattern", 2);
     w.set_f32(p + ".rope.freq_base_swa", c.rope_freq_base_swa > 0.0f ? c.rope_freq_base_swa : c.rope_freq_base);
+  }
+  if (a.linear_attention) {
+    const uint32_t V = c.ssm_nv * c.ssm_state;
+    w.set_u32(p + ".ssm.conv_kernel", c.ssm_conv);
+    w.set_u32(p + ".ssm.inner_size", V);
+    w.set_u32(p + ".ssm.state_size", c.ssm_state);
+    w.set_u32(p + ".ssm.time_step_rank", c.ssm_nv);
+    w.set_u32(p + ".ssm.group_count", c.ssm_nk);
+    w.set_u32(p + ".full_attention_interval", c.full_attention_interval);
+    if (c.n_nextn > 0) w.set_u32(p + ".nextn_predict_layers", c.n_nextn);
+    if (c.arch == Arch::kQwen35Moe) {
+      // IMROPE sections over the rotated pairs (the released [11, 11, 10, 0] for 64 dims):
+      // t, h, w interleaved, every pair on one of them (text: the token's position).
+      const int32_t pairs = static_cast<int32_t>((c.n_rot != 0 ? c.n_rot : c.head_dim) / 2);
+      const int32_t third = (pairs + 2) / 3;
+      w.set_i32_array(p + ".rope.dimension_sections", {third, third, pairs - 2 * third, 0});
+    }
   }
   if (c.n_expert_groups > 1) {
     w.set_u32(p + ".expert_group_count", c.n_expert_groups);

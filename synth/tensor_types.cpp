@@ -29,7 +29,7 @@ bool use_more_bits(uint32_t layer, uint32_t n_layer) {
 
 QuantType choose_type(const SynthConfig& c, Role role, uint32_t layer, uint64_t ne0) {
   switch (role) {
-    case Role::kNorm: case Role::kBias: case Role::kRouter: case Role::kSharedGateInp: case Role::kExpProbsB:
+    case Role::kNorm: case Role::kBias: case Role::kRouter: case Role::kSharedGateInp: case Role::kExpProbsB: case Role::kSsmConv:
       return QuantType::F32;
     default: break;
   }

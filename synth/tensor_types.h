@@ -21,6 +21,7 @@ enum class Role {
   kDenseGate, kDenseUp, kDenseDown,   // leading dense FFN blocks
   kExpProbsB,                         // the selection bias (F32)
   kNextnProj,                         // a NextN block's eh_proj
+  kSsmConv,                           // a Gated DeltaNet conv kernel (F32, as the converter writes it)
 };
 
 bool use_more_bits(uint32_t layer, uint32_t n_layer);

@@ -12,6 +12,8 @@ BlockFn block_fn(Arch arch) {
     case Arch::kDeepseek2: return deepseek2_block;
     case Arch::kGptOss: return gpt_oss_block;
     case Arch::kLaguna: return laguna_block;
+    case Arch::kQwen3Next:
+    case Arch::kQwen35Moe: return qwen3next_block;
   }
   return nullptr;
 }

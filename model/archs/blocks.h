@@ -14,6 +14,7 @@ void glm4moe_block(const BlockArgs& a);
 void deepseek2_block(const BlockArgs& a);
 void gpt_oss_block(const BlockArgs& a);
 void laguna_block(const BlockArgs& a);
+void qwen3next_block(const BlockArgs& a);  // qwen35moe too
 
 using BlockFn = void (*)(const BlockArgs&);
 BlockFn block_fn(Arch arch);
