@@ -803,9 +803,10 @@ StatusOr<std::unique_ptr<CudaModel>> CudaModel::load(const Model& model, const C
   const ArchInfo& info = arch_info(hp.arch);
   if (hp.gating != ExpertGating::kSoftmax || hp.expert_weights_scale != 1.0f || hp.n_expert_groups > 1 ||
       info.shared_expert == SharedExpert::kUngated || info.qk_norm == QkNorm::kPerHeadOptional || hp.mla || info.oai ||
-      hp.yarn_ext != 0.0f || hp.rope_attn_factor != 1.0f) {
+      hp.yarn_ext != 0.0f || hp.rope_attn_factor != 1.0f || info.linear_attention || !hp.n_head_per_layer.empty()) {
     return unimplemented(std::string(info.name) +
-                         " on the CUDA backend is not implemented yet (its routing math, shared expert, latent attention, sinks / sliding windows or YaRN): run it with "
+                         " on the CUDA backend is not implemented yet (its routing math, shared expert, latent attention, sinks / sliding windows, "
+                         "Gated DeltaNet layers, per-layer heads or YaRN): run it with "
                          "--device cpu");
   }
   MT_ASSIGN_OR_RETURN(DeviceMemory mem, device_memory(options.device));

@@ -27,8 +27,8 @@ std::string ctx_text(uint32_t ctx, uint32_t batch) {
 // Why the device cannot hold dense weights + KV cache + shared experts + reserve, and what
 // would fit instead.
 std::string device_shortfall(const PlanInputs& in, uint64_t reserve, uint64_t kv) {
-  const uint64_t rest = in.model.dense_bytes + in.model.shared_expert_bytes + reserve;
-  const uint64_t need = rest + kv;
+  const uint64_t rest = in.model.dense_bytes + in.model.shared_expert_bytes + reserve + uint64_t{in.batch} * in.model.state_bytes_per_seq;
+  const uint64_t need = rest + kv - uint64_t{in.batch} * in.model.state_bytes_per_seq;  // kv counts the states too
   std::string why = "device memory: KV cache for " + ctx_text(in.ctx, in.batch) + " at " + kv_type_name(in.kv) +
                     " needs " + human_bytes(kv) + "; with dense weights " + human_bytes(in.model.dense_bytes) +
                     ", shared experts " + human_bytes(in.model.shared_expert_bytes) + " and the " +
@@ -157,7 +157,7 @@ StatusOr<Plan> make_plan(const PlanInputs& in) {
   p.top_k = in.model.n_expert_used;
   p.cpu_threads = in.cpu_threads > 0 ? in.cpu_threads : std::max<uint32_t>(1, in.hw.threads);
   p.hw_profile_source = in.hw.source;
-  p.kv_bytes = static_cast<uint64_t>(in.ctx) * in.batch * kv_per_token(in.model, in.kv);
+  p.kv_bytes = static_cast<uint64_t>(in.ctx) * in.batch * kv_per_token(in.model, in.kv) + uint64_t{in.batch} * in.model.state_bytes_per_seq;
   const HwProfile hw = effective_hw(in, p.cpu_threads, &p.notes);
 
   // Device memory: the fixed items, then the expert cache.

@@ -48,6 +48,7 @@ struct ModelSizes {
   uint64_t shared_expert_bytes = 0;   // all layers' shared experts
   uint64_t kv_bytes_per_token_f16 = 0;   // n_layer * 2 * n_head_kv * head_dim * 2
   uint64_t kv_bytes_per_token_q8_0 = 0;  // the same elements at 34/32 bytes
+  uint64_t state_bytes_per_seq = 0;      // recurrent (Gated DeltaNet) layers' F32 states, any context
   uint32_t n_expert_used = 0;         // top-k
   uint32_t context_length = 0;        // trained context (for the explanation)
 };

@@ -25,7 +25,9 @@ StatusOr<ModelSizes> read_model_sizes(const gguf::GgufFile& f) {
     }
   }
   // K and V rows per layer; a latent (MLA) cache keeps one row, read as both.
-  const uint64_t kv_elements = static_cast<uint64_t>(h.n_layer) * (h.mla ? 1 : 2) * h.kv_dim();
+  // Recurrent layers keep a fixed-size F32 state per sequence instead.
+  const uint64_t kv_elements = static_cast<uint64_t>(h.n_attention_layers()) * (h.mla ? 1 : 2) * h.kv_dim();
+  m.state_bytes_per_seq = 4ull * (h.n_layer - h.n_attention_layers()) * (h.conv_state_floats() + h.delta_state_floats());
   m.kv_bytes_per_token_f16 = kv_elements * 2;
   m.kv_bytes_per_token_q8_0 = (kv_elements * 34 + 31) / 32;
   m.n_expert_used = h.n_expert_used;

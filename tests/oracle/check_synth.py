@@ -80,8 +80,9 @@ def check(name, args, n_layer=2, top_k=2, n_expert=8, renorm=True, ids=None):
 
 
 # glm4moe, deepseek2: the weights are renormalised and then scaled by 2.5, so they do not sum to 1.
-ARCHS = {"qwen3moe": True, "qwen2moe": False, "llama": True, "olmoe": False, "glm4moe": False, "deepseek2": False, "gpt-oss": True, "laguna": False}
-MOE_LAYERS = {"laguna": 3}  # MoE layers of each tiny model (others: 2)
+ARCHS = {"qwen3moe": True, "qwen2moe": False, "llama": True, "olmoe": False, "glm4moe": False, "deepseek2": False, "gpt-oss": True, "laguna": False,
+         "qwen3next": True, "qwen35moe": True}
+MOE_LAYERS = {"laguna": 3, "qwen3next": 4, "qwen35moe": 4}  # MoE layers of each tiny model (others: 2)
 TYPES = ["q8_0", "q4_k_m", "f16", "bf16", "q4_0", "q5_1", "q3_k", "q6_k", "iq4_xs", "mxfp4"]
 for arch, renorm in ARCHS.items():
     for q in TYPES:

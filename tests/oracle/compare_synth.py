@@ -17,6 +17,10 @@ renormalisation, 2 shared experts. gpt-oss (same types and MXFP4): sinks, a 16-p
 window on the even layers, biases, the clamped SwiGLU. laguna (same types): 4 layers, the
 first full (4 heads, 32 rotated dims) and 3 with a 16-position window (8 heads, 64 dims,
 another RoPE base), a per-head softplus output gate, sigmoid routing as glm4moe.
+qwen3next and qwen35moe (same types): 3 Gated DeltaNet layers (2 key / 4 value heads, value
+heads grouped by key head in qwen3next and tiled in qwen35moe) and one gated full-attention
+layer, a gated shared expert; qwen35moe with an MTP block (loaded, unused). Their sequences
+are 100 tokens long, so the prompt's delta rule crosses a 64-token chunk boundary.
 Checked, per model:
   * selected experts (as sets) equal llama.cpp's at >= 99% of (layer, position) pairs,
     and every mismatch is a near tie in llama.cpp's own router scores (k-th vs (k+1)-th
@@ -38,12 +42,14 @@ Only the python3 standard library is used.
 import json, os, struct, subprocess, sys
 
 MOETIER, ORACLE, WORK = sys.argv[1:4]
-ARCHS = sys.argv[4:] or ["qwen3moe", "qwen2moe", "llama", "olmoe", "glm4moe", "deepseek2", "deepseek2-v2", "gpt-oss", "laguna"]
+ARCHS = sys.argv[4:] or ["qwen3moe", "qwen2moe", "llama", "olmoe", "glm4moe", "deepseek2", "deepseek2-v2", "gpt-oss", "laguna",
+                         "qwen3next", "qwen35moe"]
 TYPES = ["f32", "f16", "bf16", "q8_0", "q4_0", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "iq4_nl", "iq4_xs", "q4_k_m"]
 # The families of issue 9 share the kernels above: their new math (routing variants, dense
 # lead and NextN blocks, partial RoPE) is checked at the float and the common mixes.
 NEW_TYPES = ["f32", "f16", "q8_0", "q4_k", "q4_k_m"]
-TYPES_OF = {"glm4moe": NEW_TYPES, "deepseek2": NEW_TYPES, "deepseek2-v2": NEW_TYPES, "gpt-oss": NEW_TYPES + ["mxfp4"], "laguna": NEW_TYPES}
+TYPES_OF = {"glm4moe": NEW_TYPES, "deepseek2": NEW_TYPES, "deepseek2-v2": NEW_TYPES, "gpt-oss": NEW_TYPES + ["mxfp4"], "laguna": NEW_TYPES,
+            "qwen3next": NEW_TYPES, "qwen35moe": NEW_TYPES}
 # How each entry is synthesized: --arch NAME, or a preset.
 SYNTH_OF = {"deepseek2-v2": ["--preset", "tiny-deepseek2-v2"]}
 # A near tie in the router scores, below which the two engines may choose differently.
@@ -52,8 +58,8 @@ SYNTH_OF = {"deepseek2-v2": ["--preset", "tiny-deepseek2-v2"]}
 # rounding noise: on deepseek2-q4_k (2026-12-01) the two engines' ffn_moe_probs differ by up
 # to 3.3e-3 at a position whose top-2 gap is 3.6e-3, so those archs use 5e-3.
 TIE_GAP = {"glm4moe": 5e-3, "deepseek2": 5e-3, "laguna": 5e-3}
-MOE_LAYERS = {"laguna": 3}  # MoE layers of each synthetic model (others: 2)
-N_TOKENS = 64
+MOE_LAYERS = {"laguna": 3, "qwen3next": 4, "qwen35moe": 4}  # MoE layers of each synthetic model (others: 2)
+N_TOKENS_OF = {"qwen3next": 100, "qwen35moe": 100}  # others: 64
 os.makedirs(WORK, exist_ok=True)
 
 
@@ -81,6 +87,7 @@ argmax_total = argmax_agree = 0
 for arch in ARCHS:
     for q in TYPES_OF.get(arch, TYPES):
         name = f"{arch}-{q}"
+        N_TOKENS = N_TOKENS_OF.get(arch, 64)
         model = os.path.join(WORK, name + ".gguf")
         try:
             run([MOETIER, "synth"] + SYNTH_OF.get(arch, ["--arch", arch]) + ["--quant", q, "--seed", "7", "-o", model])

@@ -46,7 +46,7 @@ std::vector<float> run_steps(const Model& model, MoeOffload* offload, Trace* tra
 }
 
 TEST(HybridMoe, LogitsIdenticalToTheCpuPathForEveryPolicyModeAndBudget) {
-  for (Arch arch : {Arch::kQwen3Moe, Arch::kQwen2Moe}) {
+  for (Arch arch : {Arch::kQwen3Moe, Arch::kQwen2Moe, Arch::kQwen35Moe}) {
     synth::SynthConfig c = synth::tiny_for(arch);
     c.quant = *synth::parse_quant_mix("q4_k_m");
     c.router_skew = 1.0f;

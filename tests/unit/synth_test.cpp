@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <map>
 
@@ -173,6 +174,60 @@ TEST(SynthArch, Glm4MoeBadRoutingKeysAreNamed) {
   EXPECT_NE(s.message().find("nextn_predict_layers 4"), std::string::npos) << s.to_string();
   s = with("glm4moe.leading_dense_block_count", gguf::Value::u32(2), "glm-dense.gguf");
   EXPECT_NE(s.message().find("blk.1.ffn_gate_inp.weight in a leading dense layer"), std::string::npos) << s.to_string();
+}
+
+// qwen3next / qwen35moe: the Gated DeltaNet tensors and keys as llama.cpp's converter
+// writes them, the gated attn_q, the MTP block; the loader's view of the layers; bad keys,
+// IMROPE sections that use the 4th position stream and the legacy ssm_in layout are named.
+TEST(SynthArch, HybridGatedDeltaNetTensorsKeysAndBadFiles) {
+  SynthConfig c = tiny_for(Arch::kQwen35Moe);
+  c.sparse = true;
+  GgufFile src = write_and_open(c, "qwen35moe-src.gguf");
+  const gguf::TensorInfo* qkv = src.find_tensor("blk.0.attn_qkv.weight");
+  ASSERT_NE(qkv, nullptr);
+  EXPECT_EQ(qkv->ne[1], 2u * 2 * 64 + 4 * 64);  // q and k heads (2 x 64 each), 4 value heads of 64
+  ASSERT_NE(src.find_tensor("blk.0.ssm_conv1d.weight"), nullptr);
+  EXPECT_EQ(src.find_tensor("blk.0.ssm_conv1d.weight")->type, QuantType::F32);
+  EXPECT_NE(src.find_tensor("blk.2.ssm_beta.weight"), nullptr);
+  EXPECT_EQ(src.find_tensor("blk.3.ssm_beta.weight"), nullptr);  // layer 3: full attention
+  ASSERT_NE(src.find_tensor("blk.3.attn_q.weight"), nullptr);
+  EXPECT_EQ(src.find_tensor("blk.3.attn_q.weight")->ne[1], 2u * 4 * 64);  // query | gate per head
+  EXPECT_NE(src.find_tensor("blk.4.nextn.eh_proj.weight"), nullptr);       // the MTP block
+  auto hp = read_hparams(src);
+  ASSERT_TRUE(hp.ok()) << hp.status().to_string();
+  EXPECT_EQ(hp->n_layer, 4u);
+  EXPECT_EQ(hp->n_nextn, 1u);
+  EXPECT_TRUE(hp->ssm_tiled);
+  EXPECT_EQ(hp->recurrent, (std::vector<uint8_t>{1, 1, 1, 0}));
+  EXPECT_EQ(hp->delta_state_floats(), 4u * 64 * 64);
+
+  auto rewrite = [&](const std::string& name, const std::function<void(gguf::GgufWriter&)>& edit,
+                     const std::string& rename_from = "", const std::string& rename_to = "") {
+    gguf::GgufWriter w;
+    for (const auto& kv : src.metadata()) w.set(std::string(kv.key), kv.value);
+    edit(w);
+    for (const auto& t : src.tensors()) {
+      const std::string n = std::string(t.name) == rename_from ? rename_to : std::string(t.name);
+      w.add_tensor(n, t.type, {t.ne.begin(), t.ne.begin() + t.n_dims}, {});
+    }
+    gguf::WriteOptions sparse;
+    sparse.sparse = true;
+    EXPECT_TRUE(w.write(test::temp_path(name), sparse).ok());
+    return Model::load(test::temp_path(name), {1}).status();
+  };
+  Status s = rewrite("q35-inner.gguf", [](gguf::GgufWriter& w) { w.set_u32("qwen35moe.ssm.inner_size", 100); });
+  EXPECT_EQ(s.code(), StatusCode::kUnimplemented);
+  EXPECT_NE(s.message().find("ssm.inner_size 100"), std::string::npos) << s.to_string();
+  s = rewrite("q35-rank.gguf", [](gguf::GgufWriter& w) { w.set_u32("qwen35moe.ssm.time_step_rank", 3); });
+  EXPECT_NE(s.message().find("time_step_rank 3"), std::string::npos) << s.to_string();
+  s = rewrite("q35-sections.gguf", [](gguf::GgufWriter& w) { w.set_i32_array("qwen35moe.rope.dimension_sections", {1, 1, 1, 1}); });
+  EXPECT_EQ(s.code(), StatusCode::kUnimplemented);
+  EXPECT_NE(s.message().find("4th position stream"), std::string::npos) << s.to_string();
+  s = rewrite("q35-legacy.gguf", [](gguf::GgufWriter&) {}, "blk.1.attn_qkv.weight", "blk.1.ssm_in.weight");
+  EXPECT_EQ(s.code(), StatusCode::kUnimplemented);
+  EXPECT_NE(s.message().find("blk.1.ssm_in.weight"), std::string::npos) << s.to_string();
+  s = rewrite("q35-ok.gguf", [](gguf::GgufWriter&) {});
+  EXPECT_TRUE(s.ok()) << s.to_string();
 }
 
 // deepseek2 in the MLA layout: the latent tensors and keys as llama.cpp's converter writes
