@@ -94,7 +94,7 @@ Runner add_synth(CLI::App& app) {
   for (const std::string& p : synth::preset_names()) presets += (presets.empty() ? "" : ", ") + p;
   app.add_option("-o,--output", f->output, "output GGUF path")->required();
   app.add_option("--preset", f->preset, "checkpoint geometry: " + presets);
-  app.add_option("--arch", f->arch, "architecture: qwen3moe, qwen2moe, llama, olmoe (alone: a tiny model)");
+  app.add_option("--arch", f->arch, "architecture: qwen3moe, qwen2moe, llama, olmoe, glm4moe, deepseek2, gpt-oss, laguna, qwen3next, qwen35moe (alone: a tiny model)");
   app.add_option("--quant", f->quant, "one type (q8_0, q4_k, bf16, ...) or a mix (q4_k_m, q5_k_m)");
   app.add_option("--layer-type", f->layer_types, "expert type override for layers, e.g. 0-3,8=bf16 (repeatable)");
   app.add_option("--vocab", f->vocab, "vocab GGUF to copy the tokenizer from (default: built-in byte vocab)");
