@@ -53,12 +53,30 @@ const Preset kPresets[] = {
        return c;
      }},
     {"laguna-s", [] {
-       // Seed 000's Laguna-S Q4_K_M geometry: 47 MoE layers, 256 experts top-10,
-       // n_embd 3072, expert width 1024; 39 Q4_K layers (5.0625 MiB per expert) and
-       // 8 BF16 layers (18 MiB per expert). Which 8 layers are BF16 is not published;
-       // every sixth layer is used here. Until the `laguna` architecture lands it is
-       // written as qwen3moe with that geometry.
-       SynthConfig c = base("laguna-s", Arch::kQwen3Moe);
+       // Seed 000's Laguna-S Q4_K_M geometry as a real laguna (S.2: 48 blocks, the first a
+       // dense FFN, then 47 MoE layers): 256 experts top-10, n_embd 3072, expert width 1024,
+       // one shared expert; 39 Q4_K MoE layers (5.0625 MiB per expert) and 8 BF16 layers
+       // (18 MiB per expert). Not published, assumed from XS.2: which 8 layers are BF16
+       // (every sixth MoE layer here), 24/8 heads of 128 on every layer, full attention on
+       // every 4th layer with 64 rotated dims at base 500000 and YaRN 32x, the others a
+       // 512-position window rotating all 128 dims at base 10000, the dense width 8192,
+       // sigmoid routing with the selection bias, renormalised, scaled by 2.5.
+       SynthConfig c = base("laguna-s", Arch::kLaguna);
+       c.n_layer = 48; c.n_dense_lead = 1; c.n_embd = 3072; c.n_head = 24; c.n_head_kv = 8; c.head_dim = 128;
+       c.n_expert = 256; c.n_expert_used = 10; c.n_ff_exp = 1024; c.n_expert_shared = 1; c.n_ff = 8192;
+       c.n_vocab = 100352; c.n_ctx = 131072; c.rope_freq_base = 500000.0f; c.n_rot = 64;
+       c.n_swa = 512; c.n_rot_swa = 128; c.rope_freq_base_swa = 10000.0f;
+       c.yarn_factor = 32.0f; c.yarn_orig_ctx = 4096;
+       c.weights_norm = true; c.weights_scale = 2.5f; c.sigmoid = true; c.selection_bias = true;
+       c.quant = *parse_quant_mix("q4_k");
+       c.layer_types.push_back({{1, 7, 13, 19, 25, 31, 37, 43}, QuantType::BF16});
+       return c;
+     }},
+    {"laguna-s-geometry", [] {
+       // laguna-s's 47 MoE layers of experts (same banks, same BF16 layers) in the qwen3moe
+       // layout, without the dense block, windows or the laguna routing: what the CUDA
+       // backend and the GPU tiering run until they learn laguna.
+       SynthConfig c = base("laguna-s-geometry", Arch::kQwen3Moe);
        c.n_layer = 47; c.n_embd = 3072; c.n_head = 24; c.n_head_kv = 8; c.head_dim = 128;
        c.n_expert = 256; c.n_expert_used = 10; c.n_ff_exp = 1024; c.n_vocab = 100352;
        c.n_ctx = 131072; c.rope_freq_base = 500000.0f;

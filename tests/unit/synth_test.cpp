@@ -70,7 +70,8 @@ TEST(SynthPreset, LagunaSExactBankBytes) {
   EXPECT_EQ(g->groups[0].layers.size(), 8u);
   EXPECT_EQ(g->groups[1].bytes_per_expert(), 5308416ull);        // 5.0625 MiB, Q4_K
   EXPECT_EQ(g->groups[1].layers.size(), 39u);
-  EXPECT_EQ(*f.get_u32("qwen3moe.expert_used_count"), 10u);
+  EXPECT_EQ(*f.get_u32("laguna.expert_used_count"), 10u);
+  EXPECT_EQ(*f.get_u32("laguna.leading_dense_block_count"), 1u);
 }
 
 TEST(SynthPreset, Ornith35bExactBankBytes) {
