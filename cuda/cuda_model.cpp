@@ -57,8 +57,14 @@ class CudaSequence final : public Evaluator {
   CudaSequence(CudaModel::Impl& m, uint32_t n_ctx, QuantType kv_type)
       : m_(m), n_ctx_(n_ctx), kv_type_(kv_type), kv_row_bytes_(*row_bytes(kv_type, m.hp.kv_dim())) {
     for (uint32_t l = 0; l < m.hp.n_layer; ++l) {
-      k_.emplace_back(kv_row_bytes_ * n_ctx);
-      v_.emplace_back(kv_row_bytes_ * n_ctx);
+      const bool recurrent = m.hp.is_recurrent(l);  // Gated DeltaNet: states, no rows
+      k_.emplace_back(recurrent ? 0 : kv_row_bytes_ * n_ctx);
+      v_.emplace_back(recurrent ? 0 : kv_row_bytes_ * n_ctx);
+      conv_.emplace_back(recurrent ? sizeof(float) * m.hp.conv_state_floats() : 0);
+      delta_.emplace_back(recurrent ? sizeof(float) * m.hp.delta_state_floats() : 0);
+      for (DeviceBuffer* b : {&conv_.back(), &delta_.back()}) {
+        if (b->bytes() > 0) MT_CUDA_CHECK(cudaMemset(b->get(), 0, b->bytes()));
+      }
     }
     // Decode tokens replay one instantiated CUDA graph per span of kGraphSpan positions
     // (the position is read on the device); MOETIER_CUDA_GRAPHS=0 turns it off.
@@ -152,7 +158,9 @@ class CudaSequence final : public Evaluator {
                           2 * T * K + 3 * T * K * n_ff + T * K * E + 3 * T * n_ff +
                           static_cast<size_t>(std::min(T, kLogitRows)) * hp.n_vocab +  // the logits piece
                           T * E + T * K * n_ff;  // the last two: h's and u's quants and scales
-    const size_t bytes = floats * sizeof(float) + 64 * 256;
+    const size_t C = hp.ssm_conv_dim(), Vd = hp.ssm_value_dim(), nv = hp.ssm_nv;
+    const size_t gdn_floats = hp.recurrent.empty() ? 0 : T * (2 * C + 2 * Vd + 6 * nv + 3 * Q);  // see gdn_layer
+    const size_t bytes = (floats + gdn_floats) * sizeof(float) + 64 * 256;
     size_t scratch = attention_workspace_bytes(static_cast<int>(T), static_cast<int>(hp.n_head),
                                                static_cast<int>(hp.head_dim), n_ctx_);
     for (const DeviceMatrix* w : m_.w.matrices()) {
@@ -456,7 +464,10 @@ class CudaSequence final : public Evaluator {
     // Step buffers (shapes beside them).
     float* x = ws_->take_n<float>(T * E);                 // (T, n_embd) residual stream
     float* h = ws_->take_n<float>(T * E);                 // (T, n_embd) normed
-    float* qkv = ws_->take_n<float>(T * (Q + 2 * KVd));   // (T, q_dim + 2 kv_dim) projections
+    const int Qw = arch.linear_attention ? 2 * Q : Q;  // attn_q rows (qwen3next / qwen35moe: query | gate per head)
+    float* qkv = ws_->take_n<float>(T * (Qw + 2 * KVd));  // (T, attn_q rows + 2 kv_dim) projections
+    float* qgate = Qw > Q ? ws_->take_n<float>(T * Q) : nullptr;  // (T, q_dim) the gates of gated attention
+    float* qsplit = Qw > Q ? ws_->take_n<float>(T * Q) : nullptr; // (T, q_dim) their queries
     float* q = ws_->take_n<float>(T * Q);                 // (T, q_dim) roped queries
     float* att = ws_->take_n<float>(T * Q);               // (T, q_dim)
     float* y = ws_->take_n<float>(T * E);                 // (T, n_embd) sub-block output
@@ -501,7 +512,10 @@ class CudaSequence final : public Evaluator {
       }
       return a;
     };
-    auto attn_reader = [&](const DevLayer& L) -> const DeviceMatrix& { return L.wqkv.data ? L.wqkv : L.wq; };
+    auto attn_reader = [&](const DevLayer& L) -> const DeviceMatrix& {
+      if (L.recurrent) return L.gdn_in.data ? L.gdn_in : L.ssm_qkv;
+      return L.wqkv.data ? L.wqkv : L.wq;
+    };
     auto ffn_reader = [&](const DevLayer& L) -> const DeviceMatrix& {
       if (L.moe) return L.gate_up_exps.data ? L.gate_up_exps : L.up_exps;
       return L.ffn_gate_up.data ? L.ffn_gate_up : L.ffn_up;
@@ -524,23 +538,35 @@ class CudaSequence final : public Evaluator {
     std::vector<float> host_wts;
     for (uint32_t l = 0; l < hp.n_layer; ++l) {
       const DevLayer& L = W.layers[l];
+      if (L.recurrent) {  // Gated DeltaNet mixer into y, then the residual add with the FFN norm
+        stage("gated delta net");
+        gdn_layer(L, l, hx, T, y);
+        stage("ffn norm");
+        hx = norm(y, L.ffn_norm, ffn_reader(L));
+      } else {
       // Attention: Q/K/V (one product when stacked), bias + q/k norm + RoPE + cache store
       // in one launch, attention, output; then the residual add fused with the FFN norm.
       stage("qkv");
       AttnPrepArgs pa;
+      const int Ql = L.q_gated ? 2 * Q : Q;  // attn_q rows of this layer
       if (L.wqkv.data != nullptr) {
         mm(L.wqkv, hx, qkv);
-        pa.q_src = qkv, pa.k_src = qkv + Q, pa.v_src = qkv + Q + KVd;
-        pa.q_stride = pa.k_stride = pa.v_stride = Q + 2 * KVd;
+        pa.q_src = qkv, pa.k_src = qkv + Ql, pa.v_src = qkv + Ql + KVd;
+        pa.q_stride = pa.k_stride = pa.v_stride = Ql + 2 * KVd;
       } else {
-        float* qr = qkv;                                   // (T, q_dim)
-        float* kr = qkv + static_cast<size_t>(T) * Q;      // (T, kv_dim)
+        float* qr = qkv;                                   // (T, attn_q rows)
+        float* kr = qkv + static_cast<size_t>(T) * Ql;     // (T, kv_dim)
         float* vr = kr + static_cast<size_t>(T) * KVd;     // (T, kv_dim)
         mm(L.wq, hx, qr);
         mm(L.wk, hx, kr);
         mm(L.wv, hx, vr);
         pa.q_src = qr, pa.k_src = kr, pa.v_src = vr;
-        pa.q_stride = Q, pa.k_stride = pa.v_stride = KVd;
+        pa.q_stride = Ql, pa.k_stride = pa.v_stride = KVd;
+      }
+      if (L.q_gated) {  // per head [query | gate]: queries to qsplit, gates kept for the output
+        split_gated_q(pa.q_src, pa.q_stride, Ti, static_cast<int>(hp.n_head), hd, qsplit, qgate, s);
+        pa.q_src = qsplit;
+        pa.q_stride = Q;
       }
       pa.bq = L.bq, pa.bk = L.bk, pa.bv = L.bv;
       if (arch.qk_norm == QkNorm::kPerHead) {
@@ -593,10 +619,12 @@ class CudaSequence final : public Evaluator {
         attention(aa, *ws_, s);
         ws_->rewind(mark);
       }
+      if (L.q_gated) mul_sigmoid(att, qgate, static_cast<int64_t>(T) * Q, s);
       stage("wo");
       mm(L.wo, att, Ti, y);
       stage("ffn norm");
       hx = norm(y, L.ffn_norm, ffn_reader(L));
+      }  // attention
 
       // FFN: routed experts (+ shared) or dense, into y (or, MoE, combined in the next norm).
       MoeCombineIn combine;
@@ -738,6 +766,60 @@ class CudaSequence final : public Evaluator {
     stage("end");
   }
 
+  // The Gated DeltaNet mixer of layer l (model/gated_delta_net.cpp) on hx's T rows into y
+  // (T, n_embd): the input projections (one product when stacked: rows qkv | z | b | a),
+  // the conv over the sequence's window, the gates, the delta rule on its state, the
+  // z-gated norm, ssm_out. Scratch from the workspace (workspace_bytes' gdn_floats).
+  void gdn_layer(const DevLayer& L, uint32_t l, const ActRows& hx, uint32_t T, float* y) {
+    const HParams& hp = m_.hp;
+    cudaStream_t s = m_.stream;
+    const int Ti = static_cast<int>(T), C = static_cast<int>(hp.ssm_conv_dim()), V = static_cast<int>(hp.ssm_value_dim());
+    const int nv = static_cast<int>(hp.ssm_nv), nk = static_cast<int>(hp.ssm_nk), dk = static_cast<int>(hp.ssm_state);
+    const bool grouped = L.ssm_ba.n_in > 0;  // qwen3next's fused b | a per key head
+    const size_t mark = ws_->mark();
+    const float *pq, *pz, *pb, *pa;
+    int64_t stride_q, stride_z, stride_ba;
+    if (L.gdn_in.data != nullptr) {
+      const int64_t width = L.gdn_in.n_out;  // C + V + 2 nv
+      float* in = ws_->take_n<float>(static_cast<size_t>(T) * width);  // (T, width)
+      mm(L.gdn_in, hx, in);
+      pq = in, pz = in + C, pb = in + C + V, pa = grouped ? nullptr : in + C + V + nv;
+      stride_q = stride_z = stride_ba = width;
+    } else {
+      float* q = ws_->take_n<float>(static_cast<size_t>(T) * C);       // (T, C)
+      float* z = ws_->take_n<float>(static_cast<size_t>(T) * V);       // (T, V)
+      float* b = ws_->take_n<float>(static_cast<size_t>(T) * 2 * nv);  // (T, nv) b then (T, nv) a, or (T, 2 nv) ba
+      mm(L.ssm_qkv, hx, q);
+      mm(L.ssm_z, hx, z);
+      if (grouped) {
+        mm(L.ssm_ba, hx, b);
+        stride_ba = 2 * nv;
+        pa = nullptr;
+      } else {
+        mm(L.ssm_beta, hx, b);
+        mm(L.ssm_alpha, hx, b + static_cast<size_t>(T) * nv);
+        stride_ba = nv;
+        pa = b + static_cast<size_t>(T) * nv;
+      }
+      pq = q, pz = z, pb = b;
+      stride_q = C, stride_z = V;
+    }
+    float* u = ws_->take_n<float>(static_cast<size_t>(T) * C);      // (T, C) conv + SiLU
+    float* beta = ws_->take_n<float>(static_cast<size_t>(T) * nv);  // (T, nv)
+    float* g = ws_->take_n<float>(static_cast<size_t>(T) * nv);     // (T, nv) log decay
+    float* o = ws_->take_n<float>(static_cast<size_t>(T) * V);      // (T, V) delta-rule output, normed in place
+    gdn_conv(pq, stride_q, L.ssm_conv1d, conv_[l].as<float>(), u, Ti, C, static_cast<int>(hp.ssm_conv), s);
+    gdn_gates(pb, pa, stride_ba, L.ssm_a, L.ssm_dt, Ti, nv, nk, grouped, beta, g, s);
+    DeltaRuleArgs da;
+    da.u = u, da.conv_dim = C, da.key_dim = static_cast<int>(hp.ssm_key_dim());
+    da.nk = nk, da.nv = nv, da.dk = dk, da.tiled = hp.ssm_tiled;
+    da.g = g, da.beta = beta, da.state = delta_[l].as<float>(), da.out = o, da.T = Ti, da.eps = hp.rms_eps;
+    delta_rule(da, s);
+    gated_rms_norm(o, pz, stride_z, L.ssm_norm, Ti, nv, dk, hp.rms_eps, s);
+    mm(L.ssm_out, o, Ti, y);
+    ws_->rewind(mark);
+  }
+
   // out = down(silu(gate h) * up h) for a dense FFN or the shared expert; gu (T, 2 ff)
   // and act (T, ff) are scratch.
   void ffn_dense(const DeviceMatrix& gate_up, const DeviceMatrix& gate, const DeviceMatrix& up,
@@ -759,7 +841,8 @@ class CudaSequence final : public Evaluator {
   uint32_t n_ctx_, pos_ = 0;
   QuantType kv_type_;
   uint64_t kv_row_bytes_;
-  std::vector<DeviceBuffer> k_, v_;  // per layer (n_ctx, kv_dim) rows of kv_type
+  std::vector<DeviceBuffer> k_, v_;  // per layer (n_ctx, kv_dim) rows of kv_type (none: recurrent layers)
+  std::vector<DeviceBuffer> conv_, delta_;  // per recurrent layer: conv window, delta-rule state (f32)
   std::unique_ptr<Workspace> ws_;
   uint32_t ws_tokens_ = 0;
   bool graphs_ = false;                 // decode tokens through CUDA graphs
@@ -803,11 +886,15 @@ StatusOr<std::unique_ptr<CudaModel>> CudaModel::load(const Model& model, const C
   const ArchInfo& info = arch_info(hp.arch);
   if (hp.gating != ExpertGating::kSoftmax || hp.expert_weights_scale != 1.0f || hp.n_expert_groups > 1 ||
       info.shared_expert == SharedExpert::kUngated || info.qk_norm == QkNorm::kPerHeadOptional || hp.mla || info.oai ||
-      hp.yarn_ext != 0.0f || hp.rope_attn_factor != 1.0f || info.linear_attention || !hp.n_head_per_layer.empty()) {
+      hp.yarn_ext != 0.0f || hp.rope_attn_factor != 1.0f || !hp.n_head_per_layer.empty()) {
     return unimplemented(std::string(info.name) +
                          " on the CUDA backend is not implemented yet (its routing math, shared expert, latent attention, sinks / sliding windows, "
-                         "Gated DeltaNet layers, per-layer heads or YaRN): run it with "
+                         "per-layer heads or YaRN): run it with "
                          "--device cpu");
+  }
+  if (info.linear_attention && !gdn_supports(static_cast<int>(hp.ssm_state), static_cast<int>(hp.ssm_conv))) {
+    return unimplemented(std::string(info.name) + ": Gated DeltaNet state size " + std::to_string(hp.ssm_state) + " / conv " +
+                         std::to_string(hp.ssm_conv) + " has no CUDA kernel (64 or 128, conv 2..8): run it with --device cpu");
   }
   MT_ASSIGN_OR_RETURN(DeviceMemory mem, device_memory(options.device));
   const ModelWeights& w = model.weights();
@@ -815,7 +902,8 @@ StatusOr<std::unique_ptr<CudaModel>> CudaModel::load(const Model& model, const C
   MT_RETURN_IF_ERROR(check_tensor(w.output));
   for (const LayerWeights& lw : w.layers) {
     for (const Tensor* t : {&lw.wq, &lw.wk, &lw.wv, &lw.wo, &lw.router, &lw.shexp_gate, &lw.shexp_up, &lw.shexp_down,
-                            &lw.ffn_gate, &lw.ffn_up, &lw.ffn_down}) {
+                            &lw.ffn_gate, &lw.ffn_up, &lw.ffn_down, &lw.ssm_qkv, &lw.ssm_z, &lw.ssm_ba, &lw.ssm_beta,
+                            &lw.ssm_alpha, &lw.ssm_out}) {
       MT_RETURN_IF_ERROR(check_tensor(*t));
     }
     for (const Tensor* t : {&lw.gate_exps, &lw.up_exps, &lw.down_exps}) {
@@ -861,7 +949,9 @@ StatusOr<std::unique_ptr<Evaluator>> CudaModel::new_sequence(uint32_t n_ctx, Qua
                             std::to_string(block));
   }
   MT_CUDA_CHECK(cudaSetDevice(impl_->device));
-  const uint64_t kv_bytes = 2ull * impl_->hp.n_layer * *row_bytes(kv_type, impl_->hp.kv_dim()) * n_ctx;
+  const HParams& hp = impl_->hp;
+  const uint64_t kv_bytes = 2ull * hp.n_attention_layers() * *row_bytes(kv_type, hp.kv_dim()) * n_ctx +
+                            4ull * (hp.n_layer - hp.n_attention_layers()) * (hp.conv_state_floats() + hp.delta_state_floats());
   MT_ASSIGN_OR_RETURN(DeviceMemory mem, device_memory(impl_->device));
   if (kv_bytes > mem.free) {
     return out_of_range("the KV cache for " + std::to_string(n_ctx) + " tokens at " + type_name(kv_type) + " needs " +

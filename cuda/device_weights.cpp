@@ -163,6 +163,19 @@ void DeviceWeights::place_all(const Model& model, bool dry) {
     d.bq = vec(lv.bq, dry), d.bk = vec(lv.bk, dry), d.bv = vec(lv.bv, dry);
     d.shexp_gate_inp = vec(lv.shexp_gate_inp, dry);
     d.moe = lw.is_moe();
+    d.q_gated = lw.q_gated;
+    if (lw.ssm_qkv.present()) {
+      d.recurrent = true;
+      if (lw.ssm_ba.present()) {
+        d.gdn_in = stacked({&lw.ssm_qkv, &lw.ssm_z, &lw.ssm_ba}, {&d.ssm_qkv, &d.ssm_z, &d.ssm_ba}, dry);
+      } else {
+        d.gdn_in = stacked({&lw.ssm_qkv, &lw.ssm_z, &lw.ssm_beta, &lw.ssm_alpha}, {&d.ssm_qkv, &d.ssm_z, &d.ssm_beta, &d.ssm_alpha},
+                           dry);
+      }
+      d.ssm_out = matrix(lw.ssm_out, dry);
+      d.ssm_conv1d = vec(lv.ssm_conv1d, dry), d.ssm_dt = vec(lv.ssm_dt, dry);
+      d.ssm_a = vec(lv.ssm_a, dry), d.ssm_norm = vec(lv.ssm_norm, dry);
+    }
   }
 }
 
@@ -171,7 +184,8 @@ std::vector<const DeviceMatrix*> DeviceWeights::matrices() const {
   for (const DevLayer& d : layers) {
     for (const DeviceMatrix* m : {&d.wq, &d.wk, &d.wv, &d.wo, &d.wqkv, &d.router, &d.gate_exps, &d.up_exps,
                                   &d.down_exps, &d.gate_up_exps, &d.shexp_gate, &d.shexp_up, &d.shexp_down,
-                                  &d.shexp_gate_up, &d.ffn_gate, &d.ffn_up, &d.ffn_down, &d.ffn_gate_up}) {
+                                  &d.shexp_gate_up, &d.ffn_gate, &d.ffn_up, &d.ffn_down, &d.ffn_gate_up, &d.gdn_in,
+                                  &d.ssm_qkv, &d.ssm_z, &d.ssm_beta, &d.ssm_alpha, &d.ssm_ba, &d.ssm_out}) {
       all.push_back(m);
     }
   }

@@ -28,6 +28,13 @@ struct DevLayer {
   const float *attn_norm = nullptr, *ffn_norm = nullptr, *q_norm = nullptr, *k_norm = nullptr;
   const float *bq = nullptr, *bk = nullptr, *bv = nullptr, *shexp_gate_inp = nullptr;
   bool moe = false;
+  // Gated DeltaNet layers (qwen3next / qwen35moe): the input projections as one product
+  // when they stack (rows qkv | z | b | a, or qkv | z | ba), else apart; the output.
+  DeviceMatrix gdn_in;
+  DeviceMatrix ssm_qkv, ssm_z, ssm_beta, ssm_alpha, ssm_ba, ssm_out;
+  const float *ssm_conv1d = nullptr, *ssm_dt = nullptr, *ssm_a = nullptr, *ssm_norm = nullptr;  // (C, Kc) (nv) (nv) (dk)
+  bool recurrent = false;
+  bool q_gated = false;  // attn_q rows: per head [query | gate]
 };
 
 class DeviceWeights {

@@ -177,4 +177,44 @@ bool swiglu_pairs_quant_supports(int ff, ActQuant mode);
 // n_rows expert rows the CPU computed.
 void scatter_rows(float* d, const float* rows, const int32_t* idx, int n_rows, int n, cudaStream_t stream);
 
+// ---- Gated DeltaNet (qwen3next / qwen35moe; model/gated_delta_net.cpp, cuda/ops_gdn.cu)
+
+// Whether the kernels below serve a model: key/value head dims 64 or 128, conv 2..8.
+bool gdn_supports(int state_size, int conv_kernel);
+// The causal depthwise conv + SiLU over T tokens of one sequence: u (T, C) from qkv (T,
+// row stride qkv_stride) with w (C, Kc) and the state (Kc - 1, C) of the raw rows before
+// (updated to the last Kc - 1 rows).
+void gdn_conv(const float* qkv, int64_t qkv_stride, const float* w, float* state, float* u, int T, int C, int Kc,
+              cudaStream_t stream);
+// beta (T, nv) = sigmoid(b), g (T, nv) = ssm_a * softplus(a + dt_bias); b and a rows
+// `stride` apart. grouped (qwen3next): one (T, 2 nv) input b whose row holds per key head
+// [b of its nv / nk value heads | a of the same heads]; a unused.
+void gdn_gates(const float* b, const float* a, int64_t stride, const float* ssm_a, const float* dt_bias, int T, int nv,
+               int nk, bool grouped, float* beta, float* g, cudaStream_t stream);
+// The delta rule over T tokens of one sequence (model/delta_rule.h, the recurrent form),
+// q and k L2-normalised here: u (T, conv_dim) = q heads | k heads | v heads (key_dim =
+// nk * dk each for q and k); value head h reads key head h % nk (tiled) or h / (nv / nk);
+// state (nv, dk, dk) transposed per head as the CPU's; out (T, nv * dk).
+struct DeltaRuleArgs {
+  const float* u = nullptr;
+  int conv_dim = 0, key_dim = 0;
+  int nk = 0, nv = 0, dk = 0;
+  bool tiled = false;
+  const float* g = nullptr;
+  const float* beta = nullptr;
+  float* state = nullptr;
+  float* out = nullptr;
+  int T = 0;
+  float eps = 1e-6f;
+};
+void delta_rule(const DeltaRuleArgs& a, cudaStream_t stream);
+// o (T, nv, dv) <- rms_norm(o_h) * w * silu(z_h) per head, in place; z rows z_stride apart.
+void gated_rms_norm(float* o, const float* z, int64_t z_stride, const float* w, int T, int nv, int dv, float eps,
+                    cudaStream_t stream);
+// Gated attention (qwen3next / qwen35moe): src (T, rows `stride` apart) holds per head
+// [query (hd) | gate (hd)]; q and gate (T, n_head * hd) apart. x *= sigmoid(gate).
+void split_gated_q(const float* src, int64_t stride, int T, int n_head, int hd, float* q, float* gate,
+                   cudaStream_t stream);
+void mul_sigmoid(float* x, const float* gate, int64_t n, cudaStream_t stream);
+
 }  // namespace mt::cuda

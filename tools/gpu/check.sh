@@ -16,6 +16,9 @@
 #                              --expert-cache 25% / 10% (pp512, tg64, pp4096) with the peak
 #                              device memory (nvidia-smi); then, with llama-bench built
 #                              (llama mode), -ncmoe at the same or larger device memory
+#   tools/gpu/check.sh hybrid  the Gated DeltaNet families: CUDA vs CPU parity (qwen3next,
+#                              qwen35moe), memcheck, ornith-35b q4_k_m bench fully resident
+#                              and at --expert-cache 25%, llama-bench on it when built
 #   tools/gpu/check.sh cpu     the whole CPU test suite with this machine's compiler
 #   tools/gpu/check.sh all     test, then bench
 # Carry .gpu-carry (made here by tools/gpu/prepare.sh): the Debian packages of the header
@@ -164,12 +167,42 @@ quick)  # one fresh-machine call: the tiering and fused-kernel tests, the decode
     done
   done
   ;;
+hybrid)  # the Gated DeltaNet families (issue 9): parity, memcheck, ornith-35b decode and
+  # prefill fully resident and at a 25% expert budget; llama.cpp on the same file when its
+  # llama-bench was built by an earlier `llama` call on this (warm) machine
+  build
+  MT_CUDA_PARITY_ARCH=qwen3next run parity_qwen3next ./build-gpu/mt_cuda_tests --gtest_filter='CudaModel.Logits*'
+  MT_CUDA_PARITY_ARCH=qwen35moe run parity_qwen35moe ./build-gpu/mt_cuda_tests --gtest_filter='CudaModel.Logits*'
+  grep -hE "max rel|argmax equal|OK \]|FAILED|Failure|rel " "$OUT"/parity_*.log | tail -30
+  for a in qwen3next qwen35moe; do
+    $M synth --arch $a --quant q4_k_m -o "$OUT/san-$a.gguf" >/dev/null
+    run "memcheck_logits_$a" "$SAN" --tool memcheck --error-exitcode 1 $M logits -m "$OUT/san-$a.gguf" --device cuda \
+      --ids 1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20 -o "$OUT/san.f32" --routing "$OUT/san.jsonl"
+    run "memcheck_run_$a" "$SAN" --tool memcheck --error-exitcode 1 $M run -m "$OUT/san-$a.gguf" --device cuda -n 6 --temp 0
+  done
+  rm -f "$OUT"/san-*.gguf
+  F=/tmp/ornith-q4_k_m.gguf
+  [ -f "$F" ] || run synth_ornith $M synth --preset ornith-35b --quant q4_k_m --fast -o "$F"
+  run ornith_resident $M bench -m "$F" --device cuda -p 512 -n 128 -r 3 -o json
+  grep -E '"(n_prompt|n_gen|avg_ts)"' "$OUT/ornith_resident.log"
+  run ornith_b25 $M bench -m "$F" --device cuda --expert-cache 25% -p 512 -n 64 -r 2 -o json
+  grep -E '"(n_prompt|n_gen|avg_ts)"|hit_rate' "$OUT/ornith_b25.log" | head -12
+  L=/tmp/llama.cpp/build/bin/llama-bench
+  if [ -x $L ]; then
+    run llama_ornith $L -m "$F" -ngl 99 -fa 1 -p 512 -n 128 -r 3 -o json
+    grep -E '"(n_prompt|n_gen|avg_ts)"' "$OUT/llama_ornith.log"
+    for n in ${NCMOE:-30}; do
+      run "llama_ornith_ncmoe$n" $L -m "$F" -ngl 99 -fa 1 -t "$JOBS" -ncmoe $n -p 512 -n 64 -r 2 -o json
+      grep -E '"(n_prompt|n_gen|avg_ts)"' "$OUT/llama_ornith_ncmoe$n.log"
+    done
+  fi
+  ;;
 cpu)
   build
   run unit ctest --test-dir build-gpu --output-on-failure -j "$JOBS" -LE "kjv|cuda"
   ;;
 *)
-  echo "usage: tools/gpu/check.sh test|bench|all|llama|tier|quick|cpu"
+  echo "usage: tools/gpu/check.sh test|bench|all|llama|tier|quick|hybrid|cpu"
   exit 2
   ;;
 esac
