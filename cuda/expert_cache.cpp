@@ -41,7 +41,8 @@ struct PinnedStage {
 struct LayerInfo {
   const LayerExpertGeometry* geo = nullptr;
   uint64_t row_bytes[kExpertProjCount] = {0, 0, 0};
-  uint64_t expert_bytes = 0;   // gate + up + down: the slot and staging stride
+  uint64_t expert_bytes = 0;   // gate + up + down: the staging stride, and what a slot holds
+  uint64_t slot_stride = 0;    // the slot stride (> expert_bytes in a unified max-size pool)
   uint8_t* slot_base = nullptr;  // slot 0 of the layer; nullptr without slots
   uint32_t slot_count = 0;
   cudaEvent_t copied = nullptr;  // recorded after the layer's latest admission
@@ -74,8 +75,8 @@ Status describe_layer(const LayerExpertGeometry& g, LayerInfo* info) {
   return {};
 }
 
-// The layer's experts at base, expert m at base + m * expert_bytes (n_mat of them).
-ExpertViews views_at(const LayerInfo& l, const uint8_t* base, int64_t n_mat) {
+// The layer's experts at base, expert m at base + m * stride (n_mat of them).
+ExpertViews views_at(const LayerInfo& l, const uint8_t* base, int64_t n_mat, uint64_t stride) {
   const LayerExpertGeometry& g = *l.geo;
   const auto n_embd = static_cast<int64_t>(g.up().n_in), n_ff = static_cast<int64_t>(g.up().n_out);
   auto view = [&](ExpertProj p, const uint8_t* at, int64_t n_in, int64_t n_out) {
@@ -86,7 +87,7 @@ ExpertViews views_at(const LayerInfo& l, const uint8_t* base, int64_t n_mat) {
     m.n_out = n_out;
     m.n_mat = n_mat;
     m.row_bytes = l.row_bytes[static_cast<int>(p)];
-    m.matrix_bytes = l.expert_bytes;
+    m.matrix_bytes = stride;
     return m;
   };
   const uint64_t gate_bytes = g.gate().present ? g.gate().bytes_per_expert : 0;
@@ -195,7 +196,7 @@ StatusOr<std::unique_ptr<DeviceExpertCache>> DeviceExpertCache::create(const Poo
     if (l.geo == nullptr) {
       return invalid_argument("device expert cache: layer " + std::to_string(b) + " has slots but no experts");
     }
-    if (where.expert_bytes != l.expert_bytes) {
+    if (where.copy_bytes != l.expert_bytes || where.expert_bytes < l.expert_bytes) {
       return invalid_argument("device expert cache: layer " + std::to_string(b) + " slots hold " +
                               std::to_string(where.expert_bytes) + " bytes, its experts are " +
                               std::to_string(l.expert_bytes) + " (gate + up + down)");
@@ -258,8 +259,9 @@ StatusOr<std::unique_ptr<DeviceExpertCache>> DeviceExpertCache::create(const Poo
     LayerInfo& l = impl->layers[b];
     l.slot_base = impl->pools[static_cast<size_t>(where.pool)].as<uint8_t>() + where.first * where.expert_bytes;
     l.slot_count = where.count;
+    l.slot_stride = where.expert_bytes;
     l.copied = new_event();
-    impl->slot_views[b] = views_at(l, l.slot_base, where.count);
+    impl->slot_views[b] = views_at(l, l.slot_base, where.count, l.slot_stride);
   }
   for (uint32_t i = 0; i < stream_buffers; ++i) {
     impl->staged.push_back(new_event());
@@ -284,7 +286,7 @@ void DeviceExpertCache::admit(uint32_t layer, uint32_t expert, int32_t slot) {
   LayerInfo& l = m.layers[layer];
   MT_CHECK(l.geo != nullptr && expert < l.geo->n_expert);
   MT_CHECK(slot >= 0 && static_cast<uint32_t>(slot) < l.slot_count);
-  uint8_t* dst = l.slot_base + static_cast<uint64_t>(slot) * l.expert_bytes;
+  uint8_t* dst = l.slot_base + static_cast<uint64_t>(slot) * l.slot_stride;
   if (m.store.pinned(layer)) {
     m.copy_to_device(dst, m.store.pinned_expert(layer, expert), l.expert_bytes);
   } else {
@@ -332,7 +334,7 @@ size_t DeviceExpertCache::Impl::stage(uint32_t layer) {
     }
   }
   MT_CUDA_CHECK(cudaEventRecord(staged[i], copy));
-  staged_views[i] = views_at(l, dst, l.geo->n_expert);
+  staged_views[i] = views_at(l, dst, l.geo->n_expert, l.expert_bytes);
   unreleased[i] = 1;
   last_staged = static_cast<int>(i);
   ++stage_calls;
@@ -384,7 +386,7 @@ int DeviceExpertCache::stage_experts(uint32_t layer, const std::vector<uint32_t>
     m.counters.bytes_staged += l.expert_bytes;
   }
   MT_CUDA_CHECK(cudaEventRecord(m.staged[i], m.copy));
-  m.staged_views[i] = views_at(l, dst, l.geo->n_expert);
+  m.staged_views[i] = views_at(l, dst, l.geo->n_expert, l.expert_bytes);
   m.unreleased[i] = 1;
   m.last_staged = static_cast<int>(i);
   ++m.stage_calls;

@@ -19,7 +19,8 @@ ExpertCache::ExpertCache(const PoolPlan& plan, uint32_t n_layer_blocks, uint32_t
     for (size_t i = 0; i < pool.layers.size(); ++i) {
       MT_CHECK(pool.layers[i] < n_layer_blocks);
       Layer& l = layers_[pool.layers[i]];
-      l.where = {static_cast<int32_t>(p), first, pool.slots_per_layer[i], pool.expert_bytes};
+      l.where = {static_cast<int32_t>(p), first, pool.slots_per_layer[i], pool.expert_bytes,
+                 i < pool.layer_bytes.size() ? pool.layer_bytes[i] : pool.expert_bytes};
       l.slot_expert.assign(pool.slots_per_layer[i], -1);
       l.last_use.assign(pool.slots_per_layer[i], 0);
       l.resident_since.assign(pool.slots_per_layer[i], 0);
@@ -90,7 +91,7 @@ int32_t ExpertCache::admit(uint32_t layer, uint32_t expert) {
   l.last_use[su] = step_;
   l.resident_since[su] = step_;
   ++l.counters.admissions;
-  l.counters.bytes_copied += l.where.expert_bytes;
+  l.counters.bytes_copied += l.where.copy_bytes;
   return s;
 }
 

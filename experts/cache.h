@@ -43,7 +43,8 @@ struct LayerSlots {
   int32_t pool = -1;
   uint64_t first = 0;
   uint32_t count = 0;
-  uint64_t expert_bytes = 0;
+  uint64_t expert_bytes = 0;  // the slot stride
+  uint64_t copy_bytes = 0;    // one expert of the layer (what an admission copies; <= the stride)
 };
 
 class ExpertCache {

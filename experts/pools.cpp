@@ -27,6 +27,7 @@ PoolPlan plan_pools(const ExpertGeometry& geometry, uint64_t budget_bytes) {
     p.expert_bytes = g.bytes_per_expert();
     p.layers = g.layers;
     std::sort(p.layers.begin(), p.layers.end());
+    p.layer_bytes.assign(p.layers.size(), p.expert_bytes);
     cap.push_back(static_cast<uint64_t>(g.layers.size()) * geometry.n_expert);
     // The pool's proportional share buys budget * layers / round slots.
     if (round > 0) {
@@ -56,6 +57,31 @@ PoolPlan plan_pools(const ExpertGeometry& geometry, uint64_t budget_bytes) {
     p.slots_per_layer.assign(p.layers.size(), static_cast<uint32_t>(p.slots / n));
     for (uint64_t i = 0; i < p.slots % n; ++i) ++p.slots_per_layer[i];
   }
+  MT_CHECK(plan.used_bytes() <= budget_bytes);
+  return plan;
+}
+
+PoolPlan plan_unified_pool(const ExpertGeometry& geometry, uint64_t budget_bytes) {
+  PoolPlan plan;
+  plan.budget = budget_bytes;
+  ExpertPool p;
+  std::vector<std::pair<uint32_t, uint64_t>> layers;  // (block, its expert bytes)
+  for (const GeometryGroup& g : geometry.groups) {
+    MT_CHECK(g.bytes_per_expert() > 0 && !g.layers.empty());
+    p.expert_bytes = std::max(p.expert_bytes, g.bytes_per_expert());
+    for (uint32_t l : g.layers) layers.emplace_back(l, g.bytes_per_expert());
+  }
+  if (layers.empty()) return plan;
+  std::sort(layers.begin(), layers.end());
+  for (const auto& [l, bytes] : layers) {
+    p.layers.push_back(l);
+    p.layer_bytes.push_back(bytes);
+  }
+  const auto n = static_cast<uint64_t>(p.layers.size());
+  p.slots = std::min<uint64_t>(budget_bytes / p.expert_bytes, n * geometry.n_expert);
+  p.slots_per_layer.assign(p.layers.size(), static_cast<uint32_t>(p.slots / n));
+  for (uint64_t i = 0; i < p.slots % n; ++i) ++p.slots_per_layer[i];
+  plan.pools.push_back(std::move(p));
   MT_CHECK(plan.used_bytes() <= budget_bytes);
   return plan;
 }

@@ -22,6 +22,7 @@ namespace mt {
 struct ExpertPool {
   uint64_t expert_bytes = 0;              // one slot (gate + up + down of one expert)
   std::vector<uint32_t> layers;           // block indices, ascending
+  std::vector<uint64_t> layer_bytes;      // parallel to layers: one expert of the layer (== expert_bytes but in a unified pool)
   std::vector<uint32_t> slots_per_layer;  // parallel to layers
   uint64_t slots = 0;
   uint64_t bytes() const { return slots * expert_bytes; }
@@ -34,5 +35,9 @@ struct PoolPlan {
 };
 
 PoolPlan plan_pools(const ExpertGeometry& geometry, uint64_t budget_bytes);
+// The layout exact pools replace, for comparison (seed 000's +23%): one pool of slots the
+// size of the largest expert for every layer, budget / largest slots shared out evenly;
+// a smaller expert sits at the start of its slot (strided copies, the rest unused).
+PoolPlan plan_unified_pool(const ExpertGeometry& geometry, uint64_t budget_bytes);
 
 }  // namespace mt

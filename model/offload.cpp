@@ -20,9 +20,9 @@ SimulatedDevice::SimulatedDevice(const PoolPlan& plan, const ExpertScheduler& sc
     staging_bytes_ = std::max(staging_bytes_, bytes);
     const LayerSlots& where = scheduler.cache().slots(b);
     if (where.count == 0) continue;
-    MT_CHECK(where.expert_bytes == bytes);
-    uint8_t* base = pools_[static_cast<size_t>(where.pool)].get() + where.first * bytes;
-    for (uint32_t s = 0; s < where.count; ++s) slots_[b].push_back(views_at(lw, base + s * bytes));
+    MT_CHECK(where.copy_bytes == bytes && where.expert_bytes >= bytes);  // a unified pool's slots may be wider
+    uint8_t* base = pools_[static_cast<size_t>(where.pool)].get() + where.first * where.expert_bytes;
+    for (uint32_t s = 0; s < where.count; ++s) slots_[b].push_back(views_at(lw, base + s * where.expert_bytes));
   }
   thread_ = std::thread([this] { worker(); });
 }

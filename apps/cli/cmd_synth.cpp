@@ -2,6 +2,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 
@@ -50,6 +51,7 @@ int run(const SynthFlags& f) {
     if (!q.ok()) return fail(q.status());
     c.quant = *q;
   }
+  const size_t preset_overrides = c.layer_types.size();
   for (const std::string& spec : f.layer_types) {
     auto o = synth::parse_layer_override(spec);
     if (!o.ok()) return fail(o.status());
@@ -59,6 +61,12 @@ int run(const SynthFlags& f) {
     if (src) dst = *src;
   };
   set(c.n_layer, f.layers); set(c.n_embd, f.embd); set(c.n_head, f.heads); set(c.n_head_kv, f.heads_kv);
+  if (f.layers) {  // a shortened preset keeps its per-layer types on the layers it still has
+    for (size_t i = 0; i < preset_overrides; ++i) {
+      std::vector<uint32_t>& ls = c.layer_types[i].layers;
+      ls.erase(std::remove_if(ls.begin(), ls.end(), [&](uint32_t l) { return l >= c.n_layer; }), ls.end());
+    }
+  }
   set(c.head_dim, f.head_dim); set(c.n_expert, f.experts); set(c.n_expert_used, f.experts_used);
   set(c.n_ff_exp, f.expert_ff); set(c.n_ff_shexp, f.shared_ff); set(c.n_ff, f.ff); set(c.n_vocab, f.vocab_size);
   set(c.n_ctx, f.ctx); set(c.rope_freq_base, f.rope_base); set(c.rms_eps, f.rms_eps);

@@ -15,6 +15,8 @@ void add_tiering_flags(CLI::App& app, TieringFlags* f) {
   app.add_option("--expert-cache", f->expert_cache,
                  "expert cache budget on the (simulated) device: SIZE (8640MiB, 2GiB) or N% of all expert bytes");
   app.add_option("--cache-policy", f->policy, "expert cache replacement: lru, frequency, static-hot");
+  app.add_option("--cache-layout", f->layout,
+                 "expert cache slots: pools (exact size per geometry, default) or unified (every slot the largest expert's size)");
   app.add_option("--admit-after", f->admit_after, "frequency policy: requests before an expert is admitted");
   app.add_option("--min-dwell", f->min_dwell, "frequency policy: steps a resident expert stays before eviction");
   app.add_option("--popularity", f->popularity, "popularity profile (moetier profile) for static-hot");
@@ -57,7 +59,13 @@ StatusOr<TieringSetup> make_tiering_setup(const gguf::GgufFile& file, const Tier
   MT_ASSIGN_OR_RETURN(s.geometry, read_expert_geometry(file));
   if (s.geometry.layers.empty()) return invalid_argument("--expert-cache: the model has no expert layers");
   MT_ASSIGN_OR_RETURN(s.budget, parse_size_or_percent(f.expert_cache, s.geometry.compact_bytes, "--expert-cache"));
-  s.plan = plan_pools(s.geometry, s.budget);
+  if (f.layout == "pools") {
+    s.plan = plan_pools(s.geometry, s.budget);
+  } else if (f.layout == "unified") {
+    s.plan = plan_unified_pool(s.geometry, s.budget);
+  } else {
+    return invalid_argument("--cache-layout: '" + f.layout + "' is not pools or unified");
+  }
   if (f.policy == "lru") s.policy = CachePolicy::kLru;
   else if (f.policy == "frequency") s.policy = CachePolicy::kFrequency;
   else if (f.policy == "static-hot") s.policy = CachePolicy::kStaticHot;

@@ -1,6 +1,7 @@
 // The expert-tiering flags shared by run, logits and simulate, and what they resolve to:
 //   --expert-cache SIZE|N%   cache budget (N% of all expert bytes); absent: no offload
 //   --cache-policy lru|frequency|static-hot  [--admit-after N] [--min-dwell STEPS]
+//   --cache-layout pools|unified  exact-size pools, or one pool of largest-expert slots
 //   --popularity FILE        a `moetier profile` JSON: static-hot's hot experts
 //   --moe-mode hybrid|stream|cpu|auto  [--hw-profile FILE]  (the cost model's speeds; auto:
 //                            the planner's fastest predicted device mode for the budget)
@@ -24,6 +25,7 @@ namespace mt::cli {
 
 struct TieringFlags {
   std::string expert_cache, policy = "lru", moe_mode = "hybrid", popularity, hw_profile;
+  std::string layout = "pools";  // --cache-layout pools|unified
   uint32_t admit_after = 2;
   uint64_t min_dwell = 4;
   int max_admissions = -1;  // per layer-step, hybrid; -1: auto (none on the CPU, 2 on the GPU)

@@ -41,8 +41,9 @@ std::vector<int32_t> greedy(Evaluator& e, const std::vector<int32_t>& prompt, in
 // The resident reference feeds the prompt as the tiered run does: whole when it streams,
 // in pieces of kMmvqMaxTokens (8) through the hybrid step, so both run the same kernels
 // over the same batches. interleave: the host copy the CPU computes cold experts from.
+// unified: one pool of largest-expert slots (plan_unified_pool) instead of exact pools.
 void check_model(const std::string& path, const std::vector<int32_t>& prompt, bool interleave,
-                 MoeMode mode = MoeMode::kHybrid) {
+                 MoeMode mode = MoeMode::kHybrid, bool unified = false) {
   constexpr int kTokens = 256;
   auto resident_host = Model::load(path, {0, false});
   ASSERT_TRUE(resident_host.ok()) << resident_host.status().to_string();
@@ -78,7 +79,8 @@ void check_model(const std::string& path, const std::vector<int32_t>& prompt, bo
       so.max_admissions = mode == MoeMode::kHybrid ? 2 : 0;  // the GPU's default cap (hybrid only)
       CacheOptions co;  // stream mode: the frequency policy refuses first requests, so misses are also staged
       if (mode == MoeMode::kStream) co.policy = CachePolicy::kFrequency;
-      auto tier = make_cuda_tiering(**host, *geometry, plan_pools(*geometry, budget), co, so, to);
+      const PoolPlan plan = unified ? plan_unified_pool(*geometry, budget) : plan_pools(*geometry, budget);
+      auto tier = make_cuda_tiering(**host, *geometry, plan, co, so, to);
       ASSERT_TRUE(tier.ok()) << tier.status().to_string();
       (*tiered)->set_tiering(tier->get());
       {
@@ -133,6 +135,22 @@ TEST(CudaTiering, GreedyTokensEqualTheResidentRunAtEveryBudget) {
   std::vector<int32_t> prompt(40);
   for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>((i * 131 + 7) % 200);
   check_model(path, prompt, true);  // Q4_K / Q6_K experts: the CPU reads interleaved copies
+}
+
+// The unified max-size layout (q4_k_m: Q4_K and Q6_K down layers, so the Q4_K layers'
+// experts sit in wider slots, strided), and the Gated DeltaNet family tiered.
+TEST(CudaTiering, UnifiedSlotsAndTheHybridFamilyEqualTheResidentRun) {
+  MT_SKIP_WITHOUT_DEVICE();
+  for (Arch arch : {Arch::kQwen2Moe, Arch::kQwen35Moe}) {
+    synth::SynthConfig c = synth::tiny_for(arch);
+    c.quant = *synth::parse_quant_mix("q4_k_m");
+    c.router_skew = 1.0f;
+    const std::string path = mt::test::temp_path(std::string("tiering-unified-") + std::string(arch_info(arch).name) + ".gguf");
+    ASSERT_TRUE(synth::write_model(c, {path, false}).ok());
+    std::vector<int32_t> prompt(40);
+    for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>((i * 131 + 7) % 200);
+    check_model(path, prompt, true, MoeMode::kHybrid, /*unified=*/arch == Arch::kQwen2Moe);
+  }
 }
 
 TEST(CudaTiering, StreamModeGreedyTokensEqualTheResidentRun) {

@@ -79,9 +79,12 @@ TEST(HybridMoe, LogitsIdenticalToTheCpuPathForEveryPolicyModeAndBudget) {
     for (MoeMode mode : {MoeMode::kHybrid, MoeMode::kStream}) {
       for (CachePolicy policy : {CachePolicy::kLru, CachePolicy::kFrequency, CachePolicy::kStaticHot}) {
         for (int pct : {0, 10, 25, 50, 75, 100}) {
+         for (bool unified : {false, true}) {  // q4_k_m: layer 1's down is Q6_K, so unified slots are wider than layer 0's experts
           SCOPED_TRACE(std::string(arch_info(arch).name) + " " + moe_mode_name(mode) + " policy " +
-                       std::to_string(static_cast<int>(policy)) + " budget " + std::to_string(pct) + "%");
-          const PoolPlan plan = plan_pools(*geometry, geometry->compact_bytes / 100 * static_cast<uint64_t>(pct));
+                       std::to_string(static_cast<int>(policy)) + " budget " + std::to_string(pct) + "%" +
+                       (unified ? " unified" : " pools"));
+          const uint64_t budget = geometry->compact_bytes / 100 * static_cast<uint64_t>(pct);
+          const PoolPlan plan = unified ? plan_unified_pool(*geometry, budget) : plan_pools(*geometry, budget);
           CacheOptions co;
           co.policy = policy;
           co.min_dwell = 2;
@@ -130,6 +133,7 @@ TEST(HybridMoe, LogitsIdenticalToTheCpuPathForEveryPolicyModeAndBudget) {
           EXPECT_FALSE((*state)->pins.pageable.empty());
           EXPECT_EQ((*state)->store->pinned_bytes(), (*state)->pins.pinned_bytes);
           EXPECT_LE((*state)->store->pinned_bytes(), pin_budget);
+         }
         }
       }
     }

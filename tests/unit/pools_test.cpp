@@ -62,6 +62,24 @@ TEST(ExpertPools, LagunaSeed000Figure) {
   EXPECT_EQ(bf16.slots, 202u);
   EXPECT_LT(budget - plan.used_bytes(), q4k.expert_bytes);  // less than one slot of either size wasted
   check_invariants(*g, plan, budget);
+
+  // The unified layout of the same budget: seed 000's 480 max-size slots, 10-11 per layer
+  // for every layer, each Q4_K layer's 5.0625 MiB expert in an 18 MiB slot.
+  const PoolPlan unified = plan_unified_pool(*g, budget);
+  ASSERT_EQ(unified.pools.size(), 1u);
+  const ExpertPool& u = unified.pools[0];
+  EXPECT_EQ(u.expert_bytes, 18ull << 20);
+  EXPECT_EQ(u.slots, 480u);
+  EXPECT_EQ(u.layers.size(), 47u);
+  EXPECT_EQ(u.slots_per_layer.front(), 11u);
+  EXPECT_EQ(u.slots_per_layer.back(), 10u);
+  uint32_t q4k_layers = 0;
+  for (size_t i = 0; i < u.layers.size(); ++i) {
+    EXPECT_TRUE(u.layer_bytes[i] == (18ull << 20) || u.layer_bytes[i] == 5308416ull) << u.layer_bytes[i];
+    q4k_layers += u.layer_bytes[i] == 5308416ull;
+  }
+  EXPECT_EQ(q4k_layers, 39u);
+  EXPECT_EQ(unified.used_bytes(), budget);
 }
 
 TEST(ExpertPools, InvariantsOverRandomGeometriesAndBudgets) {

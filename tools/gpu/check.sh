@@ -19,6 +19,8 @@
 #   tools/gpu/check.sh hybrid  the Gated DeltaNet families: CUDA vs CPU parity (qwen3next,
 #                              qwen35moe), memcheck, ornith-35b q4_k_m bench fully resident
 #                              and at --expert-cache 25%, llama-bench on it when built
+#   tools/gpu/check.sh unified the tiering tests, then laguna-s-geometry (20 layers) decode
+#                              with exact pools vs one unified max-size pool, 8,640 MiB
 #   tools/gpu/check.sh cpu     the whole CPU test suite with this machine's compiler
 #   tools/gpu/check.sh all     test, then bench
 # Carry .gpu-carry (made here by tools/gpu/prepare.sh): the Debian packages of the header
@@ -197,12 +199,26 @@ hybrid)  # the Gated DeltaNet families (issue 9): parity, memcheck, ornith-35b d
     done
   fi
   ;;
+unified)  # issue 7: exact-geometry pools vs one unified max-size pool on the laguna-s
+  # geometry (20 of its 47 expert layers, 4 BF16 + 16 Q4_K, to fit the 64 GiB disk), seed
+  # 000's 8,640 MiB budget; the tiering tests (unified slots, the hybrid family) first
+  build
+  run tier_tests ./build-gpu/mt_cuda_tests --gtest_filter='CudaTiering*'
+  grep -E "OK \]|FAILED|Failure|first different" "$OUT/tier_tests.log" | tail -20
+  F=/tmp/laguna20.gguf
+  [ -f "$F" ] || run synth_laguna20 $M synth --preset laguna-s-geometry --layers 20 --fast -o "$F"
+  for layout in pools unified; do
+    run "laguna20_$layout" $M bench -m "$F" --device cuda --expert-cache 8640MiB --cache-layout $layout -p 0 -n 64 -r 3 -o json
+    grep -E '"(avg_ts|stddev_ts|hit_rate|cpu_experts_per_token|h2d_bytes_per_token)"' "$OUT/laguna20_$layout.log" | grep -v '"hit_rate": 0' | tail -6
+    head -1 "$OUT/laguna20_$layout.log"
+  done
+  ;;
 cpu)
   build
   run unit ctest --test-dir build-gpu --output-on-failure -j "$JOBS" -LE "kjv|cuda"
   ;;
 *)
-  echo "usage: tools/gpu/check.sh test|bench|all|llama|tier|quick|hybrid|cpu"
+  echo "usage: tools/gpu/check.sh test|bench|all|llama|tier|quick|hybrid|unified|cpu"
   exit 2
   ;;
 esac
