@@ -569,7 +569,7 @@ class CudaSequence final : public Evaluator {
         pa.q_stride = Q;
       }
       pa.bq = L.bq, pa.bk = L.bk, pa.bv = L.bv;
-      if (arch.qk_norm == QkNorm::kPerHead) {
+      if (arch.qk_norm == QkNorm::kPerHead || arch.qk_norm == QkNorm::kPerHeadOptional) {  // optional: null when absent
         pa.q_norm = L.q_norm, pa.k_norm = L.k_norm;
       } else if (arch.qk_norm == QkNorm::kFullWidth) {  // over the whole q / k row, after the bias
         MT_CHECK(L.bq == nullptr && L.bk == nullptr);
@@ -634,7 +634,18 @@ class CudaSequence final : public Evaluator {
         RouterFusedArgs ra;
         ra.x = h, ra.n_tokens = Ti, ra.K = K, ra.renormalize = arch.renormalize_topk;
         ra.logits = probs, ra.ids = sel, ra.weights = wts, ra.counter = m_.router_counter.as<uint32_t>();
-        if (fused_router_ && T <= static_cast<uint32_t>(kMmvqMaxTokens) && router_fused_supports(L.router, ra)) {
+        const bool plain = hp.gating == ExpertGating::kSoftmax && hp.expert_weights_scale == 1.0f && hp.n_expert_groups <= 1 &&
+                           L.exp_probs_b == nullptr && hp.renormalize == arch.renormalize_topk;
+        if (!plain) {  // sigmoid scores, a selection bias, expert groups or a scale (glm4moe)
+          mm(L.router, h, Ti, probs);
+          stage("router top-k");
+          RouteMath rm;
+          rm.sigmoid = hp.gating == ExpertGating::kSigmoid;
+          rm.renormalize = hp.renormalize;
+          rm.scale = hp.expert_weights_scale;
+          rm.n_groups = static_cast<int>(hp.n_expert_groups), rm.n_group_used = static_cast<int>(hp.n_group_used);
+          router_route(probs, Ti, X, K, rm, L.exp_probs_b, sel, wts, s);
+        } else if (fused_router_ && T <= static_cast<uint32_t>(kMmvqMaxTokens) && router_fused_supports(L.router, ra)) {
           router_fused(L.router, ra, s);
         } else {
           mm(L.router, h, Ti, probs);
@@ -884,12 +895,12 @@ StatusOr<std::unique_ptr<CudaModel>> CudaModel::load(const Model& model, const C
   // sigmoid-gated shared expert; anything else stays on the CPU until they learn it.
   const HParams& hp = model.hparams();
   const ArchInfo& info = arch_info(hp.arch);
-  if (hp.gating != ExpertGating::kSoftmax || hp.expert_weights_scale != 1.0f || hp.n_expert_groups > 1 ||
-      info.shared_expert == SharedExpert::kUngated || info.qk_norm == QkNorm::kPerHeadOptional || hp.mla || info.oai ||
-      hp.yarn_ext != 0.0f || hp.rope_attn_factor != 1.0f || !hp.n_head_per_layer.empty()) {
+  if (hp.gating == ExpertGating::kSoftmaxOfSelected || hp.mla || info.oai || hp.yarn_ext != 0.0f ||
+      hp.rope_attn_factor != 1.0f || !hp.n_head_per_layer.empty() || hp.n_expert > 512 ||
+      (hp.n_expert_groups > 1 && hp.n_expert_groups > 64)) {
     return unimplemented(std::string(info.name) +
-                         " on the CUDA backend is not implemented yet (its routing math, shared expert, latent attention, sinks / sliding windows, "
-                         "per-layer heads or YaRN): run it with "
+                         " on the CUDA backend is not implemented yet (latent attention, sinks / sliding windows, per-layer "
+                         "heads, YaRN, more than 512 experts or 64 expert groups): run it with "
                          "--device cpu");
   }
   if (info.linear_attention && !gdn_supports(static_cast<int>(hp.ssm_state), static_cast<int>(hp.ssm_conv))) {

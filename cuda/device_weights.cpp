@@ -162,6 +162,7 @@ void DeviceWeights::place_all(const Model& model, bool dry) {
     d.q_norm = vec(lv.q_norm, dry), d.k_norm = vec(lv.k_norm, dry);
     d.bq = vec(lv.bq, dry), d.bk = vec(lv.bk, dry), d.bv = vec(lv.bv, dry);
     d.shexp_gate_inp = vec(lv.shexp_gate_inp, dry);
+    d.exp_probs_b = vec(lv.exp_probs_b, dry);
     d.moe = lw.is_moe();
     d.q_gated = lw.q_gated;
     if (lw.ssm_qkv.present()) {

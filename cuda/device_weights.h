@@ -27,6 +27,7 @@ struct DevLayer {
   DeviceMatrix ffn_gate, ffn_up, ffn_down, ffn_gate_up;
   const float *attn_norm = nullptr, *ffn_norm = nullptr, *q_norm = nullptr, *k_norm = nullptr;
   const float *bq = nullptr, *bk = nullptr, *bv = nullptr, *shexp_gate_inp = nullptr;
+  const float* exp_probs_b = nullptr;  // (n_expert) the routing selection bias, or null
   bool moe = false;
   // Gated DeltaNet layers (qwen3next / qwen35moe): the input projections as one product
   // when they stack (rows qkv | z | b | a, or qkv | z | ba), else apart; the output.

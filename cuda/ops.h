@@ -81,6 +81,20 @@ size_t attention_workspace_bytes(int n_tokens, int n_head, int head_dim, uint32_
 void router_topk(const float* logits, int n_tokens, int n_expert, int K, bool renormalize, int32_t* ids,
                  float* weights, cudaStream_t stream);
 
+// model/ffn.cpp route_token for the other routing maths (glm4moe, DeepSeek-V3-style):
+// scores by softmax or sigmoid, the selection bias (null: none) added for choosing only,
+// group-limited routing (n_groups <= 1: none; <= 64 groups), the top K (<= 32) by
+// selection score (ties: lower id), weights the unbiased scores, renormalised if asked
+// (sum clamped at 6.103515625e-5), then scaled. n_expert <= 512.
+struct RouteMath {
+  bool sigmoid = false;
+  bool renormalize = false;
+  float scale = 1.0f;
+  int n_groups = 0, n_group_used = 0;
+};
+void router_route(const float* logits, int n_tokens, int n_expert, int K, const RouteMath& m, const float* bias,
+                  int32_t* ids, float* weights, cudaStream_t stream);
+
 // The decode step's router product and router_topk in one launch: logits (T, n_expert) =
 // x . w^T with the bytes matmul(w, 0, x, T, logits) writes (the same kernel body: mmvq's
 // split float form), then, in the CTA that finishes last (a device counter, incremented

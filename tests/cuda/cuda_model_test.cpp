@@ -61,13 +61,16 @@ TEST(CudaModel, LogitsAndRoutingMatchTheCpuOnEveryArchitectureAndType) {
   uint64_t decisive = 0, decisive_equal = 0;
   const std::vector<const char*> every_type = {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q2_k",
                                                "q3_k", "q4_k", "q5_k", "q6_k", "iq4_nl", "iq4_xs", "mxfp4", "q4_k_m"};
-  // The Gated DeltaNet hybrids share the kernels above: their own operations (conv, delta
-  // rule, gated norm, gated attention) at the float types and the common mixes.
+  // The Gated DeltaNet hybrids and glm4moe share the kernels above: their own operations
+  // (conv, delta rule, gated norm, gated attention; the general router) at the float types
+  // and the common mixes.
   const std::vector<const char*> hybrid_types = {"f32", "f16", "q8_0", "q4_k", "q4_k_m"};
   const char* only = std::getenv("MT_CUDA_PARITY_ARCH");  // e.g. qwen35moe: one architecture
-  for (Arch arch : {Arch::kQwen3Moe, Arch::kQwen2Moe, Arch::kLlama, Arch::kOlmoe, Arch::kQwen3Next, Arch::kQwen35Moe}) {
+  for (Arch arch : {Arch::kQwen3Moe, Arch::kQwen2Moe, Arch::kLlama, Arch::kOlmoe, Arch::kQwen3Next, Arch::kQwen35Moe,
+                    Arch::kGlm4Moe}) {
     if (only != nullptr && arch_info(arch).name != only) continue;
-    for (const char* quant : arch_info(arch).linear_attention ? hybrid_types : every_type) {
+    const bool newer = arch_info(arch).linear_attention || arch == Arch::kGlm4Moe;  // glm4moe: sigmoid + bias + groups + scale
+    for (const char* quant : newer ? hybrid_types : every_type) {
       const std::string name = std::string(arch_info(arch).name) + "-" + quant;
       SCOPED_TRACE(name);
       synth::SynthConfig c = synth::tiny_for(arch);

@@ -175,6 +175,7 @@ hybrid)  # the Gated DeltaNet families (issue 9): parity, memcheck, ornith-35b d
   build
   MT_CUDA_PARITY_ARCH=qwen3next run parity_qwen3next ./build-gpu/mt_cuda_tests --gtest_filter='CudaModel.Logits*'
   MT_CUDA_PARITY_ARCH=qwen35moe run parity_qwen35moe ./build-gpu/mt_cuda_tests --gtest_filter='CudaModel.Logits*'
+  MT_CUDA_PARITY_ARCH=glm4moe run parity_glm4moe ./build-gpu/mt_cuda_tests --gtest_filter='CudaModel.Logits*'
   grep -hE "max rel|argmax equal|OK \]|FAILED|Failure|rel " "$OUT"/parity_*.log | tail -30
   for a in qwen3next qwen35moe; do
     $M synth --arch $a --quant q4_k_m -o "$OUT/san-$a.gguf" >/dev/null

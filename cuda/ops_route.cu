@@ -1,0 +1,138 @@
+// The general router (cuda/ops.h router_route), twin of model/ffn.cpp route_token: one warp
+// per token, lane l owning experts l, l + 32, ... of the token's scores and selection scores
+// in shared memory. Scores: softmax (max-subtracted, exp in double rounded to float, the
+// sum in double, as the CPU) or sigmoid; selection = score + bias; group-limited routing
+// keeps the n_group_used groups with the best sums of their two best selection scores
+// (ties to the lower group, lane 0 serially: at most 64 groups); K rounds of a warp
+// arg-max over the selection scores (ties: lower id) pick the ranks, weighted by the
+// unbiased scores, renormalised (sum clamped at 6.103515625e-5) and scaled as asked.
+#include <climits>
+#include <cmath>
+
+#include "core/check.h"
+#include "cuda/check.h"
+#include "cuda/ops.h"
+#include "cuda/ops_reduce.cuh"
+
+namespace mt::cuda {
+namespace {
+
+constexpr int kWarps = 4;         // tokens per block
+constexpr int kMaxExperts = 512;
+constexpr int kMaxGroups = 64;
+
+__device__ __forceinline__ void warp_argmax(float& v, int& i) {
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, v, o);
+    const int oi = __shfl_xor_sync(0xffffffffu, i, o);
+    if (ov > v || (ov == v && oi < i)) {
+      v = ov;
+      i = oi;
+    }
+  }
+}
+
+__global__ void __launch_bounds__(kWarps * 32) route_kernel(const float* logits, int n_tokens, int X, int K, RouteMath m,
+                                                            const float* bias, int32_t* ids, float* weights) {
+  __shared__ float p_all[kWarps][kMaxExperts], s_all[kWarps][kMaxExperts];
+  __shared__ unsigned char keep_all[kWarps][kMaxGroups];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int t = blockIdx.x * kWarps + warp;
+  if (t >= n_tokens) return;  // whole warps leave together
+  float* p = p_all[warp];
+  float* s = s_all[warp];
+  const float* row = logits + static_cast<int64_t>(t) * X;
+  if (m.sigmoid) {
+    for (int e = lane; e < X; e += 32) p[e] = 1.0f / (1.0f + expf(-row[e]));
+  } else {
+    float mx = -INFINITY;
+    for (int e = lane; e < X; e += 32) mx = fmaxf(mx, row[e]);
+    mx = detail::warp_max(mx);
+    double sum = 0.0;
+    for (int e = lane; e < X; e += 32) {
+      const float v = static_cast<float>(exp(static_cast<double>(row[e] - mx)));
+      p[e] = v;
+      sum += v;
+    }
+    sum = detail::warp_sum(sum);
+    const float inv = static_cast<float>(1.0 / sum);
+    for (int e = lane; e < X; e += 32) p[e] *= inv;
+  }
+  for (int e = lane; e < X; e += 32) s[e] = bias != nullptr ? p[e] + bias[e] : p[e];
+  __syncwarp();
+  if (m.n_groups > 1) {
+    const int G = m.n_groups, per = X / G;
+    unsigned char* keep = keep_all[warp];
+    if (lane == 0) {
+      float score[kMaxGroups];
+      for (int g = 0; g < G; ++g) {
+        float best = -INFINITY, second = -INFINITY;
+        for (int e = g * per; e < (g + 1) * per; ++e) {
+          if (s[e] > best) {
+            second = best;
+            best = s[e];
+          } else if (s[e] > second) {
+            second = s[e];
+          }
+        }
+        score[g] = best + second;
+        keep[g] = 0;
+      }
+      for (int r = 0; r < m.n_group_used; ++r) {  // the best remaining group, ties to the lower
+        int bg = -1;
+        for (int g = 0; g < G; ++g) {
+          if (!keep[g] && (bg < 0 || score[g] > score[bg])) bg = g;
+        }
+        keep[bg] = 1;
+      }
+    }
+    __syncwarp();
+    for (int e = lane; e < X; e += 32) {
+      if (!keep[e / per]) s[e] = -INFINITY;
+    }
+    __syncwarp();
+  }
+  float sum = 0.0f, my_w = 0.0f;  // lane r: rank r's weight (K <= 32)
+  int my_id = 0;
+  for (int r = 0; r < K; ++r) {
+    float v = -INFINITY;
+    int i = INT_MAX;
+    for (int e = lane; e < X; e += 32) {
+      if (s[e] > v || (s[e] == v && e < i)) {
+        v = s[e];
+        i = e;
+      }
+    }
+    warp_argmax(v, i);
+    const float w = p[i];
+    sum += w;  // in rank order, as the CPU
+    if (lane == r) {
+      my_w = w;
+      my_id = i;
+    }
+    __syncwarp();
+    if (lane == (i & 31)) s[i] = -INFINITY;  // its owner takes it out
+    __syncwarp();
+  }
+  if (lane < K) {
+    float w = my_w;
+    if (m.renormalize) w /= fmaxf(sum, 6.103515625e-5f);
+    if (m.scale != 1.0f) w *= m.scale;
+    ids[static_cast<int64_t>(t) * K + lane] = my_id;
+    weights[static_cast<int64_t>(t) * K + lane] = w;
+  }
+}
+
+}  // namespace
+
+void router_route(const float* logits, int n_tokens, int n_expert, int K, const RouteMath& m, const float* bias,
+                  int32_t* ids, float* weights, cudaStream_t stream) {
+  MT_CHECK(n_expert > 0 && n_expert <= kMaxExperts && K > 0 && K <= 32 && K <= n_expert);
+  MT_CHECK(m.n_groups <= kMaxGroups && (m.n_groups <= 1 || n_expert % m.n_groups == 0));
+  if (n_tokens <= 0) return;
+  route_kernel<<<(n_tokens + kWarps - 1) / kWarps, kWarps * 32, 0, stream>>>(logits, n_tokens, n_expert, K, m, bias, ids,
+                                                                           weights);
+  MT_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace mt::cuda
