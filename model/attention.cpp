@@ -14,6 +14,7 @@
 
 #include "core/check.h"
 #include "cpu/kernels.h"
+#include "model/activations.h"
 #include "model/attend.h"
 #include "model/layers.h"
 #include "model/linear.h"
@@ -291,13 +292,12 @@ void attention_block(const BlockArgs& a, QkNorm qk_norm, RopeStyle rope_style) {
   attend_all(a, shape, q.data(), Q, att.data(), Q);
   trace_rows(a.trace, "kqv_out", a, att.data(), Q);
   if (w.q_gated) {
-    for (size_t i = 0; i < T * Q; ++i) att[i] *= 1.0f / (1.0f + std::exp(-qgate[i]));
+    for (size_t i = 0; i < T * Q; ++i) att[i] *= sigmoid(qgate[i]);
   }
   if (G > 0) {  // o <- o * softplus(gate): per head (broadcast over head_dim) or per element
     const size_t per = Q / G;
     for (size_t i = 0; i < T * Q; ++i) {
-      const float z = gate[(i / Q) * G + (i % Q) / per];
-      att[i] *= z > 20.0f ? z : std::log(1.0f + std::exp(z));
+      att[i] *= softplus(gate[(i / Q) * G + (i % Q) / per]);
     }
   }
 

@@ -15,6 +15,7 @@
 #include <span>
 
 #include "core/check.h"
+#include "model/activations.h"
 #include "model/layers.h"
 #include "model/linear.h"
 #include "model/offload.h"
@@ -22,7 +23,6 @@
 namespace mt {
 namespace {
 
-float silu(float x) { return x / (1.0f + std::exp(-x)); }
 
 // u = silu(g) * u (gated) or silu(u) (ungated: g empty).
 void swiglu(const float* g, float* u, size_t n) {
@@ -141,7 +141,7 @@ void route_token(const MoeMath& math, float* p, uint32_t X, uint32_t K, const st
   if (math.gating == ExpertGating::kSoftmax) {
     softmax(p, X);
   } else if (math.gating == ExpertGating::kSigmoid) {
-    for (uint32_t e = 0; e < X; ++e) p[e] = 1.0f / (1.0f + std::exp(-p[e]));
+    for (uint32_t e = 0; e < X; ++e) p[e] = sigmoid(p[e]);
   }  // kSoftmaxOfSelected: the raw logits choose
   sel.assign(p, p + X);                            // selection scores
   if (!bias.empty()) for (uint32_t e = 0; e < X; ++e) sel[e] += bias[e];
@@ -330,7 +330,7 @@ void moe_block(const BlockArgs& a, const MoeMath& math) {
       } else if (shared) {
         double z = 0.0;
         for (size_t j = 0; j < E; ++j) z += static_cast<double>(a.v.shexp_gate_inp[j]) * h[t * E + j];
-        const float gate = 1.0f / (1.0f + std::exp(-static_cast<float>(z)));
+        const float gate = sigmoid(static_cast<float>(z));
         for (size_t j = 0; j < E; ++j) o[j] += d_sh[t * E + j] * gate;
       }
     }

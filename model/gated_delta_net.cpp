@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "core/check.h"
+#include "model/activations.h"
 #include "model/attend.h"
 #include "model/delta_rule.h"
 #include "model/layers.h"
@@ -18,9 +19,6 @@ namespace {
 // Runs shorter than this take the recurrent form (decode, speculative checks).
 constexpr uint32_t kChunkedMinTokens = 4;
 
-float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
-float softplus(float x) { return x > 20.0f ? x : std::log(1.0f + std::exp(x)); }  // ggml's threshold
-float silu(float x) { return x / (1.0f + std::exp(-x)); }
 
 void l2_normalize(float* x, uint32_t n, float eps) {
   double sum = 0.0;

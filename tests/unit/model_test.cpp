@@ -27,6 +27,20 @@ std::unique_ptr<Model> load_or_die(const std::string& path) {
 
 int32_t argmax(const float* v, size_t n) { return static_cast<int32_t>(std::max_element(v, v + n) - v); }
 
+// max over positions p < n_pos of max_i |got - ref| / max_i |ref| (rows of V logits).
+double worst_rel(const float* got, const float* ref, size_t n_pos, uint32_t V) {
+  double worst = 0;
+  for (size_t p = 0; p < n_pos; ++p) {
+    float scale = 0.f, diff = 0.f;
+    for (uint32_t i = 0; i < V; ++i) {
+      scale = std::max(scale, std::fabs(ref[p * V + i]));
+      diff = std::max(diff, std::fabs(got[p * V + i] - ref[p * V + i]));
+    }
+    worst = std::max(worst, static_cast<double>(diff / scale));
+  }
+  return worst;
+}
+
 TEST(ModelForward, BatchEqualsOneTokenStepsThroughTheKvCache) {
   for (Arch arch : {Arch::kQwen3Moe, Arch::kQwen2Moe, Arch::kLlama, Arch::kOlmoe, Arch::kGlm4Moe, Arch::kDeepseek2, Arch::kGptOss, Arch::kLaguna,
                     Arch::kQwen3Next, Arch::kQwen35Moe}) {
@@ -59,13 +73,7 @@ TEST(ModelForward, BatchEqualsOneTokenStepsThroughTheKvCache) {
     for (size_t t = 0; t < ids.size(); ++t) {
       std::vector<float> one;
       ASSERT_TRUE(steps->feed({&ids[t], 1}, false, &one).ok());
-      const float* ref = &all[t * V];
-      float scale = 0.0f, diff = 0.0f;
-      for (uint32_t i = 0; i < V; ++i) {
-        scale = std::max(scale, std::fabs(ref[i]));
-        diff = std::max(diff, std::fabs(ref[i] - one[i]));
-      }
-      worst = std::max(worst, static_cast<double>(diff / scale));
+      worst = std::max(worst, worst_rel(one.data(), &all[t * V], 1, V));
     }
     EXPECT_LE(worst, 1e-4) << arch_info(arch).name;
   }
@@ -98,18 +106,7 @@ TEST(ModelForward, KvCacheTypesAgree) {
     }
     return all;
   };
-  auto rel = [&](const std::vector<float>& a, const std::vector<float>& b) {
-    double worst = 0;
-    for (size_t t = 0; t < ids.size(); ++t) {
-      float scale = 0.f, diff = 0.f;
-      for (uint32_t i = 0; i < V; ++i) {
-        scale = std::max(scale, std::fabs(b[t * V + i]));
-        diff = std::max(diff, std::fabs(a[t * V + i] - b[t * V + i]));
-      }
-      worst = std::max(worst, static_cast<double>(diff / scale));
-    }
-    return worst;
-  };
+  auto rel = [&](const std::vector<float>& a, const std::vector<float>& b) { return worst_rel(a.data(), b.data(), ids.size(), V); };
   const std::vector<float> f16 = logits_of(QuantType::F16, true);
   for (QuantType kv : {QuantType::Q8_0, QuantType::F32}) {
     const std::vector<float> batch = logits_of(kv, true), steps = logits_of(kv, false);
@@ -210,16 +207,7 @@ TEST(ModelForward, MultiSequenceBatchEqualsEachSequenceAlone) {
     }
     for (size_t i = 0; i < prompts.size(); ++i) {
       ASSERT_EQ(alone[i].size(), batched[i].size());
-      double worst = 0;
-      for (size_t p = 0; p < alone[i].size() / V; ++p) {
-        float scale = 0, diff = 0;
-        for (uint32_t k = 0; k < V; ++k) {
-          scale = std::max(scale, std::fabs(alone[i][p * V + k]));
-          diff = std::max(diff, std::fabs(alone[i][p * V + k] - batched[i][p * V + k]));
-        }
-        worst = std::max(worst, static_cast<double>(diff / scale));
-      }
-      EXPECT_LE(worst, 1e-4) << arch_info(arch).name << " sequence " << i;
+      EXPECT_LE(worst_rel(batched[i].data(), alone[i].data(), alone[i].size() / V, V), 1e-4) << arch_info(arch).name << " sequence " << i;
     }
   }
 }
@@ -265,16 +253,7 @@ TEST(ModelForward, HybridStateContinuesAcrossFeedsAndRefusesToRewind) {
       pos += n;
     }
     ASSERT_EQ(got.size(), all.size());
-    double worst = 0;
-    for (size_t p = 0; p < ids.size(); ++p) {
-      float scale = 0, diff = 0;
-      for (uint32_t k = 0; k < V; ++k) {
-        scale = std::max(scale, std::fabs(all[p * V + k]));
-        diff = std::max(diff, std::fabs(all[p * V + k] - got[p * V + k]));
-      }
-      worst = std::max(worst, static_cast<double>(diff / scale));
-    }
-    EXPECT_LE(worst, bound) << arch_info(arch).name << " " << quant;
+    EXPECT_LE(worst_rel(got.data(), all.data(), ids.size(), V), bound) << arch_info(arch).name << " " << quant;
 
     std::vector<float> out;
     Status back = model->eval({&ids[0], 1}, 40, *pieces, false, &out);
@@ -282,12 +261,7 @@ TEST(ModelForward, HybridStateContinuesAcrossFeedsAndRefusesToRewind) {
     EXPECT_NE(back.message().find("cannot go back"), std::string::npos) << back.message();
     // Position 0 starts the sequence over: the first logits again.
     ASSERT_TRUE(model->eval({&ids[0], 2}, 0, *pieces, true, &out).ok());
-    float scale = 0, diff = 0;
-    for (uint32_t k = 0; k < 2 * V; ++k) {
-      scale = std::max(scale, std::fabs(all[k]));
-      diff = std::max(diff, std::fabs(out[k] - all[k]));
-    }
-    EXPECT_LE(diff / scale, bound) << quant;
+    EXPECT_LE(worst_rel(out.data(), all.data(), 2, V), bound) << quant;
   }
 }
 

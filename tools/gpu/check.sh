@@ -52,6 +52,16 @@ build() {
 }
 M=build-gpu/moetier
 SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+memcheck() {  # arch...: compute-sanitizer on a tiny q4_k_m model's logits (prefill) and run (decode)
+  local a
+  for a in "$@"; do
+    $M synth --arch "$a" --quant q4_k_m -o "$OUT/san-$a.gguf" >/dev/null
+    run "memcheck_logits_$a" "$SAN" --tool memcheck --error-exitcode 1 $M logits -m "$OUT/san-$a.gguf" --device cuda \
+      --ids 1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20 -o "$OUT/san.f32" --routing "$OUT/san.jsonl"
+    run "memcheck_run_$a" "$SAN" --tool memcheck --error-exitcode 1 $M run -m "$OUT/san-$a.gguf" --device cuda -n 6 --temp 0
+    rm -f "$OUT/san-$a.gguf"
+  done
+}
 
 case $MODE in
 all)  # test then bench in one call (a fresh machine costs minutes)
@@ -67,13 +77,7 @@ test)
   cat "$OUT/info.log"
   run cuda_tests ./build-gpu/mt_cuda_tests
   grep -E "max rel|argmax equal|PASSED|FAILED|OK \]" "$OUT/cuda_tests.log" | tail -90
-  for a in qwen3moe qwen2moe; do
-    $M synth --arch $a --quant q4_k_m -o "$OUT/san-$a.gguf" >/dev/null
-    run "memcheck_logits_$a" "$SAN" --tool memcheck --error-exitcode 1 $M logits -m "$OUT/san-$a.gguf" --device cuda \
-      --ids 1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20 -o "$OUT/san.f32" --routing "$OUT/san.jsonl"
-    run "memcheck_run_$a" "$SAN" --tool memcheck --error-exitcode 1 $M run -m "$OUT/san-$a.gguf" --device cuda -n 6 --temp 0
-  done
-  rm -f "$OUT"/san-*.gguf
+  memcheck qwen3moe qwen2moe
   ;;
 bench)
   build
@@ -177,13 +181,7 @@ hybrid)  # the Gated DeltaNet families (issue 9): parity, memcheck, ornith-35b d
   MT_CUDA_PARITY_ARCH=qwen35moe run parity_qwen35moe ./build-gpu/mt_cuda_tests --gtest_filter='CudaModel.Logits*'
   MT_CUDA_PARITY_ARCH=glm4moe run parity_glm4moe ./build-gpu/mt_cuda_tests --gtest_filter='CudaModel.Logits*'
   grep -hE "max rel|argmax equal|OK \]|FAILED|Failure|rel " "$OUT"/parity_*.log | tail -30
-  for a in qwen3next qwen35moe; do
-    $M synth --arch $a --quant q4_k_m -o "$OUT/san-$a.gguf" >/dev/null
-    run "memcheck_logits_$a" "$SAN" --tool memcheck --error-exitcode 1 $M logits -m "$OUT/san-$a.gguf" --device cuda \
-      --ids 1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20 -o "$OUT/san.f32" --routing "$OUT/san.jsonl"
-    run "memcheck_run_$a" "$SAN" --tool memcheck --error-exitcode 1 $M run -m "$OUT/san-$a.gguf" --device cuda -n 6 --temp 0
-  done
-  rm -f "$OUT"/san-*.gguf
+  memcheck qwen3next qwen35moe glm4moe
   F=/tmp/ornith-q4_k_m.gguf
   [ -f "$F" ] || run synth_ornith $M synth --preset ornith-35b --quant q4_k_m --fast -o "$F"
   run ornith_resident $M bench -m "$F" --device cuda -p 512 -n 128 -r 3 -o json
