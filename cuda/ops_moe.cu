@@ -38,21 +38,7 @@ static_assert(kFusedWarps >= kMmvqMaxTokens, "router_fused routes a token per wa
 __device__ __forceinline__ void topk_warp(const float* row, float* p, int n_expert, int K, bool renormalize,
                                           int32_t* ids, float* weights) {
   const int lane = threadIdx.x & 31;
-  float mx = -INFINITY;
-  for (int e = lane; e < n_expert; e += 32) {
-    p[e] = __ldcg(row + e);
-    mx = fmaxf(mx, p[e]);
-  }
-  mx = detail::warp_max(mx);
-  double sum = 0.0;
-  for (int e = lane; e < n_expert; e += 32) {
-    const float v = static_cast<float>(exp(static_cast<double>(p[e] - mx)));
-    p[e] = v;
-    sum += v;
-  }
-  sum = detail::warp_sum(sum);
-  const float inv = static_cast<float>(1.0 / sum);
-  for (int e = lane; e < n_expert; e += 32) p[e] *= inv;
+  detail::softmax_warp(row, p, n_expert);
 
   float picked_sum = 0.0f;  // in rank order, as the CPU
   float my_w = 0.0f;        // lane r: the weight of rank r
@@ -66,14 +52,7 @@ __device__ __forceinline__ void topk_warp(const float* row, float* p, int n_expe
         bi = e;
       }
     }
-    for (int o = 16; o > 0; o >>= 1) {
-      const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-      const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-      if (ov > bv || (ov == bv && oi < bi)) {
-        bv = ov;
-        bi = oi;
-      }
-    }
+    detail::warp_argmax(bv, bi);
     if (bi < n_expert && lane == (bi & 31)) p[bi] = kRemoved;
     if (lane == r) {
       my_w = bv;

@@ -9,6 +9,8 @@
 
 #include <cuda_runtime.h>
 
+#include <cmath>
+
 #include "cuda/check.h"
 
 // Error check after a launch (the launch configuration, not the kernel's completion).
@@ -49,6 +51,41 @@ __device__ __forceinline__ float block_max(float v, float* scratch) {
   for (int w = 1; w < n_warps; ++w) r = fmaxf(r, scratch[w]);
   __syncthreads();
   return r;
+}
+
+// Warp arg-max: every lane gets the warp's largest v and its index i, ties to the lower i.
+__device__ __forceinline__ void warp_argmax(float& v, int& i) {
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, v, o);
+    const int oi = __shfl_xor_sync(0xffffffffu, i, o);
+    if (ov > v || (ov == v && oi < i)) {
+      v = ov;
+      i = oi;
+    }
+  }
+}
+
+// Softmax of n values by one warp, as model/attention.cpp's softmax: p[e] = exp(row[e] -
+// max) / sum, the exp taken in double and rounded to float (the correctly rounded value
+// the CPU's std::exp(float) gives in all but rare cases), the sum in double. Lane l owns
+// entries l, l + 32, ... of p; row is read past L1 (other CTAs may have written it).
+__device__ __forceinline__ void softmax_warp(const float* row, float* p, int n) {
+  const int lane = threadIdx.x & 31;
+  float mx = -INFINITY;
+  for (int e = lane; e < n; e += 32) {
+    p[e] = __ldcg(row + e);
+    mx = fmaxf(mx, p[e]);
+  }
+  mx = warp_max(mx);
+  double sum = 0.0;
+  for (int e = lane; e < n; e += 32) {
+    const float v = static_cast<float>(exp(static_cast<double>(p[e] - mx)));
+    p[e] = v;
+    sum += v;
+  }
+  sum = warp_sum(sum);
+  const float inv = static_cast<float>(1.0 / sum);
+  for (int e = lane; e < n; e += 32) p[e] *= inv;
 }
 
 }  // namespace mt::cuda::detail

@@ -21,17 +21,6 @@ constexpr int kWarps = 4;         // tokens per block
 constexpr int kMaxExperts = 512;
 constexpr int kMaxGroups = 64;
 
-__device__ __forceinline__ void warp_argmax(float& v, int& i) {
-  for (int o = 16; o > 0; o >>= 1) {
-    const float ov = __shfl_xor_sync(0xffffffffu, v, o);
-    const int oi = __shfl_xor_sync(0xffffffffu, i, o);
-    if (ov > v || (ov == v && oi < i)) {
-      v = ov;
-      i = oi;
-    }
-  }
-}
-
 __global__ void __launch_bounds__(kWarps * 32) route_kernel(const float* logits, int n_tokens, int X, int K, RouteMath m,
                                                             const float* bias, int32_t* ids, float* weights) {
   __shared__ float p_all[kWarps][kMaxExperts], s_all[kWarps][kMaxExperts];
@@ -45,18 +34,7 @@ __global__ void __launch_bounds__(kWarps * 32) route_kernel(const float* logits,
   if (m.sigmoid) {
     for (int e = lane; e < X; e += 32) p[e] = 1.0f / (1.0f + expf(-row[e]));
   } else {
-    float mx = -INFINITY;
-    for (int e = lane; e < X; e += 32) mx = fmaxf(mx, row[e]);
-    mx = detail::warp_max(mx);
-    double sum = 0.0;
-    for (int e = lane; e < X; e += 32) {
-      const float v = static_cast<float>(exp(static_cast<double>(row[e] - mx)));
-      p[e] = v;
-      sum += v;
-    }
-    sum = detail::warp_sum(sum);
-    const float inv = static_cast<float>(1.0 / sum);
-    for (int e = lane; e < X; e += 32) p[e] *= inv;
+    detail::softmax_warp(row, p, X);
   }
   for (int e = lane; e < X; e += 32) s[e] = bias != nullptr ? p[e] + bias[e] : p[e];
   __syncwarp();
@@ -103,7 +81,7 @@ __global__ void __launch_bounds__(kWarps * 32) route_kernel(const float* logits,
         i = e;
       }
     }
-    warp_argmax(v, i);
+    detail::warp_argmax(v, i);
     const float w = p[i];
     sum += w;  // in rank order, as the CPU
     if (lane == r) {
