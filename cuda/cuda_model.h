@@ -50,7 +50,7 @@ class CudaModel {
   void set_tiering(CudaTiering* tiering);
   const Model& host() const { return model_; }
 
-  struct Impl;  // cuda/cuda_model.cpp
+  struct Impl;  // cuda/sequence.h
 
  private:
   CudaModel(const Model& m, std::unique_ptr<Impl> impl);

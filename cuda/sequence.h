@@ -1,0 +1,207 @@
+// Internal to cuda/: the model's device state (CudaModel::Impl) and one sequence
+// (CudaSequence), whose forward pass is split by what it computes: the feed loop, the
+// workspace and the decode graph (sequence.cpp); the step's layers (sequence_step.cpp:
+// embedding, attention, MoE / dense FFN, output); the Gated DeltaNet mixer
+// (sequence_gdn.cpp); the tiered MoE layers' hybrid placement and prefill streaming
+// (sequence_tiering.cpp). Every launch goes on the model's one stream.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "cuda/cuda_model.h"
+#include "cuda/device_weights.h"
+#include "cuda/expert_cache.h"
+#include "cuda/matmul.h"
+#include "cuda/memory.h"
+#include "cuda/ops.h"
+#include "cuda/stage_timer.h"
+#include "cuda/tiering.h"
+#include "model/layers.h"
+
+namespace mt::cuda {
+
+struct CudaModel::Impl {
+  int device = 0;
+  cudaStream_t stream = nullptr;
+  HParams hp;
+  const ArchInfo* arch = nullptr;
+  DeviceWeights w;
+  // The decode step's completion counters, zero between launches (each launch leaves them
+  // zero): router_fused's (1) and the fused decode attention merge's (kAttnDecodeCounters).
+  DeviceBuffer router_counter, decode_counters;
+  const Model* host = nullptr;       // the host model (its CPU experts and thread pool)
+  bool experts_on_host = false;      // CudaOptions::experts_on_host
+  CudaTiering* tiering = nullptr;    // set_tiering(); required when experts_on_host
+
+  ~Impl() {
+    if (stream != nullptr) cudaStreamDestroy(stream);
+  }
+};
+
+namespace detail {
+
+// One sequence: the device KV cache (or, MLA, latent rows; recurrent layers: states) and
+// the step buffers.
+class CudaSequence final : public Evaluator {
+ public:
+  CudaSequence(CudaModel::Impl& m, uint32_t n_ctx, QuantType kv_type);
+  ~CudaSequence() override;
+  CudaSequence(const CudaSequence&) = delete;
+  CudaSequence& operator=(const CudaSequence&) = delete;
+
+  uint32_t position() const override { return pos_; }
+  uint32_t n_ctx() const override { return n_ctx_; }
+  Status feed(std::span<const int32_t> tokens, bool all_logits, std::vector<float>* logits, Trace* trace) override;
+
+ private:
+  static constexpr uint32_t kGraphSpan = 256;  // positions one decode graph serves
+  static constexpr uint32_t kLogitRows = 256;  // logits rows per output product (one (kLogitRows, n_vocab) buffer)
+
+  struct Step {
+    const int32_t* host_ids = nullptr;  // (T) ids; null: a graph step (id and position from pinned_step_)
+    uint32_t T = 0, rows = 0;           // tokens, logits rows wanted (the last `rows`)
+    float* host_logits = nullptr;       // (rows, n_vocab)
+    Trace* trace = nullptr;
+    uint32_t graph_n_kv_cap = 0;        // graph step: positions its attention split covers
+  };
+  // The micro-batch being enqueued: its step, sizes and buffers (shapes beside them; taken
+  // from the workspace by take_step_buffers).
+  struct Pass {
+    const Step* st = nullptr;
+    uint32_t T = 0;
+    int Ti = 0;
+    bool graph = false;        // a captured decode step (position read from pos_dev)
+    bool stream_step = false;  // tiered prefill: expert banks streamed
+    const uint32_t* pos_dev = nullptr;  // graph step: (1) position
+    float* x = nullptr;        // (T, n_embd) residual stream
+    float* h = nullptr;        // (T, n_embd) normed
+    float* qkv = nullptr;      // (T, attn_q rows + 2 kv_dim) projections
+    float* qgate = nullptr;    // (T, q_dim) the gates of gated attention (qwen3next / qwen35moe)
+    float* qsplit = nullptr;   // (T, q_dim) their queries
+    float* q = nullptr;        // (T, q_dim) roped queries
+    float* att = nullptr;      // (T, q_dim) attention output
+    float* y = nullptr;        // (T, n_embd) sub-block output
+    float* probs = nullptr;    // (T, n_expert) router logits
+    int32_t* sel = nullptr;    // (T, K) selected experts
+    float* wts = nullptr;      // (T, K) their weights
+    float* gu = nullptr;       // (T*K, 2 n_ff) gate | up rows
+    float* u = nullptr;        // (T*K, n_ff) activated rows
+    float* d = nullptr;        // (T*K, n_embd) down rows
+    float* gus = nullptr;      // (T, 2 n_ff) shared / dense gate | up
+    float* us = nullptr;       // (T, n_ff)
+    float* ds = nullptr;       // (T, n_embd) shared down
+    int8_t* hq = nullptr;      // (T, n_embd) h quantized for its next reader
+    uint2* hm = nullptr;       // (T, n_embd / 32) their scales and sums
+    int8_t* uq = nullptr;      // (T*K, n_ff) u quantized for the down product
+    uint2* um = nullptr;       // (T*K, n_ff / 32)
+    std::vector<int32_t> host_sel;  // a trace's copies of the routing
+    std::vector<float> host_wts;
+  };
+
+  // sequence.cpp
+  size_t workspace_bytes(uint32_t T) const;
+  void ensure_workspace(uint32_t T);
+  void eval_chunk(std::span<const int32_t> tokens, uint32_t rows, std::vector<float>* logits, Trace* trace);
+  bool eval_token_graph(int32_t token, std::vector<float>* logits);
+
+  // sequence_step.cpp
+  void enqueue(const Step& st);
+  void take_step_buffers(Pass& p);
+  void stage(const Pass& p, const char* name) { (p.graph ? graph_timer_ : timer_).mark(name, m_.stream); }
+  ActRows add_norm(Pass& p, const float* add_y, const float* w, const DeviceMatrix& reader,
+                   const MoeCombineIn* combine = nullptr);
+  void attention_layer(Pass& p, const DevLayer& L, uint32_t l, const ActRows& hx);
+  void moe_layer(Pass& p, const DevLayer& L, uint32_t l, const ActRows& hx, MoeCombineIn& combine);
+  void output_logits(Pass& p, const ActRows& hx);
+  void ffn_dense(const DeviceMatrix& gate_up, const DeviceMatrix& gate, const DeviceMatrix& up,
+                 const DeviceMatrix& down, const ActRows& h, float* gu, float* act, float* out);
+
+  // sequence_gdn.cpp
+  void gdn_layer(const DevLayer& L, uint32_t l, const ActRows& hx, uint32_t T, float* y);
+
+  // Matrix product whose scratch is given back as soon as it is launched.
+  void mm(const DeviceMatrix& w, const float* x, int n, float* y) {
+    const size_t mark = ws_->mark();
+    matmul(w, 0, x, n, y, *ws_, m_.stream);
+    ws_->rewind(mark);
+  }
+  void mm_experts(const DeviceMatrix& w, const int32_t* ids, int n, int K, const float* x, bool per_slot, float* y) {
+    const size_t mark = ws_->mark();
+    matmul_experts(w, ids, n, K, x, per_slot, y, *ws_, m_.stream);
+    ws_->rewind(mark);
+  }
+  // The same over rows that may be quantized already (cuda/matmul.h ActRows).
+  void mm(const DeviceMatrix& w, const ActRows& x, float* y) {
+    const size_t mark = ws_->mark();
+    matmul(w, x, y, *ws_, m_.stream);
+    ws_->rewind(mark);
+  }
+  void mm_experts(const DeviceMatrix& w, const int32_t* ids, int K, const ActRows& x, float* y, bool per_slot = false) {
+    const size_t mark = ws_->mark();
+    matmul_experts(w, ids, K, x, per_slot, y, *ws_, m_.stream);
+    ws_->rewind(mark);
+  }
+
+  // ---- tiered MoE layers (cuda/tiering.h; sequence_tiering.cpp)
+
+  // A layer's expert matrices as the products read them.
+  struct ExpertMats {
+    DeviceMatrix gate, up, down, gate_up;
+  };
+  static ExpertMats mats_of(const ExpertViews& v) { return {v.gate, v.up, v.down, v.gate_up}; }
+
+  // The CPU's share of a hybrid layer-step: its (expert, token) jobs and the slot row
+  // (token * K + rank) each result goes to.
+  struct HybridPart {
+    std::vector<ExpertJob> jobs;
+    std::vector<int32_t> rows;
+    uint32_t n_device = 0;  // slots computed on the device from cache slots
+    int staged_buf = -1;    // stream mode: the staging buffer of this step's refused misses
+  };
+  HybridPart place_hybrid(uint32_t l, uint32_t T, const int32_t* sel, const float* h, const float* wts);
+  void finish_hybrid(uint32_t l, uint32_t T, const HybridPart& part, float* d);
+  void stage_next_layer(int64_t after);
+  void collect_device_times();
+  void alloc_tiering_buffers();
+  void free_tiering_buffers();
+
+  CudaModel::Impl& m_;
+  uint32_t n_ctx_, pos_ = 0;
+  QuantType kv_type_;
+  uint64_t kv_row_bytes_;
+  std::vector<DeviceBuffer> k_, v_;  // per layer (n_ctx, kv_dim) rows of kv_type (none: recurrent layers)
+  std::vector<DeviceBuffer> conv_, delta_;  // per recurrent layer: conv window, delta-rule state (f32)
+  std::unique_ptr<Workspace> ws_;
+  uint32_t ws_tokens_ = 0;
+  bool graphs_ = false;                 // decode tokens through CUDA graphs
+  uint32_t* pinned_step_ = nullptr;     // (2) pinned: token id, position
+  float* pinned_logits_ = nullptr;      // (n_vocab) pinned
+  DeviceBuffer step_dev_;               // (2) the graph's copy of pinned_step_
+  cudaGraphExec_t exec_ = nullptr;
+  uint32_t graph_cap_ = 0;              // n_kv_cap exec_ was captured for
+  StageTimer timer_;                    // MOETIER_CUDA_PROFILE=1
+  StageTimer graph_timer_{"cuda stage times in the decode graph"};
+  uint32_t micro_batch_ = CudaModel::kMicroBatch;  // MOETIER_CUDA_UBATCH overrides (tuning)
+  // Tiered models (cuda/tiering.h): the hybrid step's buffers, (kMmvqMaxTokens * K) slots.
+  int32_t *pin_sel_ = nullptr, *pin_slot_ids_ = nullptr, *pin_row_ids_ = nullptr, *pin_stage_ids_ = nullptr;
+  float *pin_h_ = nullptr, *pin_rows_ = nullptr;  // (T, n_embd) normed rows; (S, n_embd) CPU rows
+  DeviceBuffer slot_ids_dev_, row_ids_dev_, rows_dev_, stage_ids_dev_;
+  std::vector<uint32_t> staged_;                  // stream mode: this layer-step's staged experts
+  std::vector<bool> staged_of_;                   // (n_expert)
+  std::vector<ExpertTask> tasks_;
+  std::vector<Placement> placed_;
+  std::vector<int32_t> slot_of_;                  // (n_expert) this step's slot, -1: CPU
+  std::vector<cudaEvent_t> dev_begin_, dev_end_;  // (n_layer) hybrid device products
+  std::vector<bool> dev_timed_;
+  int staged_buf_ = -1;                           // prefill streaming: the buffer of the next MoE layer
+  bool fused_router_ = false;           // MOETIER_CUDA_FUSED_ROUTER=1: router product and top-k in one launch
+  bool fused_attention_merge_ = false;  // MOETIER_CUDA_FUSED_ATTN=1: decode attention merge in the partials
+};
+
+}  // namespace detail
+}  // namespace mt::cuda

@@ -1,0 +1,97 @@
+// CudaSequence: a grouped-query attention layer (model/attention.cpp's twin; see
+// sequence.h): Q/K/V (one product when stacked), bias + q/k norm + RoPE + cache store in
+// one launch, attention over the sequence's cache, the output gate where the
+// architecture has one, the output projection into y.
+#include "cuda/sequence.h"
+
+#include "core/check.h"
+#include "cuda/check.h"
+
+namespace mt::cuda::detail {
+
+void CudaSequence::attention_layer(Pass& p, const DevLayer& L, uint32_t l, const ActRows& hx) {
+  const HParams& hp = m_.hp;
+  const ArchInfo& arch = *m_.arch;
+  cudaStream_t s = m_.stream;
+  const uint32_t T = p.T;
+  const int Ti = p.Ti;
+  const int Q = static_cast<int>(hp.q_dim()), KVd = static_cast<int>(hp.kv_dim()), hd = static_cast<int>(hp.head_dim);
+  stage(p, "qkv");
+  AttnPrepArgs pa;
+  const int Ql = L.q_gated ? 2 * Q : Q;  // attn_q rows of this layer
+  if (L.wqkv.data != nullptr) {
+    mm(L.wqkv, hx, p.qkv);
+    pa.q_src = p.qkv, pa.k_src = p.qkv + Ql, pa.v_src = p.qkv + Ql + KVd;
+    pa.q_stride = pa.k_stride = pa.v_stride = Ql + 2 * KVd;
+  } else {
+    float* qr = p.qkv;                                 // (T, attn_q rows)
+    float* kr = p.qkv + static_cast<size_t>(T) * Ql;   // (T, kv_dim)
+    float* vr = kr + static_cast<size_t>(T) * KVd;     // (T, kv_dim)
+    mm(L.wq, hx, qr);
+    mm(L.wk, hx, kr);
+    mm(L.wv, hx, vr);
+    pa.q_src = qr, pa.k_src = kr, pa.v_src = vr;
+    pa.q_stride = Ql, pa.k_stride = pa.v_stride = KVd;
+  }
+  if (L.q_gated) {  // per head [query | gate]: queries to qsplit, gates kept for the output
+    split_gated_q(pa.q_src, pa.q_stride, Ti, static_cast<int>(hp.n_head), hd, p.qsplit, p.qgate, s);
+    pa.q_src = p.qsplit;
+    pa.q_stride = Q;
+  }
+  pa.bq = L.bq, pa.bk = L.bk, pa.bv = L.bv;
+  if (arch.qk_norm == QkNorm::kPerHead || arch.qk_norm == QkNorm::kPerHeadOptional) {  // optional: null when absent
+    pa.q_norm = L.q_norm, pa.k_norm = L.k_norm;
+  } else if (arch.qk_norm == QkNorm::kFullWidth) {  // over the whole q / k row, after the bias
+    MT_CHECK(L.bq == nullptr && L.bk == nullptr);
+    float* qs = const_cast<float*>(pa.q_src);
+    float* ks = const_cast<float*>(pa.k_src);
+    rms_norm(qs, pa.q_stride, L.q_norm, hp.rms_eps, Ti, Q, qs, pa.q_stride, s);
+    rms_norm(ks, pa.k_stride, L.k_norm, hp.rms_eps, Ti, KVd, ks, pa.k_stride, s);
+  }
+  pa.eps = hp.rms_eps;
+  pa.n_tokens = Ti;
+  pa.n_head = static_cast<int>(hp.n_head);
+  pa.n_head_kv = static_cast<int>(hp.n_head_kv);
+  pa.head_dim = hd;
+  pa.n_rot = static_cast<int>(hp.n_rot);
+  pa.freq_base = hp.rope_freq_base;
+  pa.freq_scale = hp.rope_freq_scale;
+  pa.neox = arch.rope == RopeStyle::kNeox;
+  pa.pos0 = pos_;
+  pa.pos_dev = p.pos_dev;
+  pa.q_out = p.q;
+  pa.k_cache = k_[l].as<uint8_t>();
+  pa.v_cache = v_[l].as<uint8_t>();
+  pa.kv_type = kv_type_;
+  pa.row_bytes = kv_row_bytes_;
+  stage(p, "attn prep");
+  attn_prep(pa, s);
+  stage(p, "attention");
+  AttentionArgs aa;
+  aa.q = p.q;
+  aa.k_cache = k_[l].as<uint8_t>();
+  aa.v_cache = v_[l].as<uint8_t>();
+  aa.kv_type = kv_type_;
+  aa.kv_row_bytes = kv_row_bytes_;
+  aa.n_tokens = Ti;
+  aa.n_head = static_cast<int>(hp.n_head);
+  aa.n_head_kv = static_cast<int>(hp.n_head_kv);
+  aa.head_dim = hd;
+  aa.pos0 = pos_;
+  aa.out = p.att;
+  aa.pos_dev = p.pos_dev;
+  aa.n_kv_cap = p.st->graph_n_kv_cap;
+  if (static_cast<int64_t>(Ti) * aa.n_head <= kAttnDecodeCounters) {  // the decode merge in the partial launch
+    aa.decode_counters = fused_attention_merge_ ? m_.decode_counters.as<uint32_t>() : nullptr;
+  }
+  {
+    const size_t mark = ws_->mark();
+    attention(aa, *ws_, s);
+    ws_->rewind(mark);
+  }
+  if (L.q_gated) mul_sigmoid(p.att, p.qgate, static_cast<int64_t>(T) * Q, s);
+  stage(p, "wo");
+  mm(L.wo, p.att, Ti, p.y);
+}
+
+}  // namespace mt::cuda::detail
