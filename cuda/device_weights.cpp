@@ -69,6 +69,14 @@ const float* DeviceWeights::vec(const std::vector<float>& v, bool dry) {
   return reinterpret_cast<const float*>(dst);
 }
 
+const float* DeviceWeights::floats(const Tensor& t, bool dry) {
+  if (!t.present()) return nullptr;
+  MT_CHECK(t.type == QuantType::F32 && dense_rows(t));
+  uint8_t* dst = reserve(t.matrix_bytes * t.ne[2], dry);
+  copy_to(dst, t.data, t.matrix_bytes * t.ne[2]);
+  return reinterpret_cast<const float*>(dst);
+}
+
 DeviceMatrix DeviceWeights::stacked(std::initializer_list<const Tensor*> parts,
                                     std::initializer_list<DeviceMatrix*> out, bool dry) {
   MT_CHECK(parts.size() == out.size() && parts.size() > 0);
@@ -165,6 +173,17 @@ void DeviceWeights::place_all(const Model& model, bool dry) {
     d.exp_probs_b = vec(lv.exp_probs_b, dry);
     d.moe = lw.is_moe();
     d.q_gated = lw.q_gated;
+    d.bo = vec(lv.bo, dry), d.sinks = vec(lv.sinks, dry), d.router_b = vec(lv.router_b, dry);
+    d.gate_exps_b = floats(lw.gate_exps_b, dry), d.up_exps_b = floats(lw.up_exps_b, dry);
+    d.down_exps_b = floats(lw.down_exps_b, dry);
+    d.swiglu_oai = lw.swiglu_oai;
+    d.attn_gate = matrix(lw.attn_gate, dry);
+    if (lw.wkv_a.present()) {
+      d.mla = true;
+      d.wq_a = matrix(lw.wq_a, dry), d.wq_b = matrix(lw.wq_b, dry);
+      d.wkv_a = matrix(lw.wkv_a, dry), d.wk_b = matrix(lw.wk_b, dry), d.wv_b = matrix(lw.wv_b, dry);
+      d.q_a_norm = vec(lv.q_a_norm, dry), d.kv_a_norm = vec(lv.kv_a_norm, dry);
+    }
     if (lw.ssm_qkv.present()) {
       d.recurrent = true;
       if (lw.ssm_ba.present()) {
@@ -186,7 +205,8 @@ std::vector<const DeviceMatrix*> DeviceWeights::matrices() const {
     for (const DeviceMatrix* m : {&d.wq, &d.wk, &d.wv, &d.wo, &d.wqkv, &d.router, &d.gate_exps, &d.up_exps,
                                   &d.down_exps, &d.gate_up_exps, &d.shexp_gate, &d.shexp_up, &d.shexp_down,
                                   &d.shexp_gate_up, &d.ffn_gate, &d.ffn_up, &d.ffn_down, &d.ffn_gate_up, &d.gdn_in,
-                                  &d.ssm_qkv, &d.ssm_z, &d.ssm_beta, &d.ssm_alpha, &d.ssm_ba, &d.ssm_out}) {
+                                  &d.ssm_qkv, &d.ssm_z, &d.ssm_beta, &d.ssm_alpha, &d.ssm_ba, &d.ssm_out,
+                                  &d.attn_gate, &d.wq_a, &d.wq_b, &d.wkv_a, &d.wk_b, &d.wv_b}) {
       all.push_back(m);
     }
   }

@@ -36,6 +36,19 @@ struct DevLayer {
   const float *ssm_conv1d = nullptr, *ssm_dt = nullptr, *ssm_a = nullptr, *ssm_norm = nullptr;  // (C, Kc) (nv) (nv) (dk)
   bool recurrent = false;
   bool q_gated = false;  // attn_q rows: per head [query | gate]
+  // gpt-oss: the output bias (n_embd), per-head sink logits (n_head), the router's bias
+  // (n_expert), per-expert biases (n_expert, n_ff) (n_expert, n_ff) (n_expert, n_embd).
+  const float *bo = nullptr, *sinks = nullptr, *router_b = nullptr;
+  const float *gate_exps_b = nullptr, *up_exps_b = nullptr, *down_exps_b = nullptr;
+  bool swiglu_oai = false;  // experts use the clamped SwiGLU
+  DeviceMatrix attn_gate;   // laguna: (n_embd -> n_head) per head or (-> q_dim) per element
+  // Multi-head latent attention (deepseek2; model/attention_mla.cpp): q through the
+  // low-rank pair wq_a, q_a_norm, wq_b (or one wq), the latent row wkv_a (n_embd ->
+  // kv_lora_rank + n_rot), kv_a_norm (kv_lora_rank); per head (n_mat = n_head) wk_b
+  // (mla_k - n_rot -> kv_lora_rank) and wv_b (kv_lora_rank -> mla_v).
+  DeviceMatrix wq_a, wq_b, wkv_a, wk_b, wv_b;
+  const float *q_a_norm = nullptr, *kv_a_norm = nullptr;
+  bool mla = false;
 };
 
 class DeviceWeights {
@@ -59,6 +72,8 @@ class DeviceWeights {
   uint8_t* reserve(uint64_t bytes, bool dry);
   DeviceMatrix matrix(const Tensor& t, bool dry);
   const float* vec(const std::vector<float>& v, bool dry);
+  // An F32 tensor's floats as they are (the expert bias tables), or null when absent.
+  const float* floats(const Tensor& t, bool dry);
   // wq | wk | wv style: n dense tensors back to back; views into *out, the combined view
   // returned (data null when they cannot be one matrix, each then placed on its own).
   DeviceMatrix stacked(std::initializer_list<const Tensor*> parts, std::initializer_list<DeviceMatrix*> out, bool dry);
