@@ -69,6 +69,10 @@ struct AttentionArgs {
   const uint32_t* pos_dev = nullptr;
   uint32_t n_kv_cap = 0;
   uint32_t* decode_counters = nullptr;  // (kAttnDecodeCounters) or null
+  // gpt-oss / laguna: a sliding window (a query at position p sees keys (p - window, p];
+  // 0: all) and per-head sink logits (n_head; in the softmax's denominator only; null: none).
+  uint32_t window = 0;
+  const float* sinks = nullptr;
 };
 void attention(const AttentionArgs& a, Workspace& ws, cudaStream_t stream);
 // Workspace bytes attention() takes (the decode partials; prefill takes none), enough for
@@ -88,6 +92,10 @@ void router_topk(const float* logits, int n_tokens, int n_expert, int K, bool re
 // (sum clamped at 6.103515625e-5), then scaled. n_expert <= 512.
 struct RouteMath {
   bool sigmoid = false;
+  // gpt-oss: the raw logits (+ logit_bias, (n_expert) or null) choose, and the weights are
+  // a softmax over the K chosen (model/ffn.cpp kSoftmaxOfSelected).
+  bool softmax_selected = false;
+  const float* logit_bias = nullptr;
   bool renormalize = false;
   float scale = 1.0f;
   int n_groups = 0, n_group_used = 0;
@@ -156,7 +164,8 @@ void moe_combine_add_rms_norm(const MoeCombineIn& c, float* x, const float* w, f
 
 // The attention block between the Q/K/V products and attention(): per token and head,
 // + bias, the per-head q/k RMSNorm (weights of head_dim; null: none), RoPE at position
-// pos + t (pos = *pos_dev when set, else pos0), q heads to q_out (n_tokens, n_head,
+// pos + t (pos = *pos_dev when set, else pos0; the angles as model/attention.cpp
+// rope_angles, YaRN included), q heads to q_out (n_tokens, n_head,
 // head_dim), k and v heads stored in the caches' rows as kv_store() stores them.
 // Q/K/V rows are read at q_src + t * q_stride (and k_, v_), so one (T, q_dim + 2 kv_dim)
 // product or three separate ones both serve. kv_type F16, F32 or Q8_0; head_dim <= 256.
@@ -168,6 +177,11 @@ struct AttnPrepArgs {
   float eps = 1e-6f;
   int n_tokens = 0, n_head = 0, n_head_kv = 0, head_dim = 0, n_rot = 0;
   float freq_base = 10000.0f, freq_scale = 1.0f;
+  // cos and sin times attn_factor; YaRN (yarn_ext != 0): pair k's angle mixes the
+  // interpolated and extrapolated ones by the ramp over [yarn_lo, yarn_hi] (model/hparams.h
+  // RopeYarn), cos and sin times yarn_mscale instead.
+  float attn_factor = 1.0f;
+  float yarn_ext = 0.0f, yarn_lo = 0.0f, yarn_hi = 0.0f, yarn_mscale = 1.0f;
   bool neox = true;
   uint32_t pos0 = 0;
   const uint32_t* pos_dev = nullptr;
@@ -190,6 +204,20 @@ bool swiglu_pairs_quant_supports(int ff, ActQuant mode);
 // The tiered MoE step (cuda/tiering.h): d's row idx[r] (n floats) = rows' row r, for the
 // n_rows expert rows the CPU computed.
 void scatter_rows(float* d, const float* rows, const int32_t* idx, int n_rows, int n, cudaStream_t stream);
+
+// ---- gpt-oss's experts and laguna's attention gate (cuda/ops_oai.cu)
+
+// model/ffn.cpp add_expert_bias over slot rows: y[r * stride + c] += bias[experts[r] * n +
+// c] for r < rows, c < n (bias (n_expert, n) f32).
+void add_expert_bias(float* y, int64_t rows, int n, int64_t stride, const int32_t* experts, const float* bias,
+                     cudaStream_t stream);
+// model/ffn.cpp swiglu_oai: out (rows, ff) from [gate | up] rows (rows, 2 ff); and in place
+// u = swiglu_oai(g, u) over n elements.
+void swiglu_oai_pairs(const float* gu, int64_t rows, int ff, float* out, cudaStream_t stream);
+void swiglu_oai(const float* g, float* u, int64_t n, cudaStream_t stream);
+// laguna: x (rows, n) *= softplus(gate (rows, G)), element i of a row reading gate i / (n / G)
+// (per head: G = n_head; per element: G = n).
+void mul_softplus_gate(float* x, const float* gate, int64_t rows, int n, int G, cudaStream_t stream);
 
 // ---- Gated DeltaNet (qwen3next / qwen35moe; model/gated_delta_net.cpp, cuda/ops_gdn.cu)
 

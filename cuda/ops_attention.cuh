@@ -58,7 +58,14 @@ struct AttnGeom {
   const uint32_t* pos_dev = nullptr;  // set: pos0 is *pos_dev, read on the device (decode)
   uint32_t n_kv_cap = 0;              // with pos_dev: the decode split is sized for this
   uint32_t* counters = nullptr;       // set: the decode merge fused (AttentionArgs decode_counters)
+  uint32_t window = 0;                // sliding window: query at p sees keys (p - window, p]; 0: all
+  const float* sinks = nullptr;       // (n_head) a logit per head in the softmax's denominator only, or null
 };
+
+// The first key position a query at position p sees.
+__device__ __forceinline__ uint32_t first_key(uint32_t window, uint32_t p) {
+  return window == 0 || p + 1 <= window ? 0u : p + 1 - window;
+}
 
 // The split-K decode path (ops_attention_decode.cu), n_tokens <= kAttnDecodeMaxTokens,
 // and the workspace it takes for any call of at most n_tokens tokens and n_kv positions.

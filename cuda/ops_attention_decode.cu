@@ -111,15 +111,17 @@ __device__ __forceinline__ void kv_load_n(const uint8_t* row, int e, float* out)
 }
 
 // One (token, head)'s merge statistics over its n_chunks partials from ml + base: (M, 1 /
-// L), M the largest m of a chunk with l > 0, L = sum_c l_c e^(m_c - M) in chunk order.
-// Partials are read past L1: in the fused merge other CTAs wrote them.
-__device__ __forceinline__ float2 merge_stats(const float2* ml, int64_t base, int n_chunks) {
-  float M = -INFINITY;
+// L), M the largest m of a chunk with l > 0 (and the head's sink logit), L = sum_c l_c
+// e^(m_c - M) in chunk order, plus e^(sink - M) (a sink is a chunk of one key whose value
+// is zero; -inf: no sink). Partials are read past L1: in the fused merge other CTAs wrote
+// them.
+__device__ __forceinline__ float2 merge_stats(const float2* ml, int64_t base, int n_chunks, float sink) {
+  float M = sink;
   for (int c = 0; c < n_chunks; ++c) {
     const float2 p = __ldcg(ml + base + c);
     if (p.y > 0.0f) M = fmaxf(M, p.x);
   }
-  float L = 0.0f;
+  float L = sink == -INFINITY ? 0.0f : expf(sink - M);
   for (int c = 0; c < n_chunks; ++c) {
     const float2 p = __ldcg(ml + base + c);
     if (p.y > 0.0f) L = __fmaf_rn(p.y, expf(p.x - M), L);
@@ -156,7 +158,8 @@ __device__ __forceinline__ void merge_if_last(const AttnGeom& g, const float2* m
   __threadfence();    // the other CTAs' partials are seen after their counts
   const int64_t base0 = (static_cast<int64_t>(t) * g.n_head + h0) * n_chunks;
   if (threadIdx.x < n_heads) {
-    stats[threadIdx.x] = merge_stats(ml, base0 + static_cast<int64_t>(threadIdx.x) * n_chunks, n_chunks);
+    const float sink = g.sinks != nullptr ? g.sinks[h0 + threadIdx.x] : -INFINITY;
+    stats[threadIdx.x] = merge_stats(ml, base0 + static_cast<int64_t>(threadIdx.x) * n_chunks, n_chunks, sink);
   }
   __syncthreads();
   for (int idx = threadIdx.x; idx < n_heads * g.D; idx += kThreads) {
@@ -175,6 +178,19 @@ __device__ __forceinline__ uint32_t query_n_kv(const AttnGeom& g, int t, int chu
   const uint32_t n_kv = pos0 + static_cast<uint32_t>(t) + 1;
   if (n_kv > static_cast<uint32_t>(chunk_len) * static_cast<uint32_t>(n_chunks)) __trap();
   return n_kv;
+}
+
+// Chunk c's positions the query with n_kv keys sees: [jb, jb + len), len 0 when none (past
+// its causal end, or wholly before its window).
+struct ChunkSpan {
+  uint32_t jb;
+  int len;
+};
+__device__ __forceinline__ ChunkSpan chunk_span(const AttnGeom& g, uint32_t n_kv, int c, int chunk_len) {
+  const uint32_t j0 = static_cast<uint32_t>(c) * static_cast<uint32_t>(chunk_len);
+  const uint32_t j1 = min(j0 + static_cast<uint32_t>(chunk_len), n_kv);
+  const uint32_t jb = max(j0, first_key(g.window, n_kv - 1));
+  return {jb, jb < j1 ? static_cast<int>(j1 - jb) : 0};
 }
 
 // Grid (n_chunks, n_head_kv * n_gb, n_tokens), n_gb = ceil(group / kGB). Partial
@@ -201,13 +217,14 @@ __global__ void __launch_bounds__(kThreads)
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int64_t part0 = (static_cast<int64_t>(t) * g.n_head + h0) * n_chunks + c;  // head h0 + i: + i * n_chunks
   const uint32_t n_kv = query_n_kv(g, t, chunk_len, n_chunks);
-  const uint32_t j0 = static_cast<uint32_t>(c) * static_cast<uint32_t>(chunk_len);
-  if (j0 >= n_kv) {  // uniform over the block, before any barrier
+  const ChunkSpan span = chunk_span(g, n_kv, c, chunk_len);
+  if (span.len == 0) {  // uniform over the block, before any barrier
     if (tid < Gb) ml[part0 + static_cast<int64_t>(tid) * n_chunks] = make_float2(-INFINITY, 0.0f);
     if (g.counters != nullptr) merge_if_last(g, ml, acc, n_chunks, t, h0, Gb);
     return;
   }
-  const int len = static_cast<int>(min(static_cast<uint32_t>(chunk_len), n_kv - j0));
+  const uint32_t j0 = span.jb;
+  const int len = span.len;
   for (int i = tid; i < Gb * D; i += kThreads) {
     q_sh[i] = g.q[(static_cast<int64_t>(t) * g.n_head + h0 + i / D) * D + i % D];
   }
@@ -310,14 +327,15 @@ __global__ void __launch_bounds__(kThreads)
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int D = g.D;
   const int64_t part = (static_cast<int64_t>(t) * g.n_head + h) * n_chunks + c;
-  const uint32_t n_kv = query_n_kv(g, t, chunk_len, n_chunks);  // this query sees [0, n_kv)
-  const uint32_t j0 = static_cast<uint32_t>(c) * static_cast<uint32_t>(chunk_len);
-  if (j0 >= n_kv) {  // uniform over the block, before any barrier
+  const uint32_t n_kv = query_n_kv(g, t, chunk_len, n_chunks);  // this query sees [first key, n_kv)
+  const ChunkSpan span = chunk_span(g, n_kv, c, chunk_len);
+  if (span.len == 0) {  // uniform over the block, before any barrier
     if (tid == 0) ml[part] = make_float2(-INFINITY, 0.0f);
     if (g.counters != nullptr) merge_if_last(g, ml, acc, n_chunks, t, h, 1);
     return;
   }
-  const int len = static_cast<int>(min(static_cast<uint32_t>(chunk_len), n_kv - j0));
+  const uint32_t j0 = span.jb;
+  const int len = span.len;
   const int kvh = h / g.group;
   const float* q = g.q + (static_cast<int64_t>(t) * g.n_head + h) * D;
   for (int e = tid; e < D; e += kThreads) q_sh[e] = q[e];
@@ -357,11 +375,11 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // Grid (n_head, n_tokens): block (h, t) merges that head's chunks (merge_stats, merge_element).
-__global__ void __launch_bounds__(kThreads)
-    attn_decode_combine(const float2* ml, const float* acc, int n_chunks, int n_head, int D, float* out) {
+__global__ void __launch_bounds__(kThreads) attn_decode_combine(const float2* ml, const float* acc, int n_chunks,
+                                                                int n_head, int D, const float* sinks, float* out) {
   const int h = blockIdx.x, t = blockIdx.y;
   const int64_t base = (static_cast<int64_t>(t) * n_head + h) * n_chunks;
-  const float2 st = merge_stats(ml, base, n_chunks);
+  const float2 st = merge_stats(ml, base, n_chunks, sinks != nullptr ? sinks[h] : -INFINITY);
   for (int e = threadIdx.x; e < D; e += kThreads) {
     out[(static_cast<int64_t>(t) * n_head + h) * D + e] = merge_element(ml, acc, base, n_chunks, D, e, st);
   }
@@ -420,7 +438,7 @@ void attention_decode(QuantType kv_type, const AttnGeom& g, Workspace& ws, cudaS
   }
   if (g.counters != nullptr) return;  // merged by the partial kernel's last CTAs
   attn_decode_combine<<<dim3(static_cast<unsigned>(g.n_head), static_cast<unsigned>(g.n_tokens)), kThreads, 0,
-                        stream>>>(ml, acc, s.n_chunks, g.n_head, g.D, g.out);
+                        stream>>>(ml, acc, s.n_chunks, g.n_head, g.D, g.sinks, g.out);
   MT_CUDA_CHECK_LAUNCH();
 }
 

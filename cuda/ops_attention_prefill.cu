@@ -67,7 +67,9 @@ __global__ void __launch_bounds__(kWarps * 32) attn_prefill_kernel(AttnGeom g) {
     for (int i = 0; i < NE; ++i) acc[r][i] = 0.0f;
   }
 
-  for (uint32_t kv0 = 0; kv0 < kv_end; kv0 += kBk) {
+  // With a window the tile's first query sees nothing before its first key.
+  const uint32_t kv_start = first_key(g.window, g.pos0 + static_cast<uint32_t>(t0)) / kBk * kBk;
+  for (uint32_t kv0 = kv_start; kv0 < kv_end; kv0 += kBk) {
     __syncthreads();  // every warp is done with the previous K/V tile
     for (int i = tid; i < kBk * Dp; i += blockDim.x) {
       const int j = i / Dp, e = i % Dp;
@@ -102,7 +104,8 @@ __global__ void __launch_bounds__(kWarps * 32) attn_prefill_kernel(AttnGeom g) {
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
       const int t = t0 + r0 + r;
-      const bool seen = t < g.n_tokens && kpos <= g.pos0 + static_cast<uint32_t>(t);
+      const uint32_t qpos = g.pos0 + static_cast<uint32_t>(t);
+      const bool seen = t < g.n_tokens && kpos <= qpos && kpos >= first_key(g.window, qpos);
       const float sv = seen ? s[r] * g.scale : -INFINITY;
       const float m_new = fmaxf(m[r], warp_max(sv));
       float p = 0.0f, alpha = 1.0f;
@@ -137,12 +140,20 @@ __global__ void __launch_bounds__(kWarps * 32) attn_prefill_kernel(AttnGeom g) {
   for (int r = 0; r < kRows; ++r) {
     const int t = t0 + r0 + r;
     if (t >= g.n_tokens) continue;
-    const float inv = 1.0f / l[r];
+    // A sink adds e^(sink - M) to the denominator, M = max(m, sink) (the accumulator and
+    // l rescaled to M).
+    float alpha = 1.0f, denom = l[r];
+    if (g.sinks != nullptr) {
+      const float sink = g.sinks[h], M = fmaxf(m[r], sink);
+      alpha = expf(m[r] - M);
+      denom = l[r] * alpha + expf(sink - M);
+    }
+    const float inv = 1.0f / denom;
     float* o = g.out + (static_cast<int64_t>(t) * g.n_head + h) * D;
 #pragma unroll
     for (int i = 0; i < NE; ++i) {
       const int e = lane + 32 * i;
-      if (e < D) o[e] = acc[r][i] * inv;
+      if (e < D) o[e] = acc[r][i] * alpha * inv;
     }
   }
 }
@@ -202,8 +213,11 @@ detail::AttnGeom prefill_geom(const AttentionArgs& a) {
   MT_CHECK(a.kv_row_bytes >= *head_bytes * static_cast<uint64_t>(a.n_head_kv));
   MT_CHECK_MSG(a.pos_dev == nullptr, "attention: the prefill kernels take pos0 from the host");
   const float scale = 1.0f / std::sqrt(static_cast<float>(a.head_dim));
-  return detail::AttnGeom{a.q,        a.k_cache, a.v_cache, a.kv_row_bytes, *head_bytes, a.n_tokens, a.n_head,
-                          a.n_head / a.n_head_kv, a.head_dim, a.pos0,     scale,       a.out};
+  detail::AttnGeom g{a.q,        a.k_cache, a.v_cache, a.kv_row_bytes, *head_bytes, a.n_tokens, a.n_head,
+                     a.n_head / a.n_head_kv, a.head_dim, a.pos0,     scale,       a.out};
+  g.window = a.window;
+  g.sinks = a.sinks;
+  return g;
 }
 
 }  // namespace

@@ -392,6 +392,7 @@ bool aligned(const void* p, uintptr_t n) { return reinterpret_cast<uintptr_t>(p)
 
 bool attention_prefill_tc_fits(QuantType kv_type, const AttnGeom& g) {
   if (kv_type != QuantType::F16 || (g.D != 64 && g.D != 128 && g.D != 256)) return false;
+  if (g.window != 0 || g.sinks != nullptr) return false;  // gpt-oss's windows and sinks: the f32 kernel
   // 16-byte cp.async of K/V rows, float4 reads of q, float2 writes of out.
   if (!aligned(g.k, 16) || !aligned(g.v, 16) || g.row_bytes % 16 != 0 || g.head_bytes % 16 != 0) return false;
   if (!aligned(g.q, 16) || !aligned(g.out, 8)) return false;

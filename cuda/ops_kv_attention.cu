@@ -100,7 +100,7 @@ void attention(const AttentionArgs& a, Workspace& ws, cudaStream_t stream) {
   const detail::AttnGeom g{a.q,      a.k_cache, a.v_cache,           a.kv_row_bytes, *head_bytes,
                            a.n_tokens, a.n_head,  a.n_head / a.n_head_kv, a.head_dim,    a.pos0,
                            1.0f / std::sqrt(static_cast<float>(a.head_dim)), a.out, a.pos_dev, a.n_kv_cap,
-                           a.decode_counters};
+                           a.decode_counters, a.window, a.sinks};
   MT_CHECK_MSG(a.pos_dev == nullptr || a.n_tokens <= detail::kAttnDecodeMaxTokens,
                "attention: a position read on the device is for decode batches only");
   if (a.n_tokens <= detail::kAttnDecodeMaxTokens) {

@@ -6,6 +6,7 @@
 // (ties to the lower group, lane 0 serially: at most 64 groups); K rounds of a warp
 // arg-max over the selection scores (ties: lower id) pick the ranks, weighted by the
 // unbiased scores, renormalised (sum clamped at 6.103515625e-5) and scaled as asked.
+// gpt-oss: the raw (biased) logits choose and the K weights are their softmax.
 #include <climits>
 #include <cmath>
 
@@ -31,7 +32,9 @@ __global__ void __launch_bounds__(kWarps * 32) route_kernel(const float* logits,
   float* p = p_all[warp];
   float* s = s_all[warp];
   const float* row = logits + static_cast<int64_t>(t) * X;
-  if (m.sigmoid) {
+  if (m.softmax_selected) {
+    for (int e = lane; e < X; e += 32) p[e] = m.logit_bias != nullptr ? row[e] + m.logit_bias[e] : row[e];
+  } else if (m.sigmoid) {
     for (int e = lane; e < X; e += 32) p[e] = 1.0f / (1.0f + expf(-row[e]));
   } else {
     detail::softmax_warp(row, p, X);
@@ -91,6 +94,13 @@ __global__ void __launch_bounds__(kWarps * 32) route_kernel(const float* logits,
     __syncwarp();
     if (lane == (i & 31)) s[i] = -INFINITY;  // its owner takes it out
     __syncwarp();
+  }
+  if (m.softmax_selected) {  // model/attention.cpp softmax over the K weights: exp in float, the sum in double
+    const float mx = detail::warp_max(lane < K ? my_w : -INFINITY);
+    const float ex = lane < K ? expf(my_w - mx) : 0.0f;
+    double total = 0.0;
+    for (int r = 0; r < K; ++r) total += static_cast<double>(__shfl_sync(0xffffffffu, ex, r));
+    my_w = ex * static_cast<float>(1.0 / total);
   }
   if (lane < K) {
     float w = my_w;

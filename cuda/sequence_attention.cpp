@@ -1,7 +1,10 @@
 // CudaSequence: a grouped-query attention layer (model/attention.cpp's twin; see
 // sequence.h): Q/K/V (one product when stacked), bias + q/k norm + RoPE + cache store in
-// one launch, attention over the sequence's cache, the output gate where the
-// architecture has one, the output projection into y.
+// one launch (YaRN angles where the model has them), attention over the sequence's cache
+// (a sliding window and sink logits where the layer has them), the output gate where the
+// architecture has one (gated attention's sigmoid, laguna's softplus), the output
+// projection (+ its bias) into y. Per-layer head counts, RoPE dims and bases come from
+// HParams::for_layer.
 #include "cuda/sequence.h"
 
 #include "core/check.h"
@@ -10,12 +13,19 @@
 namespace mt::cuda::detail {
 
 void CudaSequence::attention_layer(Pass& p, const DevLayer& L, uint32_t l, const ActRows& hx) {
-  const HParams& hp = m_.hp;
+  const HParams hp = m_.hp.for_layer(l);  // this layer's heads, RoPE dims and base (SWA layers)
   const ArchInfo& arch = *m_.arch;
   cudaStream_t s = m_.stream;
   const uint32_t T = p.T;
   const int Ti = p.Ti;
   const int Q = static_cast<int>(hp.q_dim()), KVd = static_cast<int>(hp.kv_dim()), hd = static_cast<int>(hp.head_dim);
+  const size_t gate_mark = ws_->mark();
+  float* gate = nullptr;  // laguna: (T, G) the output gate's logits
+  const int G = static_cast<int>(L.attn_gate.n_out);
+  if (G > 0) {
+    gate = ws_->take_n<float>(static_cast<size_t>(T) * G);
+    mm(L.attn_gate, hx, gate);
+  }
   stage(p, "qkv");
   AttnPrepArgs pa;
   const int Ql = L.q_gated ? 2 * Q : Q;  // attn_q rows of this layer
@@ -56,6 +66,11 @@ void CudaSequence::attention_layer(Pass& p, const DevLayer& L, uint32_t l, const
   pa.n_rot = static_cast<int>(hp.n_rot);
   pa.freq_base = hp.rope_freq_base;
   pa.freq_scale = hp.rope_freq_scale;
+  pa.attn_factor = hp.rope_attn_factor;
+  if (hp.yarn_ext != 0.0f) {
+    const RopeYarn yarn = rope_yarn(hp, hp.n_rot);
+    pa.yarn_ext = hp.yarn_ext, pa.yarn_lo = yarn.lo, pa.yarn_hi = yarn.hi, pa.yarn_mscale = yarn.mscale;
+  }
   pa.neox = arch.rope == RopeStyle::kNeox;
   pa.pos0 = pos_;
   pa.pos_dev = p.pos_dev;
@@ -81,6 +96,8 @@ void CudaSequence::attention_layer(Pass& p, const DevLayer& L, uint32_t l, const
   aa.out = p.att;
   aa.pos_dev = p.pos_dev;
   aa.n_kv_cap = p.st->graph_n_kv_cap;
+  aa.window = hp.is_swa(l) ? hp.n_swa : 0u;
+  aa.sinks = L.sinks;
   if (static_cast<int64_t>(Ti) * aa.n_head <= kAttnDecodeCounters) {  // the decode merge in the partial launch
     aa.decode_counters = fused_attention_merge_ ? m_.decode_counters.as<uint32_t>() : nullptr;
   }
@@ -90,8 +107,11 @@ void CudaSequence::attention_layer(Pass& p, const DevLayer& L, uint32_t l, const
     ws_->rewind(mark);
   }
   if (L.q_gated) mul_sigmoid(p.att, p.qgate, static_cast<int64_t>(T) * Q, s);
+  if (G > 0) mul_softplus_gate(p.att, gate, T, Q, G, s);
   stage(p, "wo");
   mm(L.wo, p.att, Ti, p.y);
+  if (L.bo != nullptr) add_bias(p.y, L.bo, Ti, static_cast<int>(hp.n_embd), s);
+  if (gate != nullptr) ws_->rewind(gate_mark);
 }
 
 }  // namespace mt::cuda::detail

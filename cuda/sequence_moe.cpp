@@ -22,8 +22,8 @@ void CudaSequence::moe_layer(Pass& p, const DevLayer& L, uint32_t l, const ActRo
   ra.x = p.h, ra.n_tokens = Ti, ra.K = K, ra.renormalize = arch.renormalize_topk;
   ra.logits = p.probs, ra.ids = p.sel, ra.weights = p.wts, ra.counter = m_.router_counter.as<uint32_t>();
   const bool plain = hp.gating == ExpertGating::kSoftmax && hp.expert_weights_scale == 1.0f && hp.n_expert_groups <= 1 &&
-                     L.exp_probs_b == nullptr && hp.renormalize == arch.renormalize_topk;
-  if (!plain) {  // sigmoid scores, a selection bias, expert groups or a scale (glm4moe)
+                     L.exp_probs_b == nullptr && L.router_b == nullptr && hp.renormalize == arch.renormalize_topk;
+  if (!plain) {  // sigmoid scores, a selection bias, expert groups or a scale (glm4moe); gpt-oss's math
     mm(L.router, p.h, Ti, p.probs);
     stage(p, "router top-k");
     RouteMath rm;
@@ -31,6 +31,8 @@ void CudaSequence::moe_layer(Pass& p, const DevLayer& L, uint32_t l, const ActRo
     rm.renormalize = hp.renormalize;
     rm.scale = hp.expert_weights_scale;
     rm.n_groups = static_cast<int>(hp.n_expert_groups), rm.n_group_used = static_cast<int>(hp.n_group_used);
+    rm.softmax_selected = hp.gating == ExpertGating::kSoftmaxOfSelected;
+    rm.logit_bias = L.router_b;
     router_route(p.probs, Ti, X, K, rm, L.exp_probs_b, p.sel, p.wts, s);
   } else if (fused_router_ && T <= static_cast<uint32_t>(kMmvqMaxTokens) && router_fused_supports(L.router, ra)) {
     router_fused(L.router, ra, s);
@@ -86,11 +88,16 @@ void CudaSequence::moe_layer(Pass& p, const DevLayer& L, uint32_t l, const ActRo
   if (n_sets > 0) {
     const ExpertMats& shape = sets[0].m;  // every set has the layer's types and shapes
     const QuantType dt = shape.down.type;
-    const bool quant_down = T <= static_cast<uint32_t>(kMmvqMaxTokens) && quantizes_activations(dt) &&
+    const bool oai = L.swiglu_oai;  // gpt-oss: per-expert biases and the clamped SwiGLU
+    const bool quant_down = !oai && T <= static_cast<uint32_t>(kMmvqMaxTokens) && quantizes_activations(dt) &&
                             swiglu_pairs_quant_supports(ff, act_quant_for(dt));
     if (shape.gate_up.data != nullptr) {
       for (int i = 0; i < n_sets; ++i) mm_experts(sets[i].m.gate_up, sets[i].ids, K, hx, p.gu);
-      if (quant_down) {
+      if (oai) {  // every slot's bias by its expert (the CPU's rows are replaced later)
+        add_expert_bias(p.gu, slots, ff, 2 * ff, p.sel, L.gate_exps_b, s);
+        add_expert_bias(p.gu + ff, slots, ff, 2 * ff, p.sel, L.up_exps_b, s);
+        swiglu_oai_pairs(p.gu, slots, ff, p.u, s);
+      } else if (quant_down) {
         act.quantized = true;
         act.mode = act_quant_for(dt);
         act.qs = p.uq;
@@ -104,10 +111,17 @@ void CudaSequence::moe_layer(Pass& p, const DevLayer& L, uint32_t l, const ActRo
         if (sets[i].m.gate.data) mm_experts(sets[i].m.gate, sets[i].ids, K, hx, p.gu);
         mm_experts(sets[i].m.up, sets[i].ids, K, hx, p.u);
       }
-      swiglu(shape.gate.data ? p.gu : nullptr, p.u, slots * ff, s);
+      if (oai) {
+        add_expert_bias(p.gu, slots, ff, ff, p.sel, L.gate_exps_b, s);
+        add_expert_bias(p.u, slots, ff, ff, p.sel, L.up_exps_b, s);
+        swiglu_oai(p.gu, p.u, slots * ff, s);
+      } else {
+        swiglu(shape.gate.data ? p.gu : nullptr, p.u, slots * ff, s);
+      }
     }
     stage(p, "experts down");
     for (int i = 0; i < n_sets; ++i) mm_experts(sets[i].m.down, sets[i].ids, K, act, p.d, /*per_slot=*/true);
+    if (oai) add_expert_bias(p.d, slots, E, E, p.sel, L.down_exps_b, s);
   }
   if (cpu_part.staged_buf >= 0) m_.tiering->cache->release_staged(cpu_part.staged_buf, s);
   if (m_.tiering != nullptr && p.stream_step) {

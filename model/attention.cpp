@@ -50,6 +50,19 @@ void softmax(float* x, size_t n) { softmax_with_sink(x, n, -INFINITY); }
 // rope: correction dims [lo, hi] where the rotation's wavelength crosses n_ctx_orig /
 // beta_fast and / beta_slow; pair k mixes interpolated and extrapolated angles by
 // ramp(k) = 1 - clamp((k - lo) / max(0.001, hi - lo), 0, 1).
+RopeYarn rope_yarn(const HParams& hp, uint32_t n_rot) {
+  const float freq_base = hp.rope_freq_base, freq_scale = hp.rope_freq_scale;
+  auto corr_dim = [&](float beta) {  // ggml's expression, in its order
+    return static_cast<float>(n_rot) * std::log(static_cast<float>(hp.n_ctx_orig) / (beta * 2.0f * static_cast<float>(M_PI))) /
+           (2.0f * std::log(freq_base));
+  };
+  RopeYarn y;
+  y.lo = std::max(0.0f, std::floor(corr_dim(hp.yarn_beta_fast)));
+  y.hi = std::min(static_cast<float>(n_rot - 1), std::ceil(corr_dim(hp.yarn_beta_slow)));
+  y.mscale = hp.rope_attn_factor * (1.0f + 0.1f * std::log(1.0f / freq_scale));
+  return y;
+}
+
 void rope_angles(const HParams& hp, uint32_t n_rot, uint32_t pos, float* cos_out, float* sin_out) {
   const float freq_base = hp.rope_freq_base, freq_scale = hp.rope_freq_scale;
   const float theta_scale = std::pow(freq_base, -2.0f / static_cast<float>(n_rot));
@@ -68,13 +81,8 @@ void rope_angles(const HParams& hp, uint32_t n_rot, uint32_t pos, float* cos_out
     }
     return;
   }
-  auto corr_dim = [&](float beta) {  // ggml's expression, in its order
-    return static_cast<float>(n_rot) * std::log(static_cast<float>(hp.n_ctx_orig) / (beta * 2.0f * static_cast<float>(M_PI))) /
-           (2.0f * std::log(freq_base));
-  };
-  const float lo = std::max(0.0f, std::floor(corr_dim(hp.yarn_beta_fast)));
-  const float hi = std::min(static_cast<float>(n_rot - 1), std::ceil(corr_dim(hp.yarn_beta_slow)));
-  const float mscale = hp.rope_attn_factor * (1.0f + 0.1f * std::log(1.0f / freq_scale));
+  const RopeYarn yarn = rope_yarn(hp, n_rot);
+  const float lo = yarn.lo, hi = yarn.hi, mscale = yarn.mscale;
   float theta_extrap = static_cast<float>(pos);
   for (uint32_t k = 0; k < n_rot / 2; ++k) {
     const float theta_interp = freq_scale * theta_extrap;

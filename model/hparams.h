@@ -122,6 +122,14 @@ struct HParams {
   uint32_t kv_dim() const { return n_head_kv * head_dim; }
 };
 
+// YaRN's per-model constants for n_rot rotated dims (HParams yarn_*; model/attention.cpp
+// rope_angles): pairs k <= lo extrapolate, k >= hi interpolate, a ramp between; cos and
+// sin are scaled by mscale. Computed in float as ggml computes them.
+struct RopeYarn {
+  float lo = 0.0f, hi = 0.0f, mscale = 1.0f;
+};
+RopeYarn rope_yarn(const HParams& hp, uint32_t n_rot);
+
 StatusOr<HParams> read_hparams(const gguf::GgufFile& file);
 
 }  // namespace mt
