@@ -21,6 +21,10 @@
 #                              and at --expert-cache 25%, llama-bench on it when built
 #   tools/gpu/check.sh unified the tiering tests, then laguna-s-geometry (20 layers) decode
 #                              with exact pools vs one unified max-size pool, 8,640 MiB
+#   tools/gpu/check.sh families issue 9's families: the whole CUDA test suite (parity on
+#                              every architecture incl. gpt-oss, laguna, deepseek2; the
+#                              chunked delta rule; latent attention), memcheck on them,
+#                              ornith-35b q4_k_m resident pp512 / pp4096 / tg128
 #   tools/gpu/check.sh cpu     the whole CPU test suite with this machine's compiler
 #   tools/gpu/check.sh all     test, then bench
 # Carry .gpu-carry (made here by tools/gpu/prepare.sh): the Debian packages of the header
@@ -212,12 +216,24 @@ unified)  # issue 7: exact-geometry pools vs one unified max-size pool on the la
     head -1 "$OUT/laguna20_$layout.log"
   done
   ;;
+families)
+  build
+  run cuda_tests ./build-gpu/mt_cuda_tests
+  grep -E "max rel|argmax equal|OK \]|FAILED|Failure" "$OUT/cuda_tests.log" | tail -120
+  memcheck gpt-oss laguna deepseek2 qwen35moe
+  F=/tmp/ornith-q4_k_m.gguf
+  [ -f "$F" ] || run synth_ornith $M synth --preset ornith-35b --quant q4_k_m --fast -o "$F"
+  run ornith_resident $M bench -m "$F" --device cuda -p 512 -n 128 -r 3 -o json
+  grep -E '"(n_prompt|n_gen|avg_ts)"' "$OUT/ornith_resident.log"
+  run ornith_4096 $M bench -m "$F" --device cuda -p 4096 -n 0 -r 2 -o json
+  grep -E '"(n_prompt|n_gen|avg_ts)"' "$OUT/ornith_4096.log"
+  ;;
 cpu)
   build
   run unit ctest --test-dir build-gpu --output-on-failure -j "$JOBS" -LE "kjv|cuda"
   ;;
 *)
-  echo "usage: tools/gpu/check.sh test|bench|all|llama|tier|quick|hybrid|unified|cpu"
+  echo "usage: tools/gpu/check.sh test|bench|all|llama|tier|quick|hybrid|unified|families|cpu"
   exit 2
   ;;
 esac
