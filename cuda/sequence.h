@@ -2,8 +2,9 @@
 // (CudaSequence), whose forward pass is split by what it computes: the feed loop, the
 // workspace and the decode graph (sequence.cpp); the step's layers (sequence_step.cpp:
 // embedding, attention, MoE / dense FFN, output); the Gated DeltaNet mixer
-// (sequence_gdn.cpp); the tiered MoE layers' hybrid placement and prefill streaming
-// (sequence_tiering.cpp). Every launch goes on the model's one stream.
+// (sequence_gdn.cpp); latent attention (sequence_mla.cpp); the tiered MoE layers'
+// hybrid placement and prefill streaming (sequence_tiering.cpp). Every launch goes on
+// the model's one stream.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -124,6 +125,12 @@ class CudaSequence final : public Evaluator {
   // sequence_gdn.cpp
   void gdn_layer(const DevLayer& L, uint32_t l, const ActRows& hx, uint32_t T, float* y);
 
+  // sequence_mla.cpp: the latent attention layer into p.y; the (tokens, n_head) table of
+  // per-head "expert" ids its grouped products read; the workspace its buffers take.
+  void mla_layer(Pass& p, const DevLayer& L, uint32_t l, const ActRows& hx);
+  void build_mla_ids(uint32_t tokens);
+  size_t mla_workspace_bytes(uint32_t T) const;
+
   // Matrix product whose scratch is given back as soon as it is launched.
   void mm(const DeviceMatrix& w, const float* x, int n, float* y) {
     const size_t mark = ws_->mark();
@@ -176,6 +183,8 @@ class CudaSequence final : public Evaluator {
   uint64_t kv_row_bytes_;
   std::vector<DeviceBuffer> k_, v_;  // per layer (n_ctx, kv_dim) rows of kv_type (none: recurrent layers)
   std::vector<DeviceBuffer> conv_, delta_;  // per recurrent layer: conv window, delta-rule state (f32)
+  DeviceBuffer mla_ids_;                    // MLA: (mla_ids_tokens_, n_head) ids[t * n_head + h] = h
+  uint32_t mla_ids_tokens_ = 0;
   std::unique_ptr<Workspace> ws_;
   uint32_t ws_tokens_ = 0;
   bool graphs_ = false;                 // decode tokens through CUDA graphs

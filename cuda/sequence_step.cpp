@@ -15,6 +15,7 @@ namespace {
 // activation quantization is done by the norm's launch).
 const DeviceMatrix& attn_reader(const DevLayer& L) {
   if (L.recurrent) return L.gdn_in.data ? L.gdn_in : L.ssm_qkv;
+  if (L.mla) return L.wq_a.data ? L.wq_a : L.wq;
   return L.wqkv.data ? L.wqkv : L.wq;
 }
 const DeviceMatrix& ffn_reader(const DevLayer& L) {
@@ -123,6 +124,8 @@ void CudaSequence::enqueue(const Step& st) {
     if (L.recurrent) {
       stage(p, "gated delta net");
       gdn_layer(L, l, hx, p.T, p.y);
+    } else if (L.mla) {
+      mla_layer(p, L, l, hx);
     } else {
       attention_layer(p, L, l, hx);
     }

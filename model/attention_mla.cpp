@@ -19,7 +19,6 @@
 #include "quant/reference.h"
 
 namespace mt {
-namespace {
 
 // llama.cpp's deepseek2 scale: YaRN's magnitude (the rope's own factor undone) times the
 // yarn_log_multiplier term, squared, over sqrt(mla_k); 1 / sqrt(mla_k) without YaRN.
@@ -29,8 +28,6 @@ float mla_kq_scale(const HParams& hp) {
   const float mscale = attn_factor_org * (1.0f + 0.1f * hp.yarn_log_mul * inv);
   return mscale * mscale / std::sqrt(static_cast<float>(hp.mla_k));
 }
-
-}  // namespace
 
 void mla_attention_block(const BlockArgs& a) {
   const HParams& hp = a.hp;

@@ -97,6 +97,9 @@ void gated_delta_net_block(const BlockArgs& a);
 // nope part absorbed into latent space per head (wk_b), MQA over the latent rows with
 // scale 1/sqrt(mla_k), the latent result per head through wv_b, output projection.
 void mla_attention_block(const BlockArgs& a);
+// Its softmax scale: 1 / sqrt(mla_k), times YaRN's magnitude squared (llama.cpp's deepseek2
+// graph; the CUDA twin, cuda/sequence_mla.cpp, takes the same number).
+float mla_kq_scale(const HParams& hp);
 
 // The routing math of a model (HParams' gating, renormalisation, scale, groups).
 struct MoeMath {

@@ -1,0 +1,429 @@
+// Multi-head latent attention kernels (cuda/ops_mla.h): the latent row's preparation and
+// the MQA of every head over the latent rows.
+//
+// mla_prep: grid (n_head + 1, T). Block h < n_head copies head h's nope dims of token t
+// to its slot and ropes its pe dims (one thread per pair); block n_head builds the latent
+// row in shared memory (rms_norm_kernel's double square sum, then the pairs roped) and
+// stores it with kv_store's roundings (F16 round to nearest even; Q8_0 a warp per 32-dim
+// block). The angles are model/attention.cpp rope_angles' float expression, operation by
+// operation (YaRN included); cos and sin through double sincos, as cuda/ops_norm_rope.cu.
+//
+// mla_attention: one CTA of 8 warps per (chunk of positions, 8 heads, token); warp w owns
+// head h0 + w. The CTA's queries are staged once in shared memory, rounded as the CPU
+// rounds q before its K dots. The positions stream in tiles of 32: the tile's rows are
+// dequantized (kv_load: the reference dequantizer's values) into shared memory once for
+// all 8 heads; lane j of warp w scores position j0 + j against head w (the row padded to
+// an odd stride: the 32 lanes read 32 banks), an online softmax (running max m and sum l
+// per head, the accumulators rescaled by e^(m_old - m_new)); then thread i accumulates the
+// latent dims i, i + 256, ... of every head from the same shared rows. No score matrix
+// outlives its 32 x 8 tile. Prompt batches take one chunk per (token, head group), the
+// output normalised in place; decode batches (<= kMlaDecodeMaxTokens) split the
+// positions into chunks so about kTargetBlocks CTAs run, each writing (m, l) and its
+// unnormalised accumulators, merged by mla_combine_kernel:
+// out = sum_c acc_c e^(m_c - M) / sum_c l_c e^(m_c - M).
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "core/check.h"
+#include "cuda/ops_attention.cuh"
+#include "cuda/ops_mla.h"
+#include "cuda/ops_reduce.cuh"
+
+namespace mt::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+constexpr int kHB = kWarps;  // heads per attention CTA (warp w scores head h0 + w)
+constexpr int kBk = 32;      // positions per tile (lane j scores position j0 + j)
+constexpr int kMaxR = 1024, kMaxP = 256;
+constexpr int64_t kTargetBlocks = 264;  // decode split: about two CTAs per SM of an H200 (132 SMs)
+
+// cos and sin of rotation pair k at position pos, as model/attention.cpp rope_angles
+// computes them (theta by repeated float multiplication; YaRN's ramp mix).
+__device__ __forceinline__ void rope_cos_sin(const MlaRope& r, uint32_t pos, int k, float* c, float* s) {
+  float theta, mscale = r.attn_factor;
+  if (r.yarn_ext == 0.0f) {
+    theta = static_cast<float>(pos) * r.freq_scale;
+    for (int j = 0; j < k; ++j) theta = __fmul_rn(theta, r.theta_scale);
+  } else {
+    float extrap = static_cast<float>(pos);
+    for (int j = 0; j < k; ++j) extrap = __fmul_rn(extrap, r.theta_scale);
+    const float interp = __fmul_rn(r.freq_scale, extrap);
+    const float y = __fdiv_rn(__fsub_rn(static_cast<float>(k), r.yarn_lo), fmaxf(0.001f, __fsub_rn(r.yarn_hi, r.yarn_lo)));
+    const float ramp_mix = __fmul_rn(__fsub_rn(1.0f, fminf(1.0f, fmaxf(0.0f, y))), r.yarn_ext);
+    theta = __fadd_rn(__fmul_rn(interp, __fsub_rn(1.0f, ramp_mix)), __fmul_rn(extrap, ramp_mix));
+    mscale = r.yarn_mscale;
+  }
+  double sd = 0.0, cd = 0.0;
+  sincos(static_cast<double>(theta), &sd, &cd);
+  float sf = static_cast<float>(sd), cf = static_cast<float>(cd);
+  if (mscale != 1.0f) sf = __fmul_rn(sf, mscale), cf = __fmul_rn(cf, mscale);
+  *c = cf;
+  *s = sf;
+}
+
+// NORM-style rotation of the pair (x[0], x[1]) into out[0], out[1] (out may be x).
+__device__ __forceinline__ void rotate_pair(const float* x, float c, float s, float* out) {
+  const float x0 = x[0], x1 = x[1];
+  out[0] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
+  out[1] = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
+}
+
+// One Q8_0 block by a warp (lane j: element x of the block), as quant/'s reference
+// quantizer and kv_store: d = amax / 127 (NaN counts as 0), code = roundf(x / d) clamped
+// to +-127, 0 where 1 / d is not finite. Returns the code; *d_out = d (before the half).
+__device__ __forceinline__ int q8_0_code(float x, float* d_out) {
+  const float ax = fabsf(x);
+  const float amax = detail::warp_max(ax > 0.0f ? ax : 0.0f);
+  const float d = amax / 127;
+  float id = 0.0f;
+  if (d != 0.0f) {
+    id = 1.0f / d;
+    if (!isfinite(id)) id = 0.0f;
+  }
+  const float r = roundf(x * id);
+  *d_out = d;
+  return r == r ? static_cast<int>(fminf(fmaxf(r, -127.0f), 127.0f)) : 0;
+}
+
+__global__ void __launch_bounds__(kThreads) mla_prep_kernel(MlaPrepArgs a) {
+  extern __shared__ float row_sh[];  // (R + P) the latent row (block n_head)
+  __shared__ double scratch[32];
+  const int t = blockIdx.y, tid = threadIdx.x, half = a.P / 2;
+  const uint32_t pos = (a.pos_dev != nullptr ? *a.pos_dev : a.pos0) + static_cast<uint32_t>(t);
+  if (static_cast<int>(blockIdx.x) < a.n_head) {  // a query head: uniform over the block
+    const int h = blockIdx.x;
+    const float* src = a.q + t * a.q_stride + static_cast<int64_t>(h) * (a.nope + a.P);
+    const int64_t slot = static_cast<int64_t>(t) * a.n_head + h;
+    for (int e = tid; e < a.nope; e += blockDim.x) a.q_nope[slot * a.nope + e] = src[e];
+    for (int k = tid; k < half; k += blockDim.x) {
+      float c, s;
+      rope_cos_sin(a.rope, pos, k, &c, &s);
+      rotate_pair(src + a.nope + 2 * k, c, s, a.q_pe + slot * a.P + 2 * k);
+    }
+    return;
+  }
+  // The latent row: rms_norm of the first R dims (model/attention.cpp rms_norm), pe roped.
+  const int R = a.R, L = a.R + a.P;
+  const float* src = a.c + t * a.c_stride;
+  double sum = 0.0;
+  for (int e = tid; e < R; e += blockDim.x) {
+    const double v = src[e];
+    sum += v * v;
+  }
+  sum = detail::block_sum(sum, scratch);
+  const float mean = static_cast<float>(sum / static_cast<double>(R));
+  const float scale = 1.0f / sqrtf(mean + a.eps);
+  for (int e = tid; e < R; e += blockDim.x) {
+    const float v = src[e] * scale;
+    row_sh[e] = a.kv_norm != nullptr ? v * a.kv_norm[e] : v;
+  }
+  for (int k = tid; k < half; k += blockDim.x) {
+    float c, s;
+    rope_cos_sin(a.rope, pos, k, &c, &s);
+    rotate_pair(src + R + 2 * k, c, s, row_sh + R + 2 * k);
+  }
+  __syncthreads();
+  uint8_t* row = a.cache + static_cast<uint64_t>(pos) * a.row_bytes;
+  switch (a.kv_type) {
+    case QuantType::F32:
+      for (int e = tid; e < L; e += blockDim.x) reinterpret_cast<float*>(row)[e] = row_sh[e];
+      break;
+    case QuantType::F16:
+      for (int e = tid; e < L; e += blockDim.x) reinterpret_cast<__half*>(row)[e] = __float2half_rn(row_sh[e]);
+      break;
+    default: {  // Q8_0 (L % 32 == 0): warp w quantizes blocks w, w + warps, ...
+      const int lane = tid & 31, n_warps = blockDim.x >> 5;
+      for (int b = tid >> 5; b < L / 32; b += n_warps) {
+        float d;
+        const int q = q8_0_code(row_sh[b * 32 + lane], &d);
+        uint8_t* blk = row + b * 34;
+        if (lane == 0) *reinterpret_cast<__half*>(blk) = __float2half_rn(d);
+        blk[2 + lane] = static_cast<uint8_t>(static_cast<int8_t>(q));
+      }
+    }
+  }
+}
+
+// The attention call with its split resolved on the host.
+struct MlaGeom {
+  MlaAttentionArgs a;
+  uint32_t chunk_len = 0;  // positions per chunk
+  int n_chunks = 1;
+  bool direct = true;      // one chunk: out written (normalised) here; else the partials
+  float2* ml = nullptr;    // (T, H, n_chunks) (m, l)
+  float* acc = nullptr;    // (T, H, n_chunks, R)
+};
+
+// Shared memory floats of the attention CTA: q (kHB, L), the tile's rows (kBk, L + 1),
+// the tile's probabilities (kHB, kBk).
+size_t attn_smem_bytes(int L) {
+  return (static_cast<size_t>(kHB) * L + static_cast<size_t>(kBk) * (L + 1) + kHB * kBk) * sizeof(float);
+}
+
+// Grid (n_chunks, ceil(H / kHB), T), token T - 1 - blockIdx.z (the longest rows first).
+// NE: latent dims per thread, R <= NE * kThreads.
+template <QuantType KV, int NE>
+__global__ void __launch_bounds__(kThreads) mla_attn_kernel(MlaGeom g) {
+  extern __shared__ float4 smem4[];
+  __shared__ float alpha_sh[kHB], m_sh[kHB], l_sh[kHB];
+  const MlaAttentionArgs& a = g.a;
+  const int R = a.R, P = a.P, L = R + P, KS = L + 1, H = a.n_head;
+  float* q_sh = reinterpret_cast<float*>(smem4);  // (kHB, L)
+  float* k_sh = q_sh + kHB * L;                    // (kBk, KS)
+  float* p_sh = k_sh + kBk * KS;                   // (kHB, kBk)
+  const int c = blockIdx.x, h0 = blockIdx.y * kHB, t = a.n_tokens - 1 - static_cast<int>(blockIdx.z);
+  const int Hb = min(kHB, H - h0);
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int64_t slot0 = static_cast<int64_t>(t) * H + h0;  // head h0 + i: slot0 + i
+  const uint32_t n_kv = (a.pos_dev != nullptr ? *a.pos_dev : a.pos0) + static_cast<uint32_t>(t) + 1;
+  if (a.pos_dev != nullptr && n_kv > static_cast<uint64_t>(g.chunk_len) * static_cast<uint64_t>(g.n_chunks)) __trap();
+  const uint32_t begin = static_cast<uint32_t>(c) * g.chunk_len;
+  if (begin >= n_kv) {  // a chunk past the query (split only): uniform, before any barrier
+    if (tid < Hb) g.ml[(slot0 + tid) * g.n_chunks + c] = make_float2(-INFINITY, 0.0f);
+    return;
+  }
+  const uint32_t end = n_kv - begin > g.chunk_len ? begin + g.chunk_len : n_kv;
+
+  // The queries [q_lat | q_pe], rounded to the cache's activation type.
+  for (int i = tid; i < Hb * L; i += kThreads) {
+    const int h = i / L, e = i % L;
+    float v = e < R ? a.q_lat[(slot0 + h) * R + e] : a.q_pe[(slot0 + h) * P + (e - R)];
+    if constexpr (KV == QuantType::F16) v = __half2float(__float2half_rn(v));
+    q_sh[i] = v;
+  }
+  if constexpr (KV == QuantType::Q8_0) {  // L % 32 == 0: the blocks of each head's row
+    __syncthreads();
+    for (int b = warp; b < Hb * L / 32; b += kWarps) {
+      float* x = q_sh + b * 32 + lane;
+      float d;
+      const int code = q8_0_code(*x, &d);
+      *x = __fmul_rn(static_cast<float>(code), __half2float(__float2half_rn(d)));
+    }
+  }
+
+  float m = -INFINITY, l = 0.0f;  // warp w: head h0 + w's running max and sum (every lane)
+  float acc[kHB][NE];
+#pragma unroll
+  for (int h = 0; h < kHB; ++h) {
+#pragma unroll
+    for (int i = 0; i < NE; ++i) acc[h][i] = 0.0f;
+  }
+  for (uint32_t j0 = begin; j0 < end; j0 += kBk) {
+    __syncthreads();  // q_sh is written; every thread is done with the last tile
+    const int len = static_cast<int>(min(static_cast<uint32_t>(kBk), end - j0));
+    for (int i = tid; i < kBk * L; i += kThreads) {
+      const int j = i / L, e = i % L;  // rows past the range are zeros (p = 0 times a finite value)
+      k_sh[j * KS + e] = j < len ? detail::kv_load<KV>(a.cache + static_cast<uint64_t>(j0 + j) * a.row_bytes, e) : 0.0f;
+    }
+    __syncthreads();
+    if (warp < Hb) {  // scores of head h0 + warp, lane j: position j0 + j; online softmax
+      const float* qh = q_sh + warp * L;
+      const float* kr = k_sh + lane * KS;
+      float dot = 0.0f;
+#pragma unroll 4
+      for (int e = 0; e < L; ++e) dot += qh[e] * kr[e];
+      const bool seen = lane < len;  // lane 0 always: m_new is finite
+      const float sv = seen ? dot * a.scale : -INFINITY;
+      const float m_new = fmaxf(m, detail::warp_max(sv));
+      const float p = seen ? expf(sv - m_new) : 0.0f;
+      const float alpha = expf(m - m_new);  // 0 on the first tile (m = -inf)
+      l = l * alpha + detail::warp_sum(p);
+      m = m_new;
+      p_sh[warp * kBk + lane] = p;
+      if (lane == 0) alpha_sh[warp] = alpha;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int h = 0; h < kHB; ++h) {
+      if (h < Hb) {
+        const float al = alpha_sh[h];
+#pragma unroll
+        for (int i = 0; i < NE; ++i) acc[h][i] *= al;
+      }
+    }
+    for (int j = 0; j < len; ++j) {
+      float v[NE];
+#pragma unroll
+      for (int i = 0; i < NE; ++i) {
+        const int e = tid + i * kThreads;
+        v[i] = e < R ? k_sh[j * KS + e] : 0.0f;
+      }
+#pragma unroll
+      for (int h = 0; h < kHB; ++h) {
+        if (h < Hb) {
+          const float pj = p_sh[h * kBk + j];
+#pragma unroll
+          for (int i = 0; i < NE; ++i) acc[h][i] += pj * v[i];
+        }
+      }
+    }
+  }
+  if (warp < Hb && lane == 0) {
+    m_sh[warp] = m;
+    l_sh[warp] = l;
+  }
+  __syncthreads();
+#pragma unroll
+  for (int h = 0; h < kHB; ++h) {
+    if (h >= Hb) continue;
+#pragma unroll
+    for (int i = 0; i < NE; ++i) {
+      const int e = tid + i * kThreads;
+      if (e >= R) continue;
+      if (g.direct) {
+        a.out[(slot0 + h) * R + e] = acc[h][i] / l_sh[h];
+      } else {
+        g.acc[((slot0 + h) * g.n_chunks + c) * R + e] = acc[h][i];
+      }
+    }
+  }
+  if (!g.direct && tid < Hb) g.ml[(slot0 + tid) * g.n_chunks + c] = make_float2(m_sh[tid], l_sh[tid]);
+}
+
+// Grid (H, T): (token, head)'s chunks merged; chunks with l = 0 (past the query) skipped.
+__global__ void __launch_bounds__(kThreads)
+    mla_combine_kernel(const float2* ml, const float* acc, int n_chunks, int H, int R, float* out) {
+  const int64_t slot = static_cast<int64_t>(blockIdx.y) * H + blockIdx.x;
+  const int64_t base = slot * n_chunks;
+  float M = -INFINITY;
+  for (int c = 0; c < n_chunks; ++c) {
+    if (ml[base + c].y > 0.0f) M = fmaxf(M, ml[base + c].x);
+  }
+  float L = 0.0f;
+  for (int c = 0; c < n_chunks; ++c) {
+    const float2 p = ml[base + c];
+    if (p.y > 0.0f) L += p.y * expf(p.x - M);
+  }
+  const float inv = 1.0f / L;
+  for (int e = threadIdx.x; e < R; e += blockDim.x) {
+    float s = 0.0f;
+    for (int c = 0; c < n_chunks; ++c) {
+      const float2 p = ml[base + c];
+      if (p.y > 0.0f) s += acc[(base + c) * R + e] * expf(p.x - M);
+    }
+    out[slot * R + e] = s * inv;
+  }
+}
+
+// Decode split: chunks (whole tiles each) so that T * ceil(H / kHB) * chunks is about
+// kTargetBlocks, never more chunks than want(T, H): the workspace bound.
+int64_t split_want(int n_tokens, int n_head) {
+  const int64_t ctas = static_cast<int64_t>(n_tokens) * ((n_head + kHB - 1) / kHB);
+  return std::max<int64_t>(1, (kTargetBlocks + ctas - 1) / ctas);
+}
+
+void split(MlaGeom& g, uint32_t n_kv) {
+  const int64_t kv = std::max<int64_t>(1, n_kv);
+  const int64_t n = std::min(split_want(g.a.n_tokens, g.a.n_head), (kv + kBk - 1) / kBk);
+  const int64_t len = ((kv + n - 1) / n + kBk - 1) / kBk * kBk;
+  g.chunk_len = static_cast<uint32_t>(len);
+  g.n_chunks = static_cast<int>((kv + len - 1) / len);
+}
+
+template <QuantType KV, int NE>
+void launch_attn(const MlaGeom& g, cudaStream_t stream) {
+  const int L = g.a.R + g.a.P;
+  const size_t smem = attn_smem_bytes(L);
+  auto kernel = mla_attn_kernel<KV, NE>;
+  MT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  const dim3 grid(static_cast<unsigned>(g.n_chunks), static_cast<unsigned>((g.a.n_head + kHB - 1) / kHB),
+                  static_cast<unsigned>(g.a.n_tokens));
+  kernel<<<grid, kThreads, smem, stream>>>(g);
+  MT_CUDA_CHECK_LAUNCH();
+}
+
+template <QuantType KV>
+void launch_attn_r(const MlaGeom& g, cudaStream_t stream) {
+  if (g.a.R <= kThreads) {
+    launch_attn<KV, 1>(g, stream);
+  } else if (g.a.R <= 2 * kThreads) {
+    launch_attn<KV, 2>(g, stream);
+  } else {
+    launch_attn<KV, 4>(g, stream);
+  }
+}
+
+size_t round256(size_t b) { return (b + 255) / 256 * 256; }
+
+}  // namespace
+
+MlaRope mla_rope(const HParams& hp, int n_rot) {
+  MT_CHECK(n_rot > 0 && n_rot % 2 == 0);
+  MlaRope r;
+  // The CPU's float expressions (model/attention.cpp rope_angles, model/hparams.h rope_yarn).
+  r.theta_scale = std::pow(hp.rope_freq_base, -2.0f / static_cast<float>(n_rot));
+  r.freq_scale = hp.rope_freq_scale;
+  r.attn_factor = hp.rope_attn_factor;
+  if (hp.yarn_ext != 0.0f) {
+    const RopeYarn y = rope_yarn(hp, static_cast<uint32_t>(n_rot));
+    r.yarn_ext = hp.yarn_ext, r.yarn_lo = y.lo, r.yarn_hi = y.hi, r.yarn_mscale = y.mscale;
+  }
+  return r;
+}
+
+void mla_prep(const MlaPrepArgs& a, cudaStream_t stream) {
+  MT_CHECK(a.n_tokens >= 0 && a.n_head > 0 && a.R > 0 && a.R <= kMaxR && a.P > 0 && a.P <= kMaxP && a.P % 2 == 0);
+  MT_CHECK(a.nope >= 0 && a.c_stride >= a.R + a.P && a.q_stride >= static_cast<int64_t>(a.n_head) * (a.nope + a.P));
+  const auto rb = mt::row_bytes(a.kv_type, static_cast<uint64_t>(a.R + a.P));
+  MT_CHECK_MSG(rb.has_value() && *rb == a.row_bytes &&
+                   (a.kv_type == QuantType::F16 || a.kv_type == QuantType::F32 || a.kv_type == QuantType::Q8_0),
+               "mla_prep: the latent cache must be f16, f32 or q8_0 rows of kv_lora_rank + n_rot");
+  MT_CHECK(a.n_tokens <= 65535);
+  if (a.n_tokens == 0) return;
+  const size_t smem = static_cast<size_t>(a.R + a.P) * sizeof(float);
+  const dim3 grid(static_cast<unsigned>(a.n_head + 1), static_cast<unsigned>(a.n_tokens));
+  mla_prep_kernel<<<grid, kThreads, smem, stream>>>(a);
+  MT_CUDA_CHECK_LAUNCH();
+}
+
+void mla_attention(const MlaAttentionArgs& a, Workspace& ws, cudaStream_t stream) {
+  MT_CHECK(a.n_tokens >= 0 && a.n_tokens <= 65535 && a.n_head > 0);
+  MT_CHECK(a.R > 0 && a.R <= kMaxR && a.P >= 0 && a.P <= kMaxP);
+  const auto rb = mt::row_bytes(a.kv_type, static_cast<uint64_t>(a.R + a.P));
+  MT_CHECK_MSG(rb.has_value() && *rb == a.row_bytes, "mla_attention: rows are not kv_lora_rank + n_rot of the cache type");
+  MT_CHECK_MSG(a.pos_dev == nullptr || a.n_tokens <= kMlaDecodeMaxTokens,
+               "mla_attention: a position read on the device is for decode batches only");
+  if (a.n_tokens == 0) return;
+  MlaGeom g;
+  g.a = a;
+  if (a.n_tokens <= kMlaDecodeMaxTokens) {
+    const uint32_t n_kv = a.pos_dev != nullptr ? a.n_kv_cap : a.pos0 + static_cast<uint32_t>(a.n_tokens);
+    MT_CHECK(n_kv > 0);
+    split(g, n_kv);
+  } else {
+    g.chunk_len = UINT32_MAX;
+    g.n_chunks = 1;
+  }
+  g.direct = g.n_chunks == 1;
+  const size_t parts = static_cast<size_t>(a.n_tokens) * a.n_head * g.n_chunks;
+  if (!g.direct) {
+    g.ml = static_cast<float2*>(ws.take(parts * sizeof(float2)));
+    g.acc = static_cast<float*>(ws.take(parts * a.R * sizeof(float)));
+  }
+  switch (a.kv_type) {
+    case QuantType::F16: launch_attn_r<QuantType::F16>(g, stream); break;
+    case QuantType::Q8_0: launch_attn_r<QuantType::Q8_0>(g, stream); break;
+    case QuantType::F32: launch_attn_r<QuantType::F32>(g, stream); break;
+    default: MT_CHECK_MSG(false, "mla_attention: the latent cache must be f16, q8_0 or f32");
+  }
+  if (g.direct) return;
+  mla_combine_kernel<<<dim3(static_cast<unsigned>(a.n_head), static_cast<unsigned>(a.n_tokens)), kThreads, 0,
+                       stream>>>(g.ml, g.acc, g.n_chunks, a.n_head, a.R, a.out);
+  MT_CUDA_CHECK_LAUNCH();
+}
+
+size_t mla_attention_workspace_bytes(int n_tokens, int n_head, int R) {
+  size_t bytes = 0;
+  for (int t = 1; t <= std::min(n_tokens, kMlaDecodeMaxTokens); ++t) {
+    const size_t parts = static_cast<size_t>(t) * n_head * split_want(t, n_head);
+    bytes = std::max(bytes, round256(parts * sizeof(float2)) + round256(parts * R * sizeof(float)) + 256);
+  }
+  return bytes;
+}
+
+}  // namespace mt::cuda

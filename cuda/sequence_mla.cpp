@@ -1,0 +1,118 @@
+// CudaSequence: a multi-head latent attention layer (model/attention_mla.cpp's twin; see
+// sequence.h and cuda/ops_mla.h), the absorbed form at every batch size:
+//   q      (T, H, mla_k)  = wq_b . rms(wq_a . h) or wq . h       per head [nope | pe]
+//   c      (T, R + P)     = wkv_a . h                             [latent | k_pe]
+//   mla_prep: cache row <- [rms(latent) | rope(k_pe)]; q_nope (T*H, nope); q_pe (T*H, P) roped
+//   q_lat  (T*H, R)       = wk_b[h] . q_nope                      one grouped product, slot t*H+h -> matrix h
+//   o      (T*H, R)       = MQA of [q_lat | q_pe] over the latent rows, value = the latent part
+//   v      (T, H * mla_v) = wv_b[h] . o                           the same grouped product
+//   y      (T, n_embd)    = wo . v
+// The per-head products run as routed expert products whose "expert" of slot t * H + h is
+// head h (mla_ids_, built once per workspace size).
+#include <algorithm>
+#include <vector>
+
+#include "core/check.h"
+#include "cuda/check.h"
+#include "cuda/ops_mla.h"
+#include "cuda/sequence.h"
+
+namespace mt::cuda::detail {
+
+void CudaSequence::build_mla_ids(uint32_t tokens) {
+  const uint32_t H = m_.hp.n_head;
+  std::vector<int32_t> ids(static_cast<size_t>(tokens) * H);  // (tokens, H): slot t*H+h -> h
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i % H);
+  mla_ids_ = DeviceBuffer(ids.size() * sizeof(int32_t));
+  MT_CUDA_CHECK(cudaMemcpy(mla_ids_.get(), ids.data(), ids.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
+  mla_ids_tokens_ = tokens;
+}
+
+size_t CudaSequence::mla_workspace_bytes(uint32_t T) const {
+  const HParams& hp = m_.hp;
+  if (!hp.mla) return 0;
+  const size_t H = hp.n_head, R = hp.kv_lora_rank, P = hp.n_rot, nope = hp.mla_k - hp.n_rot;
+  // q, c, q_nope, q_pe, q_lat, o, v, qa (mla_layer's takes) and their alignment.
+  const size_t floats = T * (H * hp.mla_k + (R + P) + H * nope + H * P + 2 * H * R + H * hp.mla_v + hp.q_lora_rank);
+  size_t scratch = mla_attention_workspace_bytes(static_cast<int>(T), static_cast<int>(H), static_cast<int>(R));
+  for (const DevLayer& L : m_.w.layers) {
+    if (!L.mla) continue;
+    for (const DeviceMatrix* w : {&L.wk_b, &L.wv_b}) {  // routed over K = n_head slots per token
+      scratch = std::max(scratch, matmul_workspace_bytes(*w, static_cast<int>(T), static_cast<int>(H)));
+    }
+  }
+  return floats * sizeof(float) + 8 * 256 + scratch;
+}
+
+void CudaSequence::mla_layer(Pass& p, const DevLayer& L, uint32_t l, const ActRows& hx) {
+  const HParams& hp = m_.hp;
+  cudaStream_t s = m_.stream;
+  const size_t T = p.T;
+  const int Ti = p.Ti, H = static_cast<int>(hp.n_head), R = static_cast<int>(hp.kv_lora_rank);
+  const int P = static_cast<int>(hp.n_rot), QK = static_cast<int>(hp.mla_k), nope = QK - P;
+  const int Vd = static_cast<int>(hp.mla_v), QL = static_cast<int>(hp.q_lora_rank);
+  MT_CHECK(L.wkv_a.data != nullptr && L.wk_b.n_mat == H && L.wv_b.n_mat == H && nope > 0);
+  MT_CHECK(mla_ids_tokens_ >= p.T);  // ensure_workspace built it
+  const int32_t* ids = mla_ids_.as<int32_t>();
+  const size_t mark = ws_->mark();
+  float* q = ws_->take_n<float>(T * H * QK);         // (T, H, mla_k) per head [nope | pe]
+  float* c = ws_->take_n<float>(T * (R + P));        // (T, R + P) [latent | k_pe]
+  float* q_nope = ws_->take_n<float>(T * H * nope);  // (T*H, nope)
+  float* q_pe = ws_->take_n<float>(T * H * P);       // (T*H, P) roped
+  float* q_lat = ws_->take_n<float>(T * H * R);      // (T*H, R) absorbed into latent space
+  float* o = ws_->take_n<float>(T * H * R);          // (T*H, R) attention output (latent)
+  float* v = ws_->take_n<float>(T * H * Vd);         // (T, H * mla_v) wo's input
+
+  stage(p, "mla q");
+  if (L.wq_a.data != nullptr) {
+    float* qa = ws_->take_n<float>(T * QL);  // (T, q_lora_rank)
+    mm(L.wq_a, hx, qa);
+    rms_norm(qa, QL, L.q_a_norm, hp.rms_eps, Ti, QL, qa, QL, s);
+    mm(L.wq_b, qa, Ti, q);
+  } else {
+    mm(L.wq, hx, q);
+  }
+  mm(L.wkv_a, hx, c);
+
+  stage(p, "mla prep");
+  MlaPrepArgs pa;
+  pa.c = c, pa.c_stride = R + P, pa.kv_norm = L.kv_a_norm, pa.eps = hp.rms_eps;
+  pa.q = q, pa.q_stride = static_cast<int64_t>(H) * QK;
+  pa.n_tokens = Ti, pa.n_head = H, pa.R = R, pa.P = P, pa.nope = nope;
+  pa.rope = mla_rope(hp, P);
+  pa.pos0 = pos_, pa.pos_dev = p.pos_dev;
+  pa.q_nope = q_nope, pa.q_pe = q_pe;
+  pa.cache = k_[l].as<uint8_t>(), pa.kv_type = kv_type_, pa.row_bytes = kv_row_bytes_;
+  mla_prep(pa, s);
+
+  stage(p, "mla absorb");
+  ActRows nope_rows;
+  nope_rows.x = q_nope;
+  nope_rows.rows = Ti * H;
+  mm_experts(L.wk_b, ids, H, nope_rows, q_lat, /*per_slot=*/true);
+
+  stage(p, "attention");
+  MlaAttentionArgs aa;
+  aa.q_lat = q_lat, aa.q_pe = q_pe;
+  aa.cache = k_[l].as<uint8_t>(), aa.kv_type = kv_type_, aa.row_bytes = kv_row_bytes_;
+  aa.n_tokens = Ti, aa.n_head = H, aa.R = R, aa.P = P;
+  aa.scale = mla_kq_scale(hp);
+  aa.pos0 = pos_, aa.pos_dev = p.pos_dev, aa.n_kv_cap = p.st->graph_n_kv_cap;
+  aa.out = o;
+  {
+    const size_t at = ws_->mark();
+    mla_attention(aa, *ws_, s);
+    ws_->rewind(at);
+  }
+
+  stage(p, "mla v");
+  ActRows o_rows;
+  o_rows.x = o;
+  o_rows.rows = Ti * H;
+  mm_experts(L.wv_b, ids, H, o_rows, v, /*per_slot=*/true);
+  stage(p, "wo");
+  mm(L.wo, v, Ti, p.y);
+  ws_->rewind(mark);  // the stream orders later takes after these launches
+}
+
+}  // namespace mt::cuda::detail
