@@ -33,17 +33,25 @@ uint64_t CudaModel::weight_bytes() const { return impl_->w.bytes(); }
 void CudaModel::set_tiering(CudaTiering* tiering) { impl_->tiering = tiering; }
 
 StatusOr<std::unique_ptr<CudaModel>> CudaModel::load(const Model& model, const CudaOptions& options) {
-  // The device kernels implement softmax routing with optional renormalisation and the
-  // sigmoid-gated shared expert; anything else stays on the CPU until they learn it.
+  // The device kernels implement every routing math of model/ffn.cpp route_token up to 512
+  // experts (and 64 groups), GQA attention with windows and sinks, YaRN, per-layer heads,
+  // the Gated DeltaNet mixer, latent attention (MLA, cuda/ops_mla.h: kv_lora_rank <= 1024,
+  // n_rot <= 256).
   const HParams& hp = model.hparams();
   const ArchInfo& info = arch_info(hp.arch);
-  if (hp.gating == ExpertGating::kSoftmaxOfSelected || hp.mla || info.oai || hp.yarn_ext != 0.0f ||
-      hp.rope_attn_factor != 1.0f || !hp.n_head_per_layer.empty() || hp.n_expert > 512 ||
-      (hp.n_expert_groups > 1 && hp.n_expert_groups > 64)) {
+  if (hp.n_expert > 512 || (hp.n_expert_groups > 1 && hp.n_expert_groups > 64)) {
     return unimplemented(std::string(info.name) +
-                         " on the CUDA backend is not implemented yet (latent attention, sinks / sliding windows, per-layer "
-                         "heads, YaRN, more than 512 experts or 64 expert groups): run it with "
-                         "--device cpu");
+                         " on the CUDA backend is not implemented yet (more than 512 experts or 64 "
+                         "expert groups): run it with --device cpu");
+  }
+  if (hp.mla && (hp.kv_lora_rank > 1024 || hp.n_rot > 256)) {
+    return unimplemented(std::string(info.name) + ": latent attention with kv_lora_rank " + std::to_string(hp.kv_lora_rank) +
+                         " / rope dims " + std::to_string(hp.n_rot) +
+                         " has no CUDA kernel (at most 1024 / 256): run it with --device cpu");
+  }
+  if (hp.n_expert_used > 32) {
+    return unimplemented(std::string(info.name) + ": " + std::to_string(hp.n_expert_used) +
+                         " experts per token; the CUDA router takes at most 32: run it with --device cpu");
   }
   if (info.linear_attention && !gdn_supports(static_cast<int>(hp.ssm_state), static_cast<int>(hp.ssm_conv))) {
     return unimplemented(std::string(info.name) + ": Gated DeltaNet state size " + std::to_string(hp.ssm_state) + " / conv " +
@@ -56,7 +64,7 @@ StatusOr<std::unique_ptr<CudaModel>> CudaModel::load(const Model& model, const C
   for (const LayerWeights& lw : w.layers) {
     for (const Tensor* t : {&lw.wq, &lw.wk, &lw.wv, &lw.wo, &lw.router, &lw.shexp_gate, &lw.shexp_up, &lw.shexp_down,
                             &lw.ffn_gate, &lw.ffn_up, &lw.ffn_down, &lw.ssm_qkv, &lw.ssm_z, &lw.ssm_ba, &lw.ssm_beta,
-                            &lw.ssm_alpha, &lw.ssm_out}) {
+                            &lw.ssm_alpha, &lw.ssm_out, &lw.wq_a, &lw.wq_b, &lw.wkv_a, &lw.wk_b, &lw.wv_b}) {
       MT_RETURN_IF_ERROR(check_tensor(*t));
     }
     for (const Tensor* t : {&lw.gate_exps, &lw.up_exps, &lw.down_exps}) {
@@ -103,7 +111,8 @@ StatusOr<std::unique_ptr<Evaluator>> CudaModel::new_sequence(uint32_t n_ctx, Qua
   }
   MT_CUDA_CHECK(cudaSetDevice(impl_->device));
   const HParams& hp = impl_->hp;
-  const uint64_t kv_bytes = 2ull * hp.n_attention_layers() * *row_bytes(kv_type, hp.kv_dim()) * n_ctx +
+  const uint64_t kv_rows = hp.mla ? 1 : 2;  // MLA: one latent row per position, no V rows
+  const uint64_t kv_bytes = kv_rows * hp.n_attention_layers() * *row_bytes(kv_type, hp.kv_dim()) * n_ctx +
                             4ull * (hp.n_layer - hp.n_attention_layers()) * (hp.conv_state_floats() + hp.delta_state_floats());
   MT_ASSIGN_OR_RETURN(DeviceMemory mem, device_memory(impl_->device));
   if (kv_bytes > mem.free) {

@@ -15,7 +15,7 @@ CudaSequence::CudaSequence(CudaModel::Impl& m, uint32_t n_ctx, QuantType kv_type
   for (uint32_t l = 0; l < m.hp.n_layer; ++l) {
     const bool recurrent = m.hp.is_recurrent(l);  // Gated DeltaNet: states, no rows
     k_.emplace_back(recurrent ? 0 : kv_row_bytes_ * n_ctx);
-    v_.emplace_back(recurrent ? 0 : kv_row_bytes_ * n_ctx);
+    v_.emplace_back(recurrent || m.hp.mla ? 0 : kv_row_bytes_ * n_ctx);  // MLA: one latent row, read as K and V
     conv_.emplace_back(recurrent ? sizeof(float) * m.hp.conv_state_floats() : 0);
     delta_.emplace_back(recurrent ? sizeof(float) * m.hp.delta_state_floats() : 0);
     for (DeviceBuffer* b : {&conv_.back(), &delta_.back()}) {
@@ -49,6 +49,8 @@ CudaSequence::CudaSequence(CudaModel::Impl& m, uint32_t n_ctx, QuantType kv_type
   if (const char* ub = std::getenv("MOETIER_CUDA_UBATCH"); ub != nullptr && std::atoi(ub) > 0) {
     micro_batch_ = static_cast<uint32_t>(std::atoi(ub));
   }
+  // MLA: the per-head ids of the largest micro-batch, once (a captured graph reads them).
+  if (m.hp.mla) build_mla_ids(std::max({micro_batch_, CudaModel::kStreamMicroBatch, static_cast<uint32_t>(kMmvqMaxTokens)}));
 }
 
 CudaSequence::~CudaSequence() {
@@ -108,7 +110,8 @@ size_t CudaSequence::workspace_bytes(uint32_t T) const {
                         T * E + T * K * n_ff;  // the last two: h's and u's quants and scales
   const size_t C = hp.ssm_conv_dim(), Vd = hp.ssm_value_dim(), nv = hp.ssm_nv;
   const size_t gdn_floats = hp.recurrent.empty() ? 0 : T * (2 * C + 2 * Vd + 6 * nv + 3 * Q);  // see gdn_layer
-  const size_t bytes = (floats + gdn_floats) * sizeof(float) + 64 * 256;
+  const size_t gate_floats = hp.arch == Arch::kLaguna ? T * Q : 0;  // attention_layer's output gate
+  const size_t bytes = (floats + gdn_floats + gate_floats) * sizeof(float) + 64 * 256;
   size_t scratch = attention_workspace_bytes(static_cast<int>(T), static_cast<int>(hp.n_head),
                                              static_cast<int>(hp.head_dim), n_ctx_);
   for (const DeviceMatrix* w : m_.w.matrices()) {
@@ -121,11 +124,18 @@ size_t CudaSequence::workspace_bytes(uint32_t T) const {
       }
     }
   }
-  return bytes + scratch;
+  return bytes + scratch + mla_workspace_bytes(T);
 }
 
 void CudaSequence::ensure_workspace(uint32_t T) {
   if (T > ws_tokens_) {
+    // A captured decode graph reads the old workspace's addresses: it is captured again.
+    if (exec_ != nullptr) {
+      MT_CUDA_CHECK(cudaStreamSynchronize(m_.stream));
+      MT_CUDA_CHECK(cudaGraphExecDestroy(exec_));
+      exec_ = nullptr;
+      graph_cap_ = 0;
+    }
     ws_.reset();
     ws_ = std::make_unique<Workspace>(workspace_bytes(std::max(T, 8u)));
     ws_tokens_ = std::max(T, 8u);

@@ -70,15 +70,25 @@ TEST(CudaModel, LogitsAndRoutingMatchTheCpuOnEveryArchitectureAndType) {
   // and the common mixes.
   const std::vector<const char*> hybrid_types = {"f32", "f16", "q8_0", "q4_k", "q4_k_m"};
   const char* only = std::getenv("MT_CUDA_PARITY_ARCH");  // e.g. qwen35moe: one architecture
+  // gpt-oss: sinks, windows, YaRN, biases, the clamped SwiGLU, softmax over the selected
+  // (MXFP4 experts as published); laguna: per-layer heads and RoPE, the softplus gate.
+  const std::vector<const char*> oai_types = {"f32", "f16", "q8_0", "q4_k", "mxfp4", "q4_k_m"};
+  // deepseek2 (latent attention): the V3-like tiny model (q low-rank pair, YaRN, sigmoid +
+  // bias + groups + scale) at the common types, and "v2-" the V2-Lite-like preset (one
+  // attn_q, plain RoPE, softmax routing, 2 shared experts).
+  const std::vector<const char*> mla_types = {"f32", "f16", "q8_0", "q4_k", "q4_k_m", "v2-f16", "v2-q4_k"};
   for (Arch arch : {Arch::kQwen3Moe, Arch::kQwen2Moe, Arch::kLlama, Arch::kOlmoe, Arch::kQwen3Next, Arch::kQwen35Moe,
-                    Arch::kGlm4Moe}) {
+                    Arch::kGlm4Moe, Arch::kGptOss, Arch::kLaguna, Arch::kDeepseek2}) {
     if (only != nullptr && arch_info(arch).name != only) continue;
-    const bool newer = arch_info(arch).linear_attention || arch == Arch::kGlm4Moe;  // glm4moe: sigmoid + bias + groups + scale
-    for (const char* quant : newer ? hybrid_types : every_type) {
+    const bool newer = arch_info(arch).linear_attention || arch == Arch::kGlm4Moe || arch == Arch::kLaguna;
+    const std::vector<const char*>& types =
+        arch == Arch::kGptOss ? oai_types : arch == Arch::kDeepseek2 ? mla_types : newer ? hybrid_types : every_type;
+    for (const char* quant : types) {
       const std::string name = std::string(arch_info(arch).name) + "-" + quant;
       SCOPED_TRACE(name);
-      synth::SynthConfig c = synth::tiny_for(arch);
-      auto mix = synth::parse_quant_mix(quant);
+      const bool v2 = std::string(quant).rfind("v2-", 0) == 0;
+      synth::SynthConfig c = v2 ? *synth::preset("tiny-deepseek2-v2") : synth::tiny_for(arch);
+      auto mix = synth::parse_quant_mix(v2 ? quant + 3 : quant);
       ASSERT_TRUE(mix.ok()) << quant;
       c.quant = *mix;
       const std::string path = mt::test::temp_path(name + ".gguf");
