@@ -31,6 +31,8 @@ LaunchFn launcher(QuantType type, int bn) {
     case QuantType::Q4_0: return by_width<BlockQ4_0>(bn);
     case QuantType::Q5_0: return by_width<BlockQ5_0>(bn);
     case QuantType::Q8_0: return by_width<BlockQ8_0>(bn);
+    case QuantType::IQ4_NL: return by_width<BlockIQ4_NL>(bn);
+    case QuantType::MXFP4: return by_width<BlockMXFP4>(bn);
     case QuantType::Q4_K: return by_width<BlockQ4_K>(bn);
     case QuantType::Q5_K: return by_width<BlockQ5_K>(bn);
     case QuantType::Q6_K: return by_width<BlockQ6_K>(bn);

@@ -59,6 +59,8 @@ void launch_mmq(const MmqArgs& a, dim3 grid, cudaStream_t stream);
 MT_MMQ_DECLARE(BlockQ4_0)
 MT_MMQ_DECLARE(BlockQ5_0)
 MT_MMQ_DECLARE(BlockQ8_0)
+MT_MMQ_DECLARE(BlockIQ4_NL)
+MT_MMQ_DECLARE(BlockMXFP4)
 MT_MMQ_DECLARE(BlockQ4_K)
 MT_MMQ_DECLARE(BlockQ5_K)
 MT_MMQ_DECLARE(BlockQ6_K)

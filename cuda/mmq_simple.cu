@@ -1,11 +1,16 @@
-// MMQ weight decoding of the 32-element formats Q4_0, Q5_0, Q8_0 (cuda/mmq_common.cuh):
+// MMQ weight decoding of the 32-element formats Q4_0, Q5_0, Q8_0, IQ4_NL and MXFP4
+// (cuda/mmq_common.cuh):
 // half h of stage st is blocks 8 st + 4h .. +3 of the row, contiguous bytes read as
 // little-endian words; block bb's codes go to q[8bb .. 8bb + 7] (element 4i .. 4i + 3
 // of the block in q[8bb + i]) as signed int8, its scale d to sc[bb]. Activation mode
 // kQ8_0 (per-32 d); the offsets (-8, -16) are applied to the codes, so no min terms.
 // Layouts as quant/blocks.h: Q4_0 = d, qs[16] (byte j: element j low nibble, j + 16
-// high); Q5_0 = d, qh[4] (bit j: element j's fifth bit), qs[16]; Q8_0 = d, qs[32].
+// high); Q5_0 = d, qh[4] (bit j: element j's fifth bit), qs[16]; Q8_0 = d, qs[32];
+// IQ4_NL = d, qs[16] and MXFP4 = e (E8M0), qs[16]: Q4_0's nibbles through their
+// non-linear tables (int8 values; MXFP4's doubled, its scale the E8M0 power halved, as
+// the CPU's dot and cuda/mmvq_simple.cuh take them).
 #include "cuda/mmq_common.cuh"
+#include "cuda/mmvq_simple.cuh"
 
 namespace mt::cuda {
 namespace mmq_detail {
@@ -82,9 +87,43 @@ struct TrQ8_0 {
   }
 };
 
+// Q4_0's layout with the nibbles looked up in Table; the scale by Scale(block bytes' word).
+template <int kBlock, class Table, class Scale>
+struct TrTable4 {
+  static constexpr bool kMin = false, kHalf16 = false;
+  static constexpr int kQs = kBlock - 16;  // the codes' offset in the block
+  __device__ static void decode(const uint8_t* row, int st, int h, int nb, uint32_t (&q)[32], float (&sc)[4],
+                                float (&)[4]) {
+    uint32_t w[kBlock];  // 4 x kBlock bytes
+    load_half<kBlock>(row, st, h, nb, w);
+    static_for<0, 4>([&](auto bb_) {
+      constexpr int bb = decltype(bb_)::value, at = kBlock * bb;
+      sc[bb] = Scale::of(word_at<at>(w));
+      static_for<0, 4>([&](auto i_) {
+        constexpr int i = decltype(i_)::value;
+        mmvq_detail::lookup_word<Table>(word_at<at + kQs + 4 * i>(w), q[8 * bb + i], q[8 * bb + 4 + i]);
+      });
+    });
+  }
+};
+struct HalfScale {  // fp16 d in the block's first two bytes
+  __device__ static float of(uint32_t word) { return h2f(word); }
+};
+struct E8m0HalfScale {  // the E8M0 byte first: 2^(e - 127) / 2
+  __device__ static float of(uint32_t word) { return __uint_as_float(e8m0_half_bits(static_cast<uint8_t>(word & 0xFFu))); }
+};
+using TrIQ4_NL = TrTable4<18, mmvq_detail::Iq4Table, HalfScale>;
+using TrMXFP4 = TrTable4<17, mmvq_detail::Fp4Table, E8m0HalfScale>;
+
 }  // namespace
 }  // namespace mmq_detail
 
+MT_MMQ_DEFINE(BlockIQ4_NL, TrIQ4_NL, 16)
+MT_MMQ_DEFINE(BlockIQ4_NL, TrIQ4_NL, 32)
+MT_MMQ_DEFINE(BlockIQ4_NL, TrIQ4_NL, 64)
+MT_MMQ_DEFINE(BlockMXFP4, TrMXFP4, 16)
+MT_MMQ_DEFINE(BlockMXFP4, TrMXFP4, 32)
+MT_MMQ_DEFINE(BlockMXFP4, TrMXFP4, 64)
 MT_MMQ_DEFINE(BlockQ4_0, TrQ4_0, 16)
 MT_MMQ_DEFINE(BlockQ4_0, TrQ4_0, 32)
 MT_MMQ_DEFINE(BlockQ4_0, TrQ4_0, 64)

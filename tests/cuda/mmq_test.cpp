@@ -40,8 +40,8 @@ namespace {
 using test::to_device;
 using test::to_host;
 
-const QuantType kTypes[] = {QuantType::Q4_0, QuantType::Q5_0, QuantType::Q8_0,
-                            QuantType::Q4_K, QuantType::Q5_K, QuantType::Q6_K};
+const QuantType kTypes[] = {QuantType::Q4_0, QuantType::Q5_0,   QuantType::Q8_0, QuantType::IQ4_NL,
+                            QuantType::MXFP4, QuantType::Q4_K, QuantType::Q5_K, QuantType::Q6_K};
 
 constexpr double kTight = 1e-5;
 constexpr double kLoose = 3e-2;  // a host emulation of the kernel gave up to 1.2e-2
@@ -71,7 +71,8 @@ std::vector<size_t> scale_offsets(QuantType t) {
     case QuantType::Q4_K: return {offsetof(BlockQ4_K, d), offsetof(BlockQ4_K, dmin)};
     case QuantType::Q5_K: return {offsetof(BlockQ5_K, d), offsetof(BlockQ5_K, dmin)};
     case QuantType::Q6_K: return {offsetof(BlockQ6_K, d)};
-    default: return {0};  // Q4_0, Q5_0, Q8_0: d first
+    case QuantType::MXFP4: return {};  // an E8M0 byte: set apart (make_matrix)
+    default: return {0};  // Q4_0, Q5_0, Q8_0, IQ4_NL: d first
   }
 }
 
@@ -93,6 +94,7 @@ HostMatrix make_matrix(QuantType type, int64_t n_in, int64_t n_out, int64_t n_ma
         const half_bits h = fp32_to_fp16(scale(rng));
         std::memcpy(&m.bytes[at + off], &h, sizeof(h));
       }
+      if (type == QuantType::MXFP4) m.bytes[at] = static_cast<uint8_t>(118 + byte(rng) % 8);  // 2^-10 .. 2^-3
     }
   } else {
     std::normal_distribution<float> g(0.f, 0.05f);
