@@ -228,12 +228,21 @@ bool gdn_supports(int state_size, int conv_kernel);
 // (updated to the last Kc - 1 rows).
 void gdn_conv(const float* qkv, int64_t qkv_stride, const float* w, float* state, float* u, int T, int C, int Kc,
               cudaStream_t stream);
-// beta (T, nv) = sigmoid(b), g (T, nv) = ssm_a * softplus(a + dt_bias); b and a rows
-// `stride` apart. grouped (qwen3next): one (T, 2 nv) input b whose row holds per key head
-// [b of its nv / nk value heads | a of the same heads]; a unused.
-void gdn_gates(const float* b, const float* a, int64_t stride, const float* ssm_a, const float* dt_bias, int T, int nv,
-               int nk, bool grouped, float* beta, float* g, cudaStream_t stream);
-// The delta rule over T tokens of one sequence (model/delta_rule.h, the recurrent form),
+// The gates' inputs: b and a rows `stride` apart; grouped (qwen3next): one (T, 2 nv)
+// input b whose row holds per key head [b of its nv / nk value heads | a of the same
+// heads], a unused.
+struct GdnGateArgs {
+  const float* b = nullptr;
+  const float* a = nullptr;
+  int64_t stride = 0;
+  const float* ssm_a = nullptr;    // (nv)
+  const float* dt_bias = nullptr;  // (nv)
+  bool grouped = false;
+};
+// beta (T, nv) = sigmoid(b), g (T, nv) = ssm_a * softplus(a + dt_bias).
+void gdn_gates(const GdnGateArgs& ga, int T, int nv, int nk, float* beta, float* g, cudaStream_t stream);
+// The delta rule over T tokens of one sequence (model/delta_rule.h: the recurrent form
+// for short runs, the chunked form, cuda/ops_gdn_chunk.cu, from 16 tokens),
 // q and k L2-normalised here: u (T, conv_dim) = q heads | k heads | v heads (key_dim =
 // nk * dk each for q and k); value head h reads key head h % nk (tiled) or h / (nv / nk);
 // state (nv, dk, dk) transposed per head as the CPU's; out (T, nv * dk).
@@ -250,6 +259,18 @@ struct DeltaRuleArgs {
   float eps = 1e-6f;
 };
 void delta_rule(const DeltaRuleArgs& a, cudaStream_t stream);
+// The z-gated RMSNorm's inputs (gated_rms_norm): z rows z_stride apart, w (dk).
+struct GdnNormArgs {
+  const float* z = nullptr;
+  int64_t z_stride = 0;
+  const float* w = nullptr;
+  float eps = 1e-6f;
+};
+// The decode step's gdn_gates + delta_rule + gated_rms_norm in one launch (the recurrent
+// form, where delta_rule_gated_fits(T): runs shorter than the chunked form's): a.g and
+// a.beta unused, out the normed rows.
+bool delta_rule_gated_fits(int T);
+void delta_rule_gated(const DeltaRuleArgs& a, const GdnGateArgs& ga, const GdnNormArgs& na, cudaStream_t stream);
 // o (T, nv, dv) <- rms_norm(o_h) * w * silu(z_h) per head, in place; z rows z_stride apart.
 void gated_rms_norm(float* o, const float* z, int64_t z_stride, const float* w, int T, int nv, int dv, float eps,
                     cudaStream_t stream);

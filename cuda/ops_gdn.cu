@@ -50,36 +50,45 @@ __global__ void gdn_conv_kernel(const float* qkv, int64_t qkv_stride, const floa
   for (int j = 0; j < Kc - 1; ++j) state[static_cast<int64_t>(j) * C + c] = win[j];
 }
 
-// One thread per (token, value head): beta = sigmoid(b), g = ssm_a softplus(a + dt_bias).
+// (beta, g) of token t, value head h: beta = sigmoid(b), g = ssm_a softplus(a + dt_bias).
 // grouped (qwen3next): b and a of head h sit in one row per key head [b x r | a x r].
-__global__ void gdn_gates_kernel(const float* b, const float* a, int64_t stride, const float* ssm_a, const float* dt,
-                                 int T, int nv, int r, bool grouped, float* beta, float* g) {
+__device__ __forceinline__ float2 gate_values(const GdnGateArgs& ga, int t, int h, int r) {
+  float bv, av;
+  if (ga.grouped) {
+    const int grp = h / r, k = h % r;
+    bv = ga.b[t * ga.stride + grp * 2 * r + k];
+    av = ga.b[t * ga.stride + grp * 2 * r + r + k];
+  } else {
+    bv = ga.b[t * ga.stride + h];
+    av = ga.a[t * ga.stride + h];
+  }
+  return make_float2(1.0f / (1.0f + expf(-bv)), ga.ssm_a[h] * softplus(av + ga.dt_bias[h]));
+}
+
+// One thread per (token, value head).
+__global__ void gdn_gates_kernel(GdnGateArgs ga, int T, int nv, int r, float* beta, float* g) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= static_cast<int64_t>(T) * nv) return;  // T * nv < 65536 * 256: one pass
   const int t = static_cast<int>(i / nv), h = static_cast<int>(i % nv);
-  float bv, av;
-  if (grouped) {
-    const int grp = h / r, k = h % r;
-    bv = b[t * stride + grp * 2 * r + k];
-    av = b[t * stride + grp * 2 * r + r + k];
-  } else {
-    bv = b[t * stride + h];
-    av = a[t * stride + h];
-  }
-  beta[i] = 1.0f / (1.0f + expf(-bv));
-  g[i] = ssm_a[h] * softplus(av + dt[h]);
+  const float2 bg = gate_values(ga, t, h, r);
+  beta[i] = bg.x;
+  g[i] = bg.y;
 }
 
 // One block of DK threads per value head: thread j keeps column j of the state (S[i][j],
 // i < DK) in registers; per token the block L2-normalises its key head's q and k into
 // shared memory, then each thread decays its column, computes its delta and updates it,
 // and writes o_j = scale S^T q. The state is stored transposed, m[j * DK + i] = S[i][j].
-template <int DK>
-__global__ void __launch_bounds__(DK) delta_rule_kernel(DeltaRuleArgs a) {
+// kFused (the decode step): beta and g computed here from the raw gate inputs
+// (gate_values), and o_j written through the z-gated RMSNorm of its head (the sum of
+// squares in double as gated_rms_norm_kernel): three launches' numbers in one.
+template <int DK, bool kFused>
+__global__ void __launch_bounds__(DK) delta_rule_kernel(DeltaRuleArgs a, GdnGateArgs ga, GdnNormArgs na) {
   const int h = blockIdx.x, j = threadIdx.x;
   const int kh = a.tiled ? h % a.nk : h / (a.nv / a.nk);
   __shared__ float qs[DK], ks[DK];
   __shared__ float scratch[32];
+  __shared__ double scratch_d[32];
   float S[DK];
   float* m = a.state + static_cast<int64_t>(h) * DK * DK + static_cast<int64_t>(j) * DK;
 #pragma unroll
@@ -94,8 +103,15 @@ __global__ void __launch_bounds__(DK) delta_rule_kernel(DeltaRuleArgs a) {
     ks[j] = kv / fmaxf(sqrtf(kn), a.eps);
     __syncthreads();
     const float v = row[2 * a.key_dim + h * DK + j];
-    const float decay = expf(a.g[static_cast<int64_t>(t) * a.nv + h]);
-    const float beta = a.beta[static_cast<int64_t>(t) * a.nv + h];
+    float decay, beta;
+    if constexpr (kFused) {
+      const float2 bg = gate_values(ga, t, h, a.nv / a.nk);
+      decay = expf(bg.y);
+      beta = bg.x;
+    } else {
+      decay = expf(a.g[static_cast<int64_t>(t) * a.nv + h]);
+      beta = a.beta[static_cast<int64_t>(t) * a.nv + h];
+    }
     float dot = 0.0f;
 #pragma unroll
     for (int i = 0; i < DK; ++i) {
@@ -109,7 +125,15 @@ __global__ void __launch_bounds__(DK) delta_rule_kernel(DeltaRuleArgs a) {
       S[i] += ks[i] * delta;
       o += S[i] * qs[i];
     }
-    a.out[static_cast<int64_t>(t) * a.nv * DK + h * DK + j] = o * scale;
+    o *= scale;
+    float* out = a.out + static_cast<int64_t>(t) * a.nv * DK + h * DK;
+    if constexpr (kFused) {
+      const double sum = detail::block_sum(static_cast<double>(o) * o, scratch_d);
+      const float nscale = 1.0f / sqrtf(static_cast<float>(sum / DK) + na.eps);
+      out[j] = o * nscale * na.w[j] * silu(na.z[t * na.z_stride + static_cast<int64_t>(h) * DK + j]);
+    } else {
+      out[j] = o;
+    }
     __syncthreads();  // qs / ks are rewritten by the next token
   }
 #pragma unroll
@@ -163,10 +187,8 @@ void gdn_conv(const float* qkv, int64_t qkv_stride, const float* w, float* state
   MT_CUDA_CHECK(cudaGetLastError());
 }
 
-void gdn_gates(const float* b, const float* a, int64_t stride, const float* ssm_a, const float* dt_bias, int T, int nv,
-               int nk, bool grouped, float* beta, float* g, cudaStream_t stream) {
-  gdn_gates_kernel<<<blocks_for(static_cast<int64_t>(T) * nv), kEltThreads, 0, stream>>>(
-      b, a, stride, ssm_a, dt_bias, T, nv, nv / nk, grouped, beta, g);
+void gdn_gates(const GdnGateArgs& ga, int T, int nv, int nk, float* beta, float* g, cudaStream_t stream) {
+  gdn_gates_kernel<<<blocks_for(static_cast<int64_t>(T) * nv), kEltThreads, 0, stream>>>(ga, T, nv, nv / nk, beta, g);
   MT_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -177,8 +199,20 @@ void delta_rule(const DeltaRuleArgs& a, cudaStream_t stream) {
     return;
   }
   switch (a.dk) {
-    case 64: delta_rule_kernel<64><<<a.nv, 64, 0, stream>>>(a); break;
-    case 128: delta_rule_kernel<128><<<a.nv, 128, 0, stream>>>(a); break;
+    case 64: delta_rule_kernel<64, false><<<a.nv, 64, 0, stream>>>(a, {}, {}); break;
+    case 128: delta_rule_kernel<128, false><<<a.nv, 128, 0, stream>>>(a, {}, {}); break;
+    default: MT_CHECK(false && "delta_rule: state size must be 64 or 128 (gdn_supports)");
+  }
+  MT_CUDA_CHECK(cudaGetLastError());
+}
+
+bool delta_rule_gated_fits(int T) { return T < kChunkedMinTokens; }
+
+void delta_rule_gated(const DeltaRuleArgs& a, const GdnGateArgs& ga, const GdnNormArgs& na, cudaStream_t stream) {
+  MT_CHECK(a.nk > 0 && a.nv % a.nk == 0 && delta_rule_gated_fits(a.T) && na.w != nullptr && na.z != nullptr);
+  switch (a.dk) {
+    case 64: delta_rule_kernel<64, true><<<a.nv, 64, 0, stream>>>(a, ga, na); break;
+    case 128: delta_rule_kernel<128, true><<<a.nv, 128, 0, stream>>>(a, ga, na); break;
     default: MT_CHECK(false && "delta_rule: state size must be 64 or 128 (gdn_supports)");
   }
   MT_CUDA_CHECK(cudaGetLastError());

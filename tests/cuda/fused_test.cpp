@@ -10,7 +10,8 @@
 // attention with the position read on the device and a split sized for a larger capacity
 // equals the host-position call within float reordering. And the model: decode through
 // the replayed CUDA graph equals plain launches over 300 tokens (crossing a graph span),
-// for two architectures.
+// for two architectures. The Gated DeltaNet decode launch (delta_rule_gated) equals
+// gdn_gates + delta_rule + gated_rms_norm within the reordering of one double sum.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -38,6 +39,53 @@ using test::to_host;
 template <class T>
 bool same_bytes(const std::vector<T>& a, const std::vector<T>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+}
+
+TEST(CudaFused, GatedDeltaRuleEqualsGatesRuleAndNorm) {
+  MT_SKIP_WITHOUT_DEVICE();
+  std::mt19937 rng(7);
+  for (int dk : {64, 128}) {
+    for (bool grouped : {false, true}) {
+      for (int T : {1, 3, 7}) {
+        SCOPED_TRACE("dk " + std::to_string(dk) + (grouped ? " grouped" : " split") + " T " + std::to_string(T));
+        const int nk = 2, nv = 4, key_dim = nk * dk, conv_dim = 2 * key_dim + nv * dk, V = nv * dk;
+        const std::vector<float> u = randn(static_cast<size_t>(T) * conv_dim, rng);
+        const std::vector<float> ba = randn(static_cast<size_t>(T) * 2 * nv, rng);  // b then a per row (or grouped)
+        const std::vector<float> z = randn(static_cast<size_t>(T) * V, rng);
+        const std::vector<float> w = randn(dk, rng), ssm_a = randn(nv, rng, 0.5f), dt = randn(nv, rng, 0.5f);
+        const std::vector<float> state = randn(static_cast<size_t>(nv) * dk * dk, rng, 0.1f);
+        DeviceBuffer du = to_device(u), dba = to_device(ba), dz = to_device(z), dw = to_device(w);
+        DeviceBuffer da = to_device(ssm_a), ddt = to_device(dt), s1 = to_device(state), s2 = to_device(state);
+        DeviceBuffer beta(sizeof(float) * T * nv), g(sizeof(float) * T * nv), o1(sizeof(float) * T * V),
+            o2(sizeof(float) * T * V);
+        GdnGateArgs ga;
+        ga.b = dba.as<float>(), ga.a = grouped ? nullptr : dba.as<float>() + nv, ga.stride = 2 * nv;
+        ga.ssm_a = da.as<float>(), ga.dt_bias = ddt.as<float>(), ga.grouped = grouped;
+        GdnNormArgs na;
+        na.z = dz.as<float>(), na.z_stride = V, na.w = dw.as<float>(), na.eps = 1e-6f;
+        DeltaRuleArgs a;
+        a.u = du.as<float>(), a.conv_dim = conv_dim, a.key_dim = key_dim, a.nk = nk, a.nv = nv, a.dk = dk;
+        a.g = g.as<float>(), a.beta = beta.as<float>(), a.T = T, a.eps = 1e-6f;
+        a.state = s1.as<float>(), a.out = o1.as<float>();
+        gdn_gates(ga, T, nv, nk, beta.as<float>(), g.as<float>(), nullptr);
+        delta_rule(a, nullptr);
+        gated_rms_norm(o1.as<float>(), na.z, na.z_stride, na.w, T, nv, dk, na.eps, nullptr);
+        a.state = s2.as<float>(), a.out = o2.as<float>();
+        ASSERT_TRUE(delta_rule_gated_fits(T));
+        delta_rule_gated(a, ga, na, nullptr);
+        // The states are the same bytes (the same gates, the same float updates); the normed
+        // rows differ at most by the double sum's order, rounded to float.
+        EXPECT_TRUE(same_bytes(to_host<float>(s1, state.size()), to_host<float>(s2, state.size()))) << "state";
+        const std::vector<float> r1 = to_host<float>(o1, static_cast<size_t>(T) * V), r2 = to_host<float>(o2, r1.size());
+        float worst = 0, scale = 0;
+        for (size_t i = 0; i < r1.size(); ++i) {
+          worst = std::max(worst, std::fabs(r1[i] - r2[i]));
+          scale = std::max(scale, std::fabs(r1[i]));
+        }
+        EXPECT_LE(worst, 1e-6f * scale);
+      }
+    }
+  }
 }
 
 TEST(CudaFused, AddRmsNormEqualsAddThenRmsNorm) {
