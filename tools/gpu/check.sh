@@ -25,6 +25,9 @@
 #                              every architecture incl. gpt-oss, laguna, deepseek2; the
 #                              chunked delta rule; latent attention), memcheck on them,
 #                              ornith-35b q4_k_m resident pp512 / pp4096 / tg128
+#   tools/gpu/check.sh verify  a short call after a change: only mt_cuda_tests and moetier
+#                              built, the tests of FILTER (gtest filter), the parity test on
+#                              the architectures of PARITY, ornith-35b q4_k_m resident bench
 #   tools/gpu/check.sh cpu     the whole CPU test suite with this machine's compiler
 #   tools/gpu/check.sh all     test, then bench
 # Carry .gpu-carry (made here by tools/gpu/prepare.sh): the Debian packages of the header
@@ -52,7 +55,12 @@ build() {
   [ -f build-gpu/build.ninja ] || cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOETIER_CUDA=ON \
     -DCMAKE_CUDA_ARCHITECTURES=90 -DMOETIER_WERROR=ON -DMOETIER_SERVER=OFF -DCMAKE_PREFIX_PATH="$SYSROOT/usr" \
     -DMOETIER_TESTDATA_DIR="$TESTDATA" >"$OUT/configure.log" 2>&1
-  run compile cmake --build build-gpu -j "$JOBS"
+  local t
+  if [ -n "${BUILD_TARGETS:-}" ]; then
+    for t in $BUILD_TARGETS; do run "compile_$t" cmake --build build-gpu -j "$JOBS" --target "$t"; done
+  else
+    run compile cmake --build build-gpu -j "$JOBS"
+  fi
 }
 M=build-gpu/moetier
 SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
@@ -216,6 +224,19 @@ unified)  # issue 7: exact-geometry pools vs one unified max-size pool on the la
     head -1 "$OUT/laguna20_$layout.log"
   done
   ;;
+verify)
+  BUILD_TARGETS="mt_cuda_tests moetier" build
+  run verify_tests ./build-gpu/mt_cuda_tests --gtest_filter="${FILTER:-*}"
+  grep -E "OK \]|FAILED|Failure|Expected|actual" "$OUT/verify_tests.log" | tail -60
+  for a in ${PARITY:-}; do
+    MT_CUDA_PARITY_ARCH=$a run "parity_$a" ./build-gpu/mt_cuda_tests --gtest_filter='CudaModel.Logits*'
+    grep -hE "max rel|argmax equal|OK \]|FAILED|Failure" "$OUT/parity_$a.log"
+  done
+  F=/tmp/ornith-q4_k_m.gguf
+  [ -f "$F" ] || run synth_ornith $M synth --preset ornith-35b --quant q4_k_m --fast -o "$F"
+  run ornith_resident $M bench -m "$F" --device cuda -p 512 -n 128 -r 3 -o json
+  grep -E '"(n_prompt|n_gen|avg_ts)"' "$OUT/ornith_resident.log"
+  ;;
 families)
   build
   run cuda_tests ./build-gpu/mt_cuda_tests
@@ -233,7 +254,7 @@ cpu)
   run unit ctest --test-dir build-gpu --output-on-failure -j "$JOBS" -LE "kjv|cuda"
   ;;
 *)
-  echo "usage: tools/gpu/check.sh test|bench|all|llama|tier|quick|hybrid|unified|families|cpu"
+  echo "usage: tools/gpu/check.sh test|bench|all|llama|tier|quick|hybrid|unified|families|verify|cpu"
   exit 2
   ;;
 esac
