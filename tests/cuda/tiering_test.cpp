@@ -209,6 +209,24 @@ TEST(CudaTiering, UnifiedSlotsAndTheHybridFamilyEqualTheResidentRun) {
   }
 }
 
+// The seeds' other families tiered as they are (issue 9): gpt-oss (MXFP4 experts with
+// their biases and the clamped SwiGLU on both sides of the split), laguna (sigmoid routing
+// with the selection bias, a shared expert, windows) and deepseek2 (latent attention, group-
+// limited routing, a leading dense block): teacher-forced as the hybrid family above
+// (the CPU's cold experts round differently and the windows / latent cache carry it on).
+TEST(CudaTiering, TheSeedFamiliesTierUnchanged) {
+  MT_SKIP_WITHOUT_DEVICE();
+  for (Arch arch : {Arch::kGptOss, Arch::kLaguna, Arch::kDeepseek2}) {
+    synth::SynthConfig c = synth::tiny_for(arch);
+    c.quant = *synth::parse_quant_mix(arch == Arch::kGptOss ? "mxfp4" : "q4_k_m");
+    const std::string path = mt::test::temp_path(std::string("tiering-") + std::string(arch_info(arch).name) + ".gguf");
+    ASSERT_TRUE(synth::write_model(c, {path, false}).ok());
+    std::vector<int32_t> prompt(40);
+    for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>((i * 131 + 7) % 200);
+    check_model(path, prompt, true, MoeMode::kHybrid, /*unified=*/false, /*exact=*/false);
+  }
+}
+
 TEST(CudaTiering, StreamModeGreedyTokensEqualTheResidentRun) {
   MT_SKIP_WITHOUT_DEVICE();
   std::vector<int32_t> kjv_prompt(23);
