@@ -21,6 +21,12 @@
 // positions into chunks so about kTargetBlocks CTAs run, each writing (m, l) and its
 // unnormalised accumulators, merged by mla_combine_kernel:
 // out = sum_c acc_c e^(m_c - M) / sum_c l_c e^(m_c - M).
+// F16 caches: the CPU rounds each probability to F16 after the softmax, before the V sum
+// (as llama.cpp), which needs the final max and sum first: a stats pass (the same CTAs
+// computing only (m, l) per chunk), mla_stats_kernel merging them to (M, 1 / L) per
+// (token, head), then the accumulation pass with p = f16(e^(s - M) / L) and no rescaling
+// (its chunks' partial sums simply added). Measured on the CPU (tiny deepseek2): leaving
+// this rounding out moves the logits by 2.9e-2 relative at Q4_K.
 #include <cuda_fp16.h>
 
 #include <algorithm>
@@ -157,7 +163,12 @@ struct MlaGeom {
   bool direct = true;      // one chunk: out written (normalised) here; else the partials
   float2* ml = nullptr;    // (T, H, n_chunks) (m, l)
   float* acc = nullptr;    // (T, H, n_chunks, R)
+  float2* stats = nullptr; // F16 rounding: (T, H) (M, 1 / L) from the stats pass
 };
+
+// The attention kernel's passes: the online softmax (F32 / Q8_0 caches); for F16 caches
+// the stats pass then the rounded accumulation.
+enum class MlaPass { kOnline, kStats, kRounded };
 
 // Shared memory floats of the attention CTA: q (kHB, L), the tile's rows (kBk, L + 1),
 // the tile's probabilities (kHB, kBk).
@@ -167,7 +178,7 @@ size_t attn_smem_bytes(int L) {
 
 // Grid (n_chunks, ceil(H / kHB), T), token T - 1 - blockIdx.z (the longest rows first).
 // NE: latent dims per thread, R <= NE * kThreads.
-template <QuantType KV, int NE>
+template <QuantType KV, int NE, MlaPass kPass>
 __global__ void __launch_bounds__(kThreads) mla_attn_kernel(MlaGeom g) {
   extern __shared__ float4 smem4[];
   __shared__ float alpha_sh[kHB], m_sh[kHB], l_sh[kHB];
@@ -207,6 +218,13 @@ __global__ void __launch_bounds__(kThreads) mla_attn_kernel(MlaGeom g) {
   }
 
   float m = -INFINITY, l = 0.0f;  // warp w: head h0 + w's running max and sum (every lane)
+  float M = 0.0f, inv = 0.0f;     // kRounded: warp w's head's final max and 1 / sum
+  if constexpr (kPass == MlaPass::kRounded) {
+    if (warp < Hb) {
+      const float2 st = g.stats[slot0 + warp];
+      M = st.x, inv = st.y;
+    }
+  }
   float acc[kHB][NE];
 #pragma unroll
   for (int h = 0; h < kHB; ++h) {
@@ -229,36 +247,43 @@ __global__ void __launch_bounds__(kThreads) mla_attn_kernel(MlaGeom g) {
       for (int e = 0; e < L; ++e) dot += qh[e] * kr[e];
       const bool seen = lane < len;  // lane 0 always: m_new is finite
       const float sv = seen ? dot * a.scale : -INFINITY;
-      const float m_new = fmaxf(m, detail::warp_max(sv));
-      const float p = seen ? expf(sv - m_new) : 0.0f;
-      const float alpha = expf(m - m_new);  // 0 on the first tile (m = -inf)
-      l = l * alpha + detail::warp_sum(p);
-      m = m_new;
-      p_sh[warp * kBk + lane] = p;
-      if (lane == 0) alpha_sh[warp] = alpha;
+      if constexpr (kPass == MlaPass::kRounded) {  // the CPU's probability, rounded to F16
+        p_sh[warp * kBk + lane] = seen ? __half2float(__float2half_rn(expf(sv - M) * inv)) : 0.0f;
+        if (lane == 0) alpha_sh[warp] = 1.0f;
+      } else {
+        const float m_new = fmaxf(m, detail::warp_max(sv));
+        const float p = seen ? expf(sv - m_new) : 0.0f;
+        const float alpha = expf(m - m_new);  // 0 on the first tile (m = -inf)
+        l = l * alpha + detail::warp_sum(p);
+        m = m_new;
+        p_sh[warp * kBk + lane] = p;
+        if (lane == 0) alpha_sh[warp] = alpha;
+      }
     }
     __syncthreads();
-#pragma unroll
-    for (int h = 0; h < kHB; ++h) {
-      if (h < Hb) {
-        const float al = alpha_sh[h];
-#pragma unroll
-        for (int i = 0; i < NE; ++i) acc[h][i] *= al;
-      }
-    }
-    for (int j = 0; j < len; ++j) {
-      float v[NE];
-#pragma unroll
-      for (int i = 0; i < NE; ++i) {
-        const int e = tid + i * kThreads;
-        v[i] = e < R ? k_sh[j * KS + e] : 0.0f;
-      }
+    if constexpr (kPass != MlaPass::kStats) {  // the stats pass: scores only
 #pragma unroll
       for (int h = 0; h < kHB; ++h) {
         if (h < Hb) {
-          const float pj = p_sh[h * kBk + j];
+          const float al = alpha_sh[h];
 #pragma unroll
-          for (int i = 0; i < NE; ++i) acc[h][i] += pj * v[i];
+          for (int i = 0; i < NE; ++i) acc[h][i] *= al;
+        }
+      }
+      for (int j = 0; j < len; ++j) {
+        float v[NE];
+#pragma unroll
+        for (int i = 0; i < NE; ++i) {
+          const int e = tid + i * kThreads;
+          v[i] = e < R ? k_sh[j * KS + e] : 0.0f;
+        }
+#pragma unroll
+        for (int h = 0; h < kHB; ++h) {
+          if (h < Hb) {
+            const float pj = p_sh[h * kBk + j];
+#pragma unroll
+            for (int i = 0; i < NE; ++i) acc[h][i] += pj * v[i];
+          }
         }
       }
     }
@@ -268,26 +293,52 @@ __global__ void __launch_bounds__(kThreads) mla_attn_kernel(MlaGeom g) {
     l_sh[warp] = l;
   }
   __syncthreads();
+  if constexpr (kPass == MlaPass::kStats) {  // (m, l) of every chunk, the direct case too
+    if (tid < Hb) g.ml[(slot0 + tid) * g.n_chunks + c] = make_float2(m_sh[tid], l_sh[tid]);
+  } else {
 #pragma unroll
-  for (int h = 0; h < kHB; ++h) {
-    if (h >= Hb) continue;
+    for (int h = 0; h < kHB; ++h) {
+      if (h >= Hb) continue;
 #pragma unroll
-    for (int i = 0; i < NE; ++i) {
-      const int e = tid + i * kThreads;
-      if (e >= R) continue;
-      if (g.direct) {
-        a.out[(slot0 + h) * R + e] = acc[h][i] / l_sh[h];
-      } else {
-        g.acc[((slot0 + h) * g.n_chunks + c) * R + e] = acc[h][i];
+      for (int i = 0; i < NE; ++i) {
+        const int e = tid + i * kThreads;
+        if (e >= R) continue;
+        if (g.direct) {
+          a.out[(slot0 + h) * R + e] = kPass == MlaPass::kRounded ? acc[h][i] : acc[h][i] / l_sh[h];
+        } else {
+          g.acc[((slot0 + h) * g.n_chunks + c) * R + e] = acc[h][i];
+        }
       }
     }
+    // (The rounded pass keeps the stats pass's (m, l): the combine skips the same chunks.)
+    if (kPass == MlaPass::kOnline && !g.direct && tid < Hb) {
+      g.ml[(slot0 + tid) * g.n_chunks + c] = make_float2(m_sh[tid], l_sh[tid]);
+    }
   }
-  if (!g.direct && tid < Hb) g.ml[(slot0 + tid) * g.n_chunks + c] = make_float2(m_sh[tid], l_sh[tid]);
+}
+
+// Grid (H * T): per (token, head) the chunks' (m, l) merged to (M, 1 / L), the stats
+// the rounded pass normalises with.
+__global__ void mla_stats_kernel(const float2* ml, int n_chunks, int64_t n_slots, float2* stats) {
+  const int64_t slot = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (slot >= n_slots) return;
+  const int64_t base = slot * n_chunks;
+  float M = -INFINITY;
+  for (int c = 0; c < n_chunks; ++c) {
+    if (ml[base + c].y > 0.0f) M = fmaxf(M, ml[base + c].x);
+  }
+  float L = 0.0f;
+  for (int c = 0; c < n_chunks; ++c) {
+    const float2 p = ml[base + c];
+    if (p.y > 0.0f) L += p.y * expf(p.x - M);
+  }
+  stats[slot] = make_float2(M, 1.0f / L);
 }
 
 // Grid (H, T): (token, head)'s chunks merged; chunks with l = 0 (past the query) skipped.
+// rounded: the chunks' sums are already normalised: added in chunk order.
 __global__ void __launch_bounds__(kThreads)
-    mla_combine_kernel(const float2* ml, const float* acc, int n_chunks, int H, int R, float* out) {
+    mla_combine_kernel(const float2* ml, const float* acc, int n_chunks, int H, int R, bool rounded, float* out) {
   const int64_t slot = static_cast<int64_t>(blockIdx.y) * H + blockIdx.x;
   const int64_t base = slot * n_chunks;
   float M = -INFINITY;
@@ -304,9 +355,9 @@ __global__ void __launch_bounds__(kThreads)
     float s = 0.0f;
     for (int c = 0; c < n_chunks; ++c) {
       const float2 p = ml[base + c];
-      if (p.y > 0.0f) s += acc[(base + c) * R + e] * expf(p.x - M);
+      if (p.y > 0.0f) s += rounded ? acc[(base + c) * R + e] : acc[(base + c) * R + e] * expf(p.x - M);
     }
-    out[slot * R + e] = s * inv;
+    out[slot * R + e] = rounded ? s : s * inv;
   }
 }
 
@@ -325,16 +376,31 @@ void split(MlaGeom& g, uint32_t n_kv) {
   g.n_chunks = static_cast<int>((kv + len - 1) / len);
 }
 
-template <QuantType KV, int NE>
-void launch_attn(const MlaGeom& g, cudaStream_t stream) {
+template <QuantType KV, int NE, MlaPass kPass>
+void launch_pass(const MlaGeom& g, cudaStream_t stream) {
   const int L = g.a.R + g.a.P;
   const size_t smem = attn_smem_bytes(L);
-  auto kernel = mla_attn_kernel<KV, NE>;
+  auto kernel = mla_attn_kernel<KV, NE, kPass>;
   MT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   const dim3 grid(static_cast<unsigned>(g.n_chunks), static_cast<unsigned>((g.a.n_head + kHB - 1) / kHB),
                   static_cast<unsigned>(g.a.n_tokens));
   kernel<<<grid, kThreads, smem, stream>>>(g);
   MT_CUDA_CHECK_LAUNCH();
+}
+
+// F16 caches: the stats pass, the merge, the rounded pass; the others: the online pass.
+template <QuantType KV, int NE>
+void launch_attn(const MlaGeom& g, cudaStream_t stream) {
+  if constexpr (KV == QuantType::F16) {
+    launch_pass<KV, NE, MlaPass::kStats>(g, stream);
+    const int64_t slots = static_cast<int64_t>(g.a.n_tokens) * g.a.n_head;
+    mla_stats_kernel<<<static_cast<unsigned>((slots + kThreads - 1) / kThreads), kThreads, 0, stream>>>(g.ml, g.n_chunks,
+                                                                                                      slots, g.stats);
+    MT_CUDA_CHECK_LAUNCH();
+    launch_pass<KV, NE, MlaPass::kRounded>(g, stream);
+  } else {
+    launch_pass<KV, NE, MlaPass::kOnline>(g, stream);
+  }
 }
 
 template <QuantType KV>
@@ -401,10 +467,10 @@ void mla_attention(const MlaAttentionArgs& a, Workspace& ws, cudaStream_t stream
   }
   g.direct = g.n_chunks == 1;
   const size_t parts = static_cast<size_t>(a.n_tokens) * a.n_head * g.n_chunks;
-  if (!g.direct) {
-    g.ml = static_cast<float2*>(ws.take(parts * sizeof(float2)));
-    g.acc = static_cast<float*>(ws.take(parts * a.R * sizeof(float)));
-  }
+  const bool rounded = a.kv_type == QuantType::F16;
+  if (!g.direct || rounded) g.ml = static_cast<float2*>(ws.take(parts * sizeof(float2)));
+  if (!g.direct) g.acc = static_cast<float*>(ws.take(parts * a.R * sizeof(float)));
+  if (rounded) g.stats = static_cast<float2*>(ws.take(static_cast<size_t>(a.n_tokens) * a.n_head * sizeof(float2)));
   switch (a.kv_type) {
     case QuantType::F16: launch_attn_r<QuantType::F16>(g, stream); break;
     case QuantType::Q8_0: launch_attn_r<QuantType::Q8_0>(g, stream); break;
@@ -413,7 +479,7 @@ void mla_attention(const MlaAttentionArgs& a, Workspace& ws, cudaStream_t stream
   }
   if (g.direct) return;
   mla_combine_kernel<<<dim3(static_cast<unsigned>(a.n_head), static_cast<unsigned>(a.n_tokens)), kThreads, 0,
-                       stream>>>(g.ml, g.acc, g.n_chunks, a.n_head, a.R, a.out);
+                       stream>>>(g.ml, g.acc, g.n_chunks, a.n_head, a.R, rounded, a.out);
   MT_CUDA_CHECK_LAUNCH();
 }
 
@@ -423,7 +489,9 @@ size_t mla_attention_workspace_bytes(int n_tokens, int n_head, int R) {
     const size_t parts = static_cast<size_t>(t) * n_head * split_want(t, n_head);
     bytes = std::max(bytes, round256(parts * sizeof(float2)) + round256(parts * R * sizeof(float)) + 256);
   }
-  return bytes;
+  // F16 caches: a prompt's (m, l) per (token, head) (one chunk), and every call's stats.
+  const size_t slots = static_cast<size_t>(std::max(n_tokens, 0)) * n_head;
+  return std::max(bytes, round256(slots * sizeof(float2))) + round256(slots * sizeof(float2)) + 512;
 }
 
 }  // namespace mt::cuda

@@ -28,6 +28,7 @@
 #   tools/gpu/check.sh verify  a short call after a change: only mt_cuda_tests and moetier
 #                              built, the tests of FILTER (gtest filter), the parity test on
 #                              the architectures of PARITY, ornith-35b q4_k_m resident bench
+#                              (NO_BENCH=1: none; BUILD_TARGETS overrides what is built)
 #   tools/gpu/check.sh cpu     the whole CPU test suite with this machine's compiler
 #   tools/gpu/check.sh all     test, then bench
 # Carry .gpu-carry (made here by tools/gpu/prepare.sh): the Debian packages of the header
@@ -225,13 +226,14 @@ unified)  # issue 7: exact-geometry pools vs one unified max-size pool on the la
   done
   ;;
 verify)
-  BUILD_TARGETS="mt_cuda_tests moetier" build
+  BUILD_TARGETS=${BUILD_TARGETS:-mt_cuda_tests moetier} build
   run verify_tests ./build-gpu/mt_cuda_tests --gtest_filter="${FILTER:-*}"
   grep -E "OK \]|FAILED|Failure|Expected|actual" "$OUT/verify_tests.log" | tail -60
   for a in ${PARITY:-}; do
     MT_CUDA_PARITY_ARCH=$a run "parity_$a" ./build-gpu/mt_cuda_tests --gtest_filter='CudaModel.Logits*'
     grep -hE "max rel|argmax equal|OK \]|FAILED|Failure" "$OUT/parity_$a.log"
   done
+  [ -n "${NO_BENCH:-}" ] && exit $status
   F=/tmp/ornith-q4_k_m.gguf
   [ -f "$F" ] || run synth_ornith $M synth --preset ornith-35b --quant q4_k_m --fast -o "$F"
   run ornith_resident $M bench -m "$F" --device cuda -p 512 -n 128 -r 3 -o json
