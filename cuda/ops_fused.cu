@@ -12,6 +12,7 @@
 #include "core/check.h"
 #include "cuda/act_quant.cuh"
 #include "cuda/ops.h"
+#include "cuda/ops_device.cuh"
 #include "cuda/ops_reduce.cuh"
 
 namespace mt::cuda {
@@ -175,23 +176,9 @@ __global__ void attn_prep_kernel(AttnPrepArgs a, float theta_scale) {
       const int k = a.neox ? (first ? e : e - half) : e / 2;
       const int i0 = a.neox ? k : 2 * k;
       const int i1 = a.neox ? k + half : 2 * k + 1;
-      float theta, mscale = a.attn_factor;
-      if (a.yarn_ext == 0.0f) {
-        theta = static_cast<float>(pos) * a.freq_scale;
-        for (int j = 0; j < k; ++j) theta = __fmul_rn(theta, theta_scale);
-      } else {  // model/attention.cpp rope_angles' YaRN expression, operation by operation
-        float extrap = static_cast<float>(pos);
-        for (int j = 0; j < k; ++j) extrap = __fmul_rn(extrap, theta_scale);
-        const float interp = __fmul_rn(a.freq_scale, extrap);
-        const float y = __fdiv_rn(__fsub_rn(static_cast<float>(k), a.yarn_lo), fmaxf(0.001f, __fsub_rn(a.yarn_hi, a.yarn_lo)));
-        const float ramp_mix = __fmul_rn(__fsub_rn(1.0f, fminf(1.0f, fmaxf(0.0f, y))), a.yarn_ext);
-        theta = __fadd_rn(__fmul_rn(interp, __fsub_rn(1.0f, ramp_mix)), __fmul_rn(extrap, ramp_mix));
-        mscale = a.yarn_mscale;
-      }
-      double s = 0.0, c = 0.0;
-      sincos(static_cast<double>(theta), &s, &c);
-      float sf = static_cast<float>(s), cf = static_cast<float>(c);
-      if (mscale != 1.0f) sf = __fmul_rn(sf, mscale), cf = __fmul_rn(cf, mscale);
+      float cf, sf;
+      detail::rope_cos_sin(pos, k, theta_scale, a.freq_scale, a.attn_factor, a.yarn_ext, a.yarn_lo, a.yarn_hi,
+                           a.yarn_mscale, &cf, &sf);
       const float x0 = head_sh[i0], x1 = head_sh[i1];
       v = first ? __fsub_rn(__fmul_rn(x0, cf), __fmul_rn(x1, sf)) : __fadd_rn(__fmul_rn(x0, sf), __fmul_rn(x1, cf));
     }
@@ -211,16 +198,8 @@ __global__ void attn_prep_kernel(AttnPrepArgs a, float theta_scale) {
       break;
     default: {  // Q8_0: a warp is one 32-element block (D and h * D multiples of 32)
       if (e >= ((D + 31) / 32) * 32) return;  // whole warps past the head
-      const float ax = fabsf(v);
-      const float amax = detail::warp_max(ax > 0.0f ? ax : 0.0f);
-      const float d = amax / 127;
-      float id = 0.0f;
-      if (d != 0.0f) {
-        id = 1.0f / d;
-        if (!isfinite(id)) id = 0.0f;
-      }
-      const float r = roundf(v * id);
-      const int q = r == r ? static_cast<int>(fminf(fmaxf(r, -127.0f), 127.0f)) : 0;
+      float d;
+      const int q = detail::q8_0_code(v, &d);
       uint8_t* blk = row + (col / 32) * 34;
       if ((e & 31) == 0) *reinterpret_cast<__half*>(blk) = __float2half_rn(d);
       if (live) blk[2 + (e & 31)] = static_cast<uint8_t>(static_cast<int8_t>(q));

@@ -206,12 +206,9 @@ __global__ void __launch_bounds__(kThreads) mla_attn_kernel(MlaGeom g) {
   }
 }
 
-// Grid (H * T): per (token, head) the chunks' (m, l) merged to (M, 1 / L), the stats
-// the rounded pass normalises with.
-__global__ void mla_stats_kernel(const float2* ml, int n_chunks, int64_t n_slots, float2* stats) {
-  const int64_t slot = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (slot >= n_slots) return;
-  const int64_t base = slot * n_chunks;
+// A (token, head)'s chunks merged from ml + base: (M, L), M the largest m of a chunk with
+// l > 0, L = sum_c l_c e^(m_c - M) in chunk order (chunks past the query have l = 0).
+__device__ __forceinline__ float2 merge_chunks(const float2* ml, int64_t base, int n_chunks) {
   float M = -INFINITY;
   for (int c = 0; c < n_chunks; ++c) {
     if (ml[base + c].y > 0.0f) M = fmaxf(M, ml[base + c].x);
@@ -221,7 +218,16 @@ __global__ void mla_stats_kernel(const float2* ml, int n_chunks, int64_t n_slots
     const float2 p = ml[base + c];
     if (p.y > 0.0f) L += p.y * expf(p.x - M);
   }
-  stats[slot] = make_float2(M, 1.0f / L);
+  return make_float2(M, L);
+}
+
+// Grid (H * T): per (token, head) the chunks' (m, l) merged to (M, 1 / L), the stats
+// the rounded pass normalises with.
+__global__ void mla_stats_kernel(const float2* ml, int n_chunks, int64_t n_slots, float2* stats) {
+  const int64_t slot = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (slot >= n_slots) return;
+  const float2 ML = merge_chunks(ml, slot * n_chunks, n_chunks);
+  stats[slot] = make_float2(ML.x, 1.0f / ML.y);
 }
 
 // Grid (H, T): (token, head)'s chunks merged; chunks with l = 0 (past the query) skipped.
@@ -230,16 +236,8 @@ __global__ void __launch_bounds__(kThreads)
     mla_combine_kernel(const float2* ml, const float* acc, int n_chunks, int H, int R, bool rounded, float* out) {
   const int64_t slot = static_cast<int64_t>(blockIdx.y) * H + blockIdx.x;
   const int64_t base = slot * n_chunks;
-  float M = -INFINITY;
-  for (int c = 0; c < n_chunks; ++c) {
-    if (ml[base + c].y > 0.0f) M = fmaxf(M, ml[base + c].x);
-  }
-  float L = 0.0f;
-  for (int c = 0; c < n_chunks; ++c) {
-    const float2 p = ml[base + c];
-    if (p.y > 0.0f) L += p.y * expf(p.x - M);
-  }
-  const float inv = 1.0f / L;
+  const float2 ML = merge_chunks(ml, base, n_chunks);
+  const float M = ML.x, inv = 1.0f / ML.y;
   for (int e = threadIdx.x; e < R; e += blockDim.x) {
     float s = 0.0f;
     for (int c = 0; c < n_chunks; ++c) {

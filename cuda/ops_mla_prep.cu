@@ -23,28 +23,10 @@ using mla_detail::kThreads;
 using mla_detail::kWarps;
 using mla_detail::q8_0_code;
 
-// cos and sin of rotation pair k at position pos, as model/attention.cpp rope_angles
-// computes them (theta by repeated float multiplication; YaRN's ramp mix).
+// Pair k's cos and sin at pos (cuda/ops_device.cuh rope_cos_sin with the layer's constants).
 __device__ __forceinline__ void rope_cos_sin(const MlaRope& r, uint32_t pos, int k, float* c, float* s) {
-  float theta, mscale = r.attn_factor;
-  if (r.yarn_ext == 0.0f) {
-    theta = static_cast<float>(pos) * r.freq_scale;
-    for (int j = 0; j < k; ++j) theta = __fmul_rn(theta, r.theta_scale);
-  } else {
-    float extrap = static_cast<float>(pos);
-    for (int j = 0; j < k; ++j) extrap = __fmul_rn(extrap, r.theta_scale);
-    const float interp = __fmul_rn(r.freq_scale, extrap);
-    const float y = __fdiv_rn(__fsub_rn(static_cast<float>(k), r.yarn_lo), fmaxf(0.001f, __fsub_rn(r.yarn_hi, r.yarn_lo)));
-    const float ramp_mix = __fmul_rn(__fsub_rn(1.0f, fminf(1.0f, fmaxf(0.0f, y))), r.yarn_ext);
-    theta = __fadd_rn(__fmul_rn(interp, __fsub_rn(1.0f, ramp_mix)), __fmul_rn(extrap, ramp_mix));
-    mscale = r.yarn_mscale;
-  }
-  double sd = 0.0, cd = 0.0;
-  sincos(static_cast<double>(theta), &sd, &cd);
-  float sf = static_cast<float>(sd), cf = static_cast<float>(cd);
-  if (mscale != 1.0f) sf = __fmul_rn(sf, mscale), cf = __fmul_rn(cf, mscale);
-  *c = cf;
-  *s = sf;
+  detail::rope_cos_sin(pos, k, r.theta_scale, r.freq_scale, r.attn_factor, r.yarn_ext, r.yarn_lo, r.yarn_hi,
+                       r.yarn_mscale, c, s);
 }
 
 // NORM-style rotation of the pair (x[0], x[1]) into out[0], out[1] (out may be x).
