@@ -1,6 +1,7 @@
 #include "core/parallel.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include "core/check.h"
 
@@ -13,8 +14,22 @@
 
 namespace mt {
 namespace {
-constexpr int kSpinIterations = 1000;  // a few microseconds before sleeping
+
+// Spins until done() or spin_ns have passed; true when done() held. The clock is read
+// every 64 pauses (a pause is 10-150 cycles depending on the core).
+template <class Done>
+bool spin_until(const Done& done, int64_t spin_ns) {
+  const auto start = std::chrono::steady_clock::now();
+  for (;;) {
+    for (int i = 0; i < 64; ++i) {
+      if (done()) return true;
+      MT_CPU_RELAX();
+    }
+    if (std::chrono::steady_clock::now() - start >= std::chrono::nanoseconds(spin_ns)) return done();
+  }
 }
+
+}  // namespace
 
 ThreadPool::ThreadPool(int n_threads) : n_threads_(std::max(1, n_threads)) {
   for (int i = 1; i < n_threads_; ++i) threads_.emplace_back([this] { worker(); });
@@ -43,12 +58,9 @@ void ThreadPool::worker() {
   uint64_t seen = 0;
   for (;;) {
     // Spin for the next job, then sleep.
-    int spins = 0;
-    while (generation_.load(std::memory_order_acquire) == seen && spins < kSpinIterations) {
-      MT_CPU_RELAX();
-      ++spins;
-    }
-    if (generation_.load(std::memory_order_acquire) == seen) {
+    const bool woke = spin_until([&] { return generation_.load(std::memory_order_acquire) != seen; },
+                                 spin_ns_.load(std::memory_order_relaxed));
+    if (!woke) {
       std::unique_lock<std::mutex> lock(mu_);
       sleeping_.fetch_add(1);
       wake_.wait(lock, [&] { return generation_.load(std::memory_order_acquire) != seen; });
@@ -85,8 +97,9 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
   if (sleeping_.load() > 0) wake_.notify_all();
   run_chunks();
   // Wait for the workers: spin briefly, then sleep.
-  for (int spins = 0; active_.load(std::memory_order_acquire) != 0 && spins < kSpinIterations; ++spins) MT_CPU_RELAX();
-  if (active_.load(std::memory_order_acquire) != 0) {
+  const bool done = spin_until([&] { return active_.load(std::memory_order_acquire) == 0; },
+                               spin_ns_.load(std::memory_order_relaxed));
+  if (!done) {
     std::unique_lock<std::mutex> lock(mu_);
     done_.wait(lock, [&] { return active_.load(std::memory_order_acquire) == 0; });
   }

@@ -3,8 +3,10 @@
 // The calling thread takes part, so a pool of n threads has n - 1 workers. A job is cut
 // into chunks that threads claim with an atomic counter (a slow thread takes fewer), and
 // parallel_for returns when every chunk is done. Between jobs a worker spins on the job
-// counter for a short while (decode issues a job every few microseconds) and then sleeps
-// on a condition variable, so an idle pool costs no CPU.
+// counter for a while (decode issues a job every few microseconds) and then sleeps on a
+// condition variable, so an idle pool costs no CPU. The spin is a time (set_spin_us): a
+// hybrid GPU decode step leaves the pool idle for the device's part of every layer, and
+// a worker that slept through it costs a futex wake-up, tens of microseconds, per layer.
 #pragma once
 
 #include <atomic>
@@ -25,6 +27,10 @@ class ThreadPool {
   ~ThreadPool();
 
   int size() const { return n_threads_; }
+  // How long an idle worker (and parallel_for's caller, waiting for the workers) spins
+  // before it sleeps. Default kDefaultSpinUs.
+  static constexpr int kDefaultSpinUs = 50;
+  void set_spin_us(int us) { spin_ns_.store(static_cast<int64_t>(us) * 1000, std::memory_order_relaxed); }
   // fn(begin, end) over [0, n), in chunks of `grain` indices (0: automatic, about four
   // chunks per thread).
   void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t grain = 0);
@@ -44,6 +50,7 @@ class ThreadPool {
   const std::function<void(int64_t, int64_t)>* job_ = nullptr;
   int64_t job_n_ = 0, chunk_ = 1;
   std::atomic<bool> stop_{false};
+  std::atomic<int64_t> spin_ns_{int64_t{kDefaultSpinUs} * 1000};
 };
 
 // fn(begin, end) over [0, n): on the calling thread when n < min_parallel (a decode

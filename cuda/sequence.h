@@ -168,7 +168,7 @@ class CudaSequence final : public Evaluator {
     std::vector<ExpertJob> jobs;
     std::vector<int32_t> rows;
     uint32_t n_device = 0;  // slots computed on the device from cache slots
-    int staged_buf = -1;    // stream mode: the staging buffer of this step's refused misses
+    int staged_buf = -1;    // the staging buffer of this step's refused misses (stream, split)
   };
   HybridPart place_hybrid(uint32_t l, uint32_t T, const int32_t* sel, const float* h, const float* wts);
   void finish_hybrid(uint32_t l, uint32_t T, const HybridPart& part, float* d);

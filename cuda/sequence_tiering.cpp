@@ -32,24 +32,26 @@ CudaSequence::HybridPart CudaSequence::place_hybrid(uint32_t l, uint32_t T, cons
   placed_.clear();
   tier.scheduler->place(l, tasks_, placed_);
   slot_of_.assign(m_.hp.n_expert, -1);
-  // The compute stream waits for the copies into this layer's slots queued by earlier
-  // steps (usually done long ago); this step's admissions are waited for only when an
-  // admitted expert is also computed on the device now (large batches).
-  bool device_waits_for_copy = false;
-  for (const Placement& p : placed_) device_waits_for_copy |= p.on_device && p.copy;
-  if (!device_waits_for_copy) tier.cache->wait_layer(l, s);
+  // The copy stream is first in, first out: the copies of experts the device computes now
+  // (admitted into a slot, or staged) go first, then admissions for later steps. The
+  // compute stream waits for the copies into this layer's slots queued so far (earlier
+  // steps' are usually done long ago) but not for the later admissions.
   staged_.clear();
   staged_of_.assign(m_.hp.n_expert, false);
   for (const Placement& p : placed_) {
-    if (p.copy && p.slot >= 0) tier.cache->admit(l, p.expert, p.slot);
+    if (p.on_device && p.copy && p.slot >= 0) tier.cache->admit(l, p.expert, p.slot);
     if (p.on_device && p.slot >= 0) slot_of_[p.expert] = p.slot;
-    if (p.on_device && p.slot < 0) {  // stream mode, refused by the policy: through staging
+    if (p.on_device && p.slot < 0) {  // refused by the policy: through staging
       staged_.push_back(p.expert);
       staged_of_[p.expert] = true;
     }
   }
-  if (device_waits_for_copy) tier.cache->wait_layer(l, s);
+  tier.cache->wait_layer(l, s);
   HybridPart part;
+  if (!staged_.empty()) part.staged_buf = tier.cache->stage_experts(l, staged_);
+  for (const Placement& p : placed_) {
+    if (!p.on_device && p.copy && p.slot >= 0) tier.cache->admit(l, p.expert, p.slot);
+  }
   for (uint32_t i = 0; i < T * K; ++i) {
     const auto e = static_cast<uint32_t>(pin_sel_[i]);
     const int32_t slot = slot_of_[e];
@@ -66,7 +68,6 @@ CudaSequence::HybridPart CudaSequence::place_hybrid(uint32_t l, uint32_t T, cons
   }
   MT_CUDA_CHECK(cudaMemcpyAsync(slot_ids_dev_.get(), pin_slot_ids_, sizeof(int32_t) * T * K, cudaMemcpyHostToDevice, s));
   if (!staged_.empty()) {
-    part.staged_buf = tier.cache->stage_experts(l, staged_);
     MT_CUDA_CHECK(
         cudaMemcpyAsync(stage_ids_dev_.get(), pin_stage_ids_, sizeof(int32_t) * T * K, cudaMemcpyHostToDevice, s));
   }

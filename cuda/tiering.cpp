@@ -11,9 +11,10 @@ namespace mt::cuda {
 
 namespace {
 
-// Device staging buffers: prefill streaming and stream mode's refused misses use two.
+// Device staging buffers: prefill streaming, and the refused misses of stream mode and
+// of hybrid's split, use two.
 uint32_t stream_buffers(const CudaTieringOptions& o, const SchedulerOptions& s) {
-  return o.stream_threshold > 0 || s.mode == MoeMode::kStream ? 2 : 0;
+  return o.stream_threshold > 0 || s.mode == MoeMode::kStream || s.split_misses ? 2 : 0;
 }
 
 }  // namespace

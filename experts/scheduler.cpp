@@ -1,8 +1,33 @@
 #include "experts/scheduler.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include "core/check.h"
 
 namespace mt {
+
+namespace {
+constexpr double kCopyLatencySeconds = 10e-6;  // queueing one layer-step's copies
+}
+
+uint32_t device_share_of_misses(uint32_t n, uint64_t bytes, double h2d_gbps, double cpu_gbps) {
+  if (n == 0 || h2d_gbps <= 0) return 0;
+  if (cpu_gbps <= 0) return n;
+  const double b = static_cast<double>(bytes);
+  uint32_t best = 0;
+  double best_t = INFINITY;
+  for (uint32_t m = 0; m <= n; ++m) {
+    const double t_dev = m == 0 ? 0.0 : kCopyLatencySeconds + m * b / (h2d_gbps * 1e9);
+    const double t_cpu = (n - m) * b / (cpu_gbps * 1e9);
+    const double t = std::max(t_dev, t_cpu);
+    if (t < best_t) {
+      best_t = t;
+      best = m;
+    }
+  }
+  return best;
+}
 
 ExpertScheduler::ExpertScheduler(const ExpertGeometry& geometry, const PoolPlan& plan, uint32_t n_layer_blocks,
                                  const CacheOptions& cache_options, const SchedulerOptions& options)
@@ -38,8 +63,12 @@ void ExpertScheduler::place(uint32_t layer, std::span<const ExpertTask> tasks, s
     Placement p{t.expert, false, -1, false};
     if (options_.mode != MoeMode::kCpu) {
       p.slot = cache_.lookup(layer, t.expert);
+      const bool split = options_.mode == MoeMode::kHybrid && options_.split_misses;
       if (p.slot >= 0) {
         p.on_device = true;
+      } else if (split && !device_beats_cpu(layer_bytes_[layer], t.n_tokens, layer_flops_[layer], layer_type_[layer],
+                                            options_.pinned, options_.hw)) {
+        p.slot = -1;  // split_misses decides: admitted only if the device computes it now
       } else if (options_.mode == MoeMode::kHybrid && options_.max_admissions > 0 &&
                  admitted >= options_.max_admissions) {
         p.slot = -1;  // over this layer-step's admission cap: the CPU computes it
@@ -60,8 +89,43 @@ void ExpertScheduler::place(uint32_t layer, std::span<const ExpertTask> tasks, s
         }
       }
     }
-    ++(p.on_device ? c.device_experts : c.cpu_experts);
     out.push_back(p);
+  }
+  const size_t first = out.size() - tasks.size();
+  if (options_.mode == MoeMode::kHybrid && options_.split_misses) split_misses(layer, tasks, first, out);
+  for (size_t i = first; i < out.size(); ++i) ++(out[i].on_device ? c.device_experts : c.cpu_experts);
+}
+
+void ExpertScheduler::split_misses(uint32_t layer, std::span<const ExpertTask> tasks, size_t first,
+                                   std::vector<Placement>& out) {
+  SchedulerCounters& c = counters_[layer];
+  std::vector<size_t> cpu;  // indices into tasks of the misses bound for the CPU
+  for (size_t i = 0; i < tasks.size(); ++i) if (!out[first + i].on_device) cpu.push_back(i);
+  if (cpu.empty()) return;
+  const uint64_t bytes = layer_bytes_[layer];
+  uint32_t m = 0;
+  if (options_.split_fraction >= 0) {
+    m = static_cast<uint32_t>(std::lround(std::min(1.0, options_.split_fraction) * static_cast<double>(cpu.size())));
+  } else {
+    m = device_share_of_misses(static_cast<uint32_t>(cpu.size()), bytes, options_.hw.h2d_gbps(bytes, options_.pinned),
+                               options_.hw.cpu_decode_gbps(layer_type_[layer]));
+  }
+  // Copies already queued (admissions) first, then the experts with the most tokens.
+  std::stable_sort(cpu.begin(), cpu.end(), [&](size_t a, size_t b) {
+    const Placement &pa = out[first + a], &pb = out[first + b];
+    if (pa.copy != pb.copy) return pa.copy;
+    return tasks[a].n_tokens > tasks[b].n_tokens;
+  });
+  for (size_t k = 0; k < m && k < cpu.size(); ++k) {
+    Placement& p = out[first + cpu[k]];
+    p.on_device = true;
+    if (p.copy) continue;  // admitted above: computed from its slot after the copy
+    p.slot = cache_.admit(layer, p.expert);
+    p.copy = true;
+    if (p.slot < 0) {  // refused by the policy: through staging
+      ++c.staged;
+      c.staged_bytes += bytes;
+    }
   }
 }
 

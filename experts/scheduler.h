@@ -12,6 +12,15 @@
 //           computed on the device after it only when that beats the CPU for this
 //           many tokens (cost_model.h device_beats_cpu: large prefill batches), else on
 //           the CPU now and from the slot next time; refused, on the CPU.
+//           With split_misses, the misses bound for the CPU are then shared out: some go
+//           to the device this step (copied into a slot when the policy admits them, else
+//           through staging, and computed there after the copy) so that the link and the
+//           CPU, which read host memory side by side, finish together. The share follows
+//           the cost model (one expert's bytes at the link's speed vs at the CPU's expert
+//           speed) or split_fraction, the misses with the most tokens first. Then a miss
+//           is admitted only when the device computes it in this step (its copy is on the
+//           critical path anyway; an admission for later alone would queue on the link
+//           ahead of the next layer's copies), so max_admissions does not apply.
 //   stream: everything on the device; a miss the policy admits is copied into its slot,
 //           one it refuses is copied through the staging ring (bytes counted as staged).
 // Counters per layer besides the cache's: experts computed on the device and on the CPU,
@@ -54,7 +63,16 @@ struct SchedulerOptions {
   // is computed on the CPU and not admitted: under weak reuse (uniform routing) admitting
   // every miss moves an expert's bytes per miss over the bus for little gain.
   uint32_t max_admissions = 0;
+  // Hybrid: share each layer-step's CPU misses with the device (above). Needs an executor
+  // that can stage a refused expert (cuda/tiering.h makes staging buffers for it).
+  bool split_misses = false;
+  // The device's share of the misses (0..1); < 0: from the cost model and hw.
+  double split_fraction = -1;
 };
+
+// How many of n misses of `bytes` each the device should take so that the copies (at
+// h2d_gbps, after a fixed latency) and the CPU (at cpu_gbps) finish together.
+uint32_t device_share_of_misses(uint32_t n, uint64_t bytes, double h2d_gbps, double cpu_gbps);
 
 class ExpertScheduler {
  public:
@@ -76,6 +94,9 @@ class ExpertScheduler {
   uint64_t expert_bytes(uint32_t layer) const { return layer_bytes_[layer]; }
 
  private:
+  // split_misses: moves part of out[first..]'s CPU experts to the device.
+  void split_misses(uint32_t layer, std::span<const ExpertTask> tasks, size_t first, std::vector<Placement>& out);
+
   ExpertCache cache_;
   SchedulerOptions options_;
   std::vector<SchedulerCounters> counters_;

@@ -288,7 +288,7 @@ int run(const BenchFlags& f) {
     auto b = resolve_bank_flags(f.banks, (*engine)->on_gpu());
     if (!b.ok()) return fail(b.status());
     banks = *b;
-    if (f.tiering.max_admissions < 0 && banks.gpu) tiering.scheduler.max_admissions = kGpuMaxAdmissions;
+    if (Status st = apply_device_defaults(f.tiering, banks.gpu, tiering); !st.ok()) return fail(st);
   }
   Bench bench(**engine, f, tiered ? &tiering : nullptr, banks);
   std::vector<TestResult> results;

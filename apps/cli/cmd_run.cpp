@@ -150,7 +150,7 @@ int run(RunFlags f) {
     tiering = std::move(*setup);
     auto banks = resolve_bank_flags(f.banks, (*engine)->on_gpu());
     if (!banks.ok()) return fail(banks.status());
-    if (f.tiering.max_admissions < 0 && banks->gpu) tiering.scheduler.max_admissions = kGpuMaxAdmissions;
+    if (Status st = apply_device_defaults(f.tiering, banks->gpu, tiering); !st.ok()) return fail(st);
     if ((*engine)->on_gpu()) {
       Status tiered_ok = (*engine)->tier_gpu(tiering, banks->pin_budget, banks->pin_limit, banks->stream_threshold);
       if (!tiered_ok.ok()) return fail(tiered_ok);

@@ -2,6 +2,9 @@
 
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
+#include <cstdlib>
+
 #include "core/log.h"
 #ifdef MOETIER_HAVE_CUDA
 #include "cuda/cuda_model.h"
@@ -12,6 +15,10 @@
 namespace mt::cli {
 
 #ifdef MOETIER_HAVE_CUDA
+// The pool's spin before sleeping in hybrid decode (ThreadPool::set_spin_us): longer than
+// a layer's device part, so the workers are awake when the layer's experts arrive.
+constexpr int kHybridPoolSpinUs = 1000;
+
 struct Engine::Gpu {
   std::unique_ptr<cuda::CudaModel> model;
   std::unique_ptr<cuda::CudaTiering> tiering;
@@ -56,6 +63,14 @@ StatusOr<std::unique_ptr<Engine>> Engine::load(const std::string& path, int thre
   options.experts_on_host = tiered;
   e->gpu_->tiered = tiered;
   MT_ASSIGN_OR_RETURN(e->gpu_->model, cuda::CudaModel::load(*e->model_, options));
+  if (tiered) {
+    // Hybrid decode leaves the CPU pool idle for the device's part of every layer (tens of
+    // microseconds): its workers spin through that instead of sleeping and being woken.
+    // MOETIER_POOL_SPIN_US overrides (measurements).
+    int spin_us = kHybridPoolSpinUs;
+    if (const char* v = std::getenv("MOETIER_POOL_SPIN_US"); v != nullptr && *v != '\0') spin_us = std::atoi(v);
+    e->model_->pool().set_spin_us(std::max(0, spin_us));
+  }
   return e;
 #else
   return unimplemented("--device cuda: this moetier was built without CUDA");

@@ -27,6 +27,28 @@ void add_tiering_flags(CLI::App& app, TieringFlags* f) {
                  "hybrid: expert admissions per layer-step at most (0: no cap; default: none on the CPU, 2 with "
                  "--device cuda)");
   app.add_option("--hw-profile", f->hw_profile, "hardware profile JSON (moetier hwprofile) for the cost model");
+  app.add_option("--split-misses", f->split_misses,
+                 "hybrid: copy part of each layer-step's misses to the device and compute them there while the CPU "
+                 "computes the rest: auto (on with --device cuda), on, off");
+  app.add_option("--split-fraction", f->split_fraction,
+                 "with --split-misses: the device's share of the misses, 0..1 (default: from the hardware profile)");
+}
+
+Status apply_device_defaults(const TieringFlags& f, bool gpu, TieringSetup& s) {
+  if (f.max_admissions < 0 && gpu) s.scheduler.max_admissions = kGpuMaxAdmissions;
+  if (f.split_misses == "auto") {
+    s.scheduler.split_misses = gpu && s.scheduler.mode == MoeMode::kHybrid;
+  } else if (f.split_misses == "on" || f.split_misses == "off") {
+    s.scheduler.split_misses = f.split_misses == "on";
+  } else {
+    return invalid_argument("--split-misses: '" + f.split_misses + "' is not auto, on or off");
+  }
+  if (f.split_fraction > 1.0) return invalid_argument("--split-fraction: " + std::to_string(f.split_fraction) + " is above 1");
+  if (f.split_fraction >= 0 && !s.scheduler.split_misses) {
+    return invalid_argument("--split-fraction needs the split of misses (--split-misses on, or auto on cuda)");
+  }
+  s.scheduler.split_fraction = f.split_fraction;
+  return {};
 }
 
 void add_bank_flags(CLI::App& app, BankFlags* f) {

@@ -5,6 +5,9 @@
 //   --popularity FILE        a `moetier profile` JSON: static-hot's hot experts
 //   --moe-mode hybrid|stream|cpu|auto  [--hw-profile FILE]  (the cost model's speeds; auto:
 //                            the planner's fastest predicted device mode for the budget)
+//   --split-misses auto|on|off  [--split-fraction F]  hybrid: part of each layer-step's
+//                            misses copied to the device and computed there while the CPU
+//                            computes the rest (auto: on with --device cuda)
 // static-hot keeps, per layer, the profile's most popular experts up to the layer's slots.
 #pragma once
 
@@ -29,6 +32,8 @@ struct TieringFlags {
   uint32_t admit_after = 2;
   uint64_t min_dwell = 4;
   int max_admissions = -1;  // per layer-step, hybrid; -1: auto (none on the CPU, 2 on the GPU)
+  std::string split_misses = "auto";  // hybrid: share the CPU's misses with the link; auto: on the GPU
+  double split_fraction = -1;         // the device's share (0..1); < 0: from the cost model
 };
 
 void add_tiering_flags(CLI::App& app, TieringFlags* f);
@@ -49,6 +54,7 @@ struct BankOptions {
 };
 // --max-admissions' default on the GPU (auto): 2 per layer-step.
 inline constexpr uint32_t kGpuMaxAdmissions = 2;
+
 void add_bank_flags(CLI::App& app, BankFlags* f);
 StatusOr<BankOptions> resolve_bank_flags(const BankFlags& f, bool gpu);
 
@@ -64,5 +70,8 @@ struct TieringSetup {
 
 // Reads the geometry from the file and resolves every flag; errors name the flag.
 StatusOr<TieringSetup> make_tiering_setup(const gguf::GgufFile& file, const TieringFlags& f);
+// The defaults that depend on where the experts run (gpu: --device cuda, else the CPU's
+// simulated device): the admission cap and the split of misses.
+Status apply_device_defaults(const TieringFlags& f, bool gpu, TieringSetup& s);
 
 }  // namespace mt::cli

@@ -64,8 +64,11 @@ std::vector<std::vector<float>> forced(Evaluator& e, const std::vector<int32_t>&
 // greedy tokens the tiered run, fed the resident run's tokens, must give logits within
 // the quantized bound 2e-2 of the resident ones at every step and the same argmax
 // wherever the resident top-2 gap is above that bound.
+// split: hybrid with half of each layer-step's CPU misses copied to the device and
+// computed there (admitted, or staged when the policy refuses: frequency).
 void check_model(const std::string& path, const std::vector<int32_t>& prompt, bool interleave,
-                 MoeMode mode = MoeMode::kHybrid, bool unified = false, bool exact = true) {
+                 MoeMode mode = MoeMode::kHybrid, bool unified = false, bool exact = true, bool split = false,
+                 CachePolicy policy = CachePolicy::kLru) {
   constexpr int kTokens = 256;
   auto resident_host = Model::load(path, {0, false});
   ASSERT_TRUE(resident_host.ok()) << resident_host.status().to_string();
@@ -105,7 +108,10 @@ void check_model(const std::string& path, const std::vector<int32_t>& prompt, bo
       SchedulerOptions so;
       so.mode = mode;
       so.max_admissions = mode == MoeMode::kHybrid ? 2 : 0;  // the GPU's default cap (hybrid only)
+      so.split_misses = split;
+      if (split) so.split_fraction = 0.5;
       CacheOptions co;  // stream mode: the frequency policy refuses first requests, so misses are also staged
+      co.policy = policy;
       if (mode == MoeMode::kStream) co.policy = CachePolicy::kFrequency;
       const PoolPlan plan = unified ? plan_unified_pool(*geometry, budget) : plan_pools(*geometry, budget);
       auto tier = make_cuda_tiering(**host, *geometry, plan, co, so, to);
@@ -161,6 +167,9 @@ void check_model(const std::string& path, const std::vector<int32_t>& prompt, bo
         EXPECT_GT((*tier)->cache->counters().staged_experts, 0u);
       } else {
         EXPECT_GT(totals.sched.cpu_experts, 0u);
+      }
+      if (split && co.policy == CachePolicy::kFrequency) {  // first requests refused: staged
+        EXPECT_GT((*tier)->cache->counters().staged_experts, 0u);
       }
       EXPECT_GT(totals.sched.device_experts, 0u);
       EXPECT_GT((*tier)->cache->counters().bytes_copied, 0u);
@@ -225,6 +234,25 @@ TEST(CudaTiering, TheSeedFamiliesTierUnchanged) {
     for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>((i * 131 + 7) % 200);
     check_model(path, prompt, true, MoeMode::kHybrid, /*unified=*/false, /*exact=*/false);
   }
+}
+
+// Hybrid with the split of misses (the GPU default): the device's share copied in on the
+// critical path, admitted (LRU) or staged (frequency refuses first requests).
+TEST(CudaTiering, SplitMissesGreedyTokensEqualTheResidentRun) {
+  MT_SKIP_WITHOUT_DEVICE();
+  std::vector<int32_t> kjv_prompt(23);
+  for (size_t i = 0; i < kjv_prompt.size(); ++i) kjv_prompt[i] = static_cast<int32_t>((i * 97 + 11) % 4000);
+  const std::string here = __FILE__;
+  check_model(here.substr(0, here.rfind("/tests/")) + "/models/kjv-moe-f16.gguf", kjv_prompt, false, MoeMode::kHybrid,
+              false, true, /*split=*/true);
+  synth::SynthConfig c = synth::tiny_for(Arch::kQwen2Moe);
+  c.quant = *synth::parse_quant_mix("q4_k_m");
+  c.router_skew = 1.0f;
+  const std::string path = mt::test::temp_path("tiering-split-qwen2moe.gguf");
+  ASSERT_TRUE(synth::write_model(c, {path, false}).ok());
+  std::vector<int32_t> prompt(40);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>((i * 131 + 7) % 200);
+  check_model(path, prompt, true, MoeMode::kHybrid, false, true, /*split=*/true, CachePolicy::kFrequency);
 }
 
 TEST(CudaTiering, StreamModeGreedyTokensEqualTheResidentRun) {

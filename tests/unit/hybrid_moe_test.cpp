@@ -10,6 +10,7 @@
 
 #include "experts/geometry.h"
 #include "experts/popularity.h"
+#include "experts/scheduler.h"
 #include "model/model.h"
 #include "model/offload.h"
 #include "synth/synth.h"
@@ -76,11 +77,15 @@ TEST(HybridMoe, LogitsIdenticalToTheCpuPathForEveryPolicyModeAndBudget) {
       return p;
     }();
 
-    for (MoeMode mode : {MoeMode::kHybrid, MoeMode::kStream}) {
+    // kCpu stands for hybrid with the split of misses (half of each layer-step's CPU
+    // misses copied to the device and computed there).
+    for (MoeMode variant : {MoeMode::kHybrid, MoeMode::kStream, MoeMode::kCpu}) {
+      const bool split = variant == MoeMode::kCpu;
+      const MoeMode mode = split ? MoeMode::kHybrid : variant;
       for (CachePolicy policy : {CachePolicy::kLru, CachePolicy::kFrequency, CachePolicy::kStaticHot}) {
         for (int pct : {0, 10, 25, 50, 75, 100}) {
          for (bool unified : {false, true}) {  // q4_k_m: layer 1's down is Q6_K, so unified slots are wider than layer 0's experts
-          SCOPED_TRACE(std::string(arch_info(arch).name) + " " + moe_mode_name(mode) + " policy " +
+          SCOPED_TRACE(std::string(arch_info(arch).name) + " " + moe_mode_name(mode) + (split ? " split" : "") + " policy " +
                        std::to_string(static_cast<int>(policy)) + " budget " + std::to_string(pct) + "%" +
                        (unified ? " unified" : " pools"));
           const uint64_t budget = geometry->compact_bytes / 100 * static_cast<uint64_t>(pct);
@@ -96,6 +101,8 @@ TEST(HybridMoe, LogitsIdenticalToTheCpuPathForEveryPolicyModeAndBudget) {
           }
           SchedulerOptions so;
           so.mode = mode;
+          so.split_misses = split;
+          if (split) so.split_fraction = 0.5;
           // Half the layers' banks pinned: copies come pinned or staged through the ring.
           const uint64_t pin_budget = geometry->compact_bytes / 2;
           auto state = make_offload(model.weights(), *geometry, plan, co, so, pin_budget);
@@ -119,6 +126,13 @@ TEST(HybridMoe, LogitsIdenticalToTheCpuPathForEveryPolicyModeAndBudget) {
             if (mode == MoeMode::kStream) {
               EXPECT_EQ(sc.cpu_experts, 0u);
               EXPECT_EQ(sc.staged, k.misses - k.admissions);
+            } else if (split) {
+              // lround(n / 2) of each layer-step's n CPU-bound misses went to the device.
+              EXPECT_LE(2 * sc.cpu_experts, k.misses) << "layer " << l;
+              if (k.misses > 0) {
+                EXPECT_GT(sc.device_experts, k.hits) << "layer " << l;
+              }
+              EXPECT_LE(sc.staged, k.misses);
             } else {
               EXPECT_EQ(sc.staged, 0u);
               EXPECT_LE(sc.cpu_experts, k.misses);
@@ -138,6 +152,20 @@ TEST(HybridMoe, LogitsIdenticalToTheCpuPathForEveryPolicyModeAndBudget) {
       }
     }
   }
+}
+
+// The split of misses: the device takes as many as make the copies (after their fixed
+// latency) and the CPU finish together.
+TEST(HybridMoe, TheDeviceShareOfMissesBalancesTheLinkAndTheCpu) {
+  constexpr uint64_t kBytes = 3'000'000;
+  EXPECT_EQ(device_share_of_misses(6, kBytes, 55, 45), 3u);   // 174 us of copies vs 200 us of CPU
+  EXPECT_EQ(device_share_of_misses(6, kBytes, 50, 50), 3u);
+  EXPECT_EQ(device_share_of_misses(6, kBytes, 10, 50), 1u);   // a slow link takes few
+  EXPECT_EQ(device_share_of_misses(6, kBytes, 60, 20), 5u);   // a weak CPU keeps few
+  EXPECT_EQ(device_share_of_misses(1, kBytes, 50, 50), 0u);   // one expert: the copy's latency loses
+  EXPECT_EQ(device_share_of_misses(0, kBytes, 50, 50), 0u);
+  EXPECT_EQ(device_share_of_misses(6, kBytes, 0, 50), 0u);    // no link
+  EXPECT_EQ(device_share_of_misses(6, kBytes, 50, 0), 6u);    // no CPU figure
 }
 
 TEST(HybridMoe, PinRefusalsAreRecordedAndTheLayersStagedThroughTheRing) {

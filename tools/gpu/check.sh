@@ -29,6 +29,10 @@
 #                              built, the tests of FILTER (gtest filter), the parity test on
 #                              the architectures of PARITY, ornith-35b q4_k_m resident bench
 #                              (NO_BENCH=1: none; BUILD_TARGETS overrides what is built)
+#   tools/gpu/check.sh cpuexp  the CPU's share of hybrid decode alone (moetier_hybrid_cpu)
+#                              over threads x pool spin, with moetier_membw and the topology
+#   tools/gpu/check.sh split   hybrid decode with and without the split of misses (VARIANTS,
+#                              BUDGETS, SKEWS), after the tiering tests (NO_TESTS=1: none)
 #   tools/gpu/check.sh cpu     the whole CPU test suite with this machine's compiler
 #   tools/gpu/check.sh all     test, then bench
 # Carry .gpu-carry (made here by tools/gpu/prepare.sh): the Debian packages of the header
@@ -251,12 +255,70 @@ families)
   run ornith_4096 $M bench -m "$F" --device cuda -p 4096 -n 0 -r 2 -o json
   grep -E '"(n_prompt|n_gen|avg_ts)"' "$OUT/ornith_4096.log"
   ;;
+cpuexp)  # the CPU's share of hybrid decode alone (bench/hybrid_cpu.cpp) on this host: a
+  # 12-layer qwen3-30b-a3b q4_k_m file, threads x pool spin x the device gap, against
+  # moetier_membw; the host's topology. FILTER: CUDA tests to run first (after a change).
+  BUILD_TARGETS=${BUILD_TARGETS:-mt_cuda_tests moetier moetier_hybrid_cpu moetier_membw} build
+  if [ -n "${FILTER:-}" ]; then
+    run verify_tests ./build-gpu/mt_cuda_tests --gtest_filter="$FILTER"
+    grep -E "OK \]|FAILED|Failure|Expected|actual|max rel" "$OUT/verify_tests.log" | tail -60
+  fi
+  for a in ${PARITY:-}; do
+    MT_CUDA_PARITY_ARCH=$a run "parity_$a" ./build-gpu/mt_cuda_tests --gtest_filter='CudaModel.Logits*'
+    grep -hE "max rel|argmax equal|OK \]|FAILED|Failure" "$OUT/parity_$a.log"
+  done
+  (lscpu; numactl -H 2>/dev/null; cat /sys/fs/cgroup/cpu.max 2>/dev/null) >"$OUT/topology.log" 2>&1
+  grep -E "Model name|^CPU\(s\)|NUMA|L3|Thread|Socket" "$OUT/topology.log"
+  F=/tmp/q30l12.gguf
+  [ -f "$F" ] || run synth_l12 $M synth --preset qwen3-30b-a3b --quant q4_k_m --fast --layers 12 -o "$F"
+  for t in ${THREADS_LIST:-16 8}; do run "membw_t$t" ./build-gpu/moetier_membw -t $t; tail -1 "$OUT/membw_t$t.log"; done
+  for t in ${THREADS_LIST:-16 8}; do
+    for sp in ${SPINS:-50 1000}; do
+      for g in ${GAPS:-60}; do
+        run "hcpu_t${t}_s${sp}_g$g" ./build-gpu/moetier_hybrid_cpu -m "$F" -t $t --spin-us $sp --gap-us $g -n 24 ${HCPU_ARGS:-}
+        tail -1 "$OUT/hcpu_t${t}_s${sp}_g$g.log"
+      done
+    done
+  done
+  ;;
+split)  # issue 7: hybrid decode with the split of misses (part of each layer-step's CPU misses
+  # copied to the device on the critical path) vs without, qwen3-30b-a3b q4_k_m, uniform
+  # router (SKEWS), at BUDGETS; VARIANTS: off, auto (the default: split by the assumed
+  # profile), hw (split by this machine's `moetier hwprofile`), fF (--split-fraction F).
+  # The tiering tests first unless NO_TESTS=1.
+  BUILD_TARGETS=${BUILD_TARGETS:-mt_cuda_tests moetier} build
+  if [ -z "${NO_TESTS:-}" ]; then
+    run tier_tests ./build-gpu/mt_cuda_tests --gtest_filter="${FILTER:-CudaTiering*}"
+    grep -E "OK \]|FAILED|Failure|first different|hit rate" "$OUT/tier_tests.log" | tail -40
+  fi
+  [ -n "${NO_BENCH:-}" ] && exit $status
+  for skew in ${SKEWS:-0}; do
+    F=/tmp/q30-q4_k_m.gguf
+    [ $skew = 1 ] && F=/tmp/q30s-q4_k_m.gguf
+    [ -f "$F" ] || run "synth_skew$skew" $M synth --preset qwen3-30b-a3b --quant q4_k_m --router-skew $skew --fast -o "$F"
+    for b in ${BUDGETS:-25}; do
+      for v in ${VARIANTS:-off auto}; do
+        case $v in
+          off) args="--split-misses off" ;;
+          auto) args="" ;;
+          hw) [ -f /tmp/hw.json ] || run hwprofile $M hwprofile -o /tmp/hw.json
+              args="--hw-profile /tmp/hw.json" ;;
+          f*) args="--split-fraction ${v#f}" ;;
+        esac
+        run "split_s${skew}_b${b}_$v" $M bench -m "$F" --device cuda --expert-cache $b% $args -p 0 -n 64 -r 2 -o json
+        lg="$OUT/split_s${skew}_b${b}_$v.log"
+        echo "skew $skew budget $b% $v: $(for k in avg_ts stddev_ts hit_rate cpu_experts_per_token h2d_bytes_per_token staged cpu_ms device_ms; do
+          grep "\"$k\"" "$lg" | tail -1; done | tr -d ' \n')"
+      done
+    done
+  done
+  ;;
 cpu)
   build
   run unit ctest --test-dir build-gpu --output-on-failure -j "$JOBS" -LE "kjv|cuda"
   ;;
 *)
-  echo "usage: tools/gpu/check.sh test|bench|all|llama|tier|quick|hybrid|unified|families|verify|cpu"
+  echo "usage: tools/gpu/check.sh test|bench|all|llama|tier|quick|hybrid|unified|families|verify|cpuexp|split|cpu"
   exit 2
   ;;
 esac
