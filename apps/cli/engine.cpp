@@ -3,12 +3,14 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 
 #include "core/log.h"
 #ifdef MOETIER_HAVE_CUDA
 #include "cuda/cuda_model.h"
 #include "cuda/expert_cache.h"
+#include "cuda/gpu_measure.h"
 #include "cuda/tiering.h"
 #endif
 
@@ -90,8 +92,25 @@ Status Engine::tier_gpu(const TieringSetup& setup, uint64_t pin_budget, uint64_t
   o.pin_budget = pin_budget;
   o.pin_limit = pin_limit;
   o.stream_threshold = stream_threshold;
-  MT_ASSIGN_OR_RETURN(gpu_->tiering, cuda::make_cuda_tiering(*model_, setup.geometry, setup.plan, setup.cache,
-                                                             setup.scheduler, o));
+  SchedulerOptions so = setup.scheduler;
+  if (so.split_misses && so.hw.source != "measured") {
+    // The split of misses weighs the link against the CPU: with no measured profile, the
+    // link is measured here (a quick pinned-copy sweep, well under a second) rather than
+    // assumed; the CPU's expert speed stays the profile's.
+    auto g = cuda::measure_gpu_profile({0, 2, true});
+    if (g.ok()) {
+      so.hw.gpu = *g;
+      so.hw.has_gpu = true;
+      char line[160];
+      std::snprintf(line, sizeof line, "split of misses: host-to-device %.1f GB/s pinned (measured), CPU experts %.1f GB/s (%s)",
+                    so.hw.h2d_gbps(64ull << 20, true), so.hw.cpu_decode_gbps(QuantType::Q4_K), so.hw.source.c_str());
+      log_info(line);
+    } else {
+      log_warn("split of misses: could not measure the link (" + g.status().message() + "); using the " + so.hw.source +
+               " profile");
+    }
+  }
+  MT_ASSIGN_OR_RETURN(gpu_->tiering, cuda::make_cuda_tiering(*model_, setup.geometry, setup.plan, setup.cache, so, o));
   gpu_->model->set_tiering(gpu_->tiering.get());
   return {};
 #else

@@ -284,7 +284,8 @@ cpuexp)  # the CPU's share of hybrid decode alone (bench/hybrid_cpu.cpp) on this
 split)  # issue 7: hybrid decode with the split of misses (part of each layer-step's CPU misses
   # copied to the device on the critical path) vs without, qwen3-30b-a3b q4_k_m, uniform
   # router (SKEWS), at BUDGETS; VARIANTS: off, auto (the default: split by the assumed
-  # profile), hw (split by this machine's `moetier hwprofile`), fF (--split-fraction F).
+  # profile), hw (split by this machine's `moetier hwprofile`), fF (--split-fraction F),
+  # hot / hotoff (static-hot from `moetier profile`, with / without the split).
   # The tiering tests first unless NO_TESTS=1.
   BUILD_TARGETS=${BUILD_TARGETS:-mt_cuda_tests moetier} build
   if [ -z "${NO_TESTS:-}" ]; then
@@ -304,6 +305,15 @@ split)  # issue 7: hybrid decode with the split of misses (part of each layer-st
           hw) [ -f /tmp/hw.json ] || run hwprofile $M hwprofile -o /tmp/hw.json
               args="--hw-profile /tmp/hw.json" ;;
           f*) args="--split-fraction ${v#f}" ;;
+          hot*)  # static-hot from a popularity profile of this file (moetier profile on the CPU
+            # over 48 lines of the docs); hot: with the split, hotoff: without
+            if [ ! -f "/tmp/pop-s$skew.json" ]; then
+              grep -v '^\s*$' docs/ARCHITECTURE.md | head -48 >/tmp/prompts.txt
+              run "profile_s$skew" $M profile -m "$F" --prompts /tmp/prompts.txt -o "/tmp/pop-s$skew.json"
+              cp "/tmp/pop-s$skew.json" "$OUT/"
+            fi
+            args="--cache-policy static-hot --popularity /tmp/pop-s$skew.json"
+            [ $v = hotoff ] && args="$args --split-misses off" ;;
         esac
         run "split_s${skew}_b${b}_$v" $M bench -m "$F" --device cuda --expert-cache $b% $args -p 0 -n 64 -r 2 -o json
         lg="$OUT/split_s${skew}_b${b}_$v.log"
