@@ -21,7 +21,6 @@
 #include <immintrin.h>
 
 #include <cstdint>
-#include <cstdlib>
 
 #include "core/check.h"
 #include "cpu/repack.h"
@@ -196,15 +195,6 @@ void tile_q6(int64_t nb, const BlockQ6_Kx8* w, const uint8_t* act, size_t act_st
   }
 }
 
-// EXPERIMENT: groups prefetched ahead in decode (MOETIER_X8_PREFETCH, default 0).
-int64_t prefetch_groups() {
-  static const int64_t v = [] {
-    const char* e = std::getenv("MOETIER_X8_PREFETCH");
-    return e == nullptr ? int64_t{0} : static_cast<int64_t>(std::atoi(e));
-  }();
-  return v;
-}
-
 template <typename Group, void (*kTile1)(int64_t, const Group*, const uint8_t*, size_t, float*, int64_t),
           void (*kTile2)(int64_t, const Group*, const uint8_t*, size_t, float*, int64_t),
           void (*kTile3)(int64_t, const Group*, const uint8_t*, size_t, float*, int64_t),
@@ -214,14 +204,8 @@ void gemm_x8(int64_t n, const void* w, size_t w_stride, int64_t n_rows, const vo
   MT_CHECK(n % kQKK == 0 && n_rows % kInterleave == 0);
   const int64_t nb = n / kQKK;
   const auto* act_bytes = static_cast<const uint8_t*>(act);
-  const int64_t n_groups = n_rows / kInterleave;
-  const int64_t ahead = n_tok <= 2 ? prefetch_groups() : 0;
-  for (int64_t g = 0; g < n_groups; ++g) {
+  for (int64_t g = 0; g < n_rows / kInterleave; ++g) {
     const auto* blocks = reinterpret_cast<const Group*>(static_cast<const uint8_t*>(w) + g * w_stride);
-    if (ahead > 0 && g + ahead < n_groups) {
-      const char* next = static_cast<const char*>(w) + (g + ahead) * w_stride;
-      for (size_t off = 0; off < w_stride; off += 64) _mm_prefetch(next + off, _MM_HINT_T1);
-    }
     float* yg = y + g * kInterleave;
     int64_t t = 0;
     for (; t + 4 <= n_tok; t += 4) kTile4(nb, blocks, act_bytes + t * act_stride, act_stride, yg + t * y_stride, y_stride);

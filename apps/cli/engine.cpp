@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 
@@ -99,6 +100,9 @@ Status Engine::tier_gpu(const TieringSetup& setup, uint64_t pin_budget, uint64_t
     // assumed; the CPU's expert speed stays the profile's.
     auto g = cuda::measure_gpu_profile({0, 2, true});
     if (g.ok()) {
+      // Rounded to 5 GB/s: the split (and so which experts the CPU rounds) should not move
+      // between two runs of the same command with the link's run-to-run noise.
+      for (CopyPoint& c : g->h2d) c.pinned_gbps = std::max(5.0, 5.0 * std::round(c.pinned_gbps / 5.0));
       so.hw.gpu = *g;
       so.hw.has_gpu = true;
       char line[160];

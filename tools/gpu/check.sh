@@ -285,7 +285,8 @@ split)  # issue 7: hybrid decode with the split of misses (part of each layer-st
   # copied to the device on the critical path) vs without, qwen3-30b-a3b q4_k_m, uniform
   # router (SKEWS), at BUDGETS; VARIANTS: off, auto (the default: split by the assumed
   # profile), hw (split by this machine's `moetier hwprofile`), fF (--split-fraction F),
-  # hot / hotoff (static-hot from `moetier profile`, with / without the split).
+  # hot / hotoff (static-hot from `moetier profile`, with / without the split), freq
+  # (--cache-policy frequency).
   # The tiering tests first unless NO_TESTS=1.
   BUILD_TARGETS=${BUILD_TARGETS:-mt_cuda_tests moetier} build
   if [ -z "${NO_TESTS:-}" ]; then
@@ -304,6 +305,7 @@ split)  # issue 7: hybrid decode with the split of misses (part of each layer-st
           auto) args="" ;;
           hw) [ -f /tmp/hw.json ] || run hwprofile $M hwprofile -o /tmp/hw.json
               args="--hw-profile /tmp/hw.json" ;;
+          freq) args="--cache-policy frequency" ;;
           f*) args="--split-fraction ${v#f}" ;;
           hot*)  # static-hot from a popularity profile of this file (moetier profile on the CPU
             # over 48 lines of the docs); hot: with the split, hotoff: without
