@@ -74,7 +74,12 @@ ModePrediction predict_decode(MoeMode mode, const DecodeTraffic& t, const HwProf
   if (mode == MoeMode::kStream) {
     return finish(mode, gpu + copies + sync, largest({gpu_term, copy_term, sync_term}).name);
   }
-  const Term cpu_term{"cpu memory bandwidth", seconds(t.cpu_expert_bytes, cpu_bw)};
+  Term cpu_term{"cpu memory bandwidth", seconds(t.cpu_expert_bytes, cpu_bw)};
+  if (t.split_misses && t.cpu_expert_bytes > 0) {
+    const double shared = seconds(t.cpu_expert_bytes, cpu_bw + hw.h2d_gbps(copy, t.pinned));
+    const double host = seconds(t.cpu_expert_bytes + t.copied_bytes, hw.host_read_gbps(hw.threads));
+    cpu_term = host > shared ? Term{"host memory bandwidth", host} : Term{"cpu + host-to-device copies", shared};
+  }
   const Term parallel = largest({gpu_term, cpu_term, copy_term});
   return finish(mode, parallel.s + sync, largest({parallel, sync_term}).name);
 }

@@ -11,6 +11,10 @@
 //           for admissions, which share the link but not the compute) in parallel with
 //           the CPU part (missed experts at cpu_bw): t = max(gpu, cpu, copies/h2d_bw) +
 //           n_moe_layers * layer_sync (the ids to the host and the partial sums back).
+//           With split_misses (the scheduler's split, the GPU's default) cpu_expert_bytes
+//           are the misses before the split: the CPU and the link share them, so that term
+//           becomes max(misses / (cpu_bw + h2d_bw), (misses + copies) / host_read_bw): the
+//           two read host memory side by side, and together no faster than it reads.
 // The bottleneck named is the term that sets t (the largest, in a sum). cpu_bw is the CPU
 // expert decode figure of expert_type (hw.cpu_decode_gbps), dev_bw hw.device_gbps(), h2d_bw
 // hw.h2d_gbps(copy_bytes, pinned). In stream mode the staged misses' device read (copied
@@ -40,6 +44,7 @@ struct DecodeTraffic {
   QuantType expert_type = QuantType::Q4_K;  // the dominant expert type (CPU speed lookup)
   bool pinned = true;            // copies from pinned host memory
   double copy_bytes = 0;         // size of one copy (an expert), for the link's speed; 0: large
+  bool split_misses = false;     // hybrid: cpu_expert_bytes shared with the link (above)
 };
 
 struct ModePrediction {

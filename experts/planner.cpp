@@ -257,6 +257,7 @@ StatusOr<Plan> make_plan(const PlanInputs& in) {
       mp.traffic.hit_bytes = et.hit;
       if (m == MoeMode::kStream) mp.traffic.copied_bytes = et.miss_pinned + et.miss_pageable * pageable_cost;
       else mp.traffic.cpu_expert_bytes = et.miss_pinned + et.miss_pageable;
+      mp.traffic.split_misses = m == MoeMode::kHybrid;  // the GPU's default (--split-misses auto)
     }
     if (mp.available) {
       mp.predicted = predict_decode(m, mp.traffic, hw);

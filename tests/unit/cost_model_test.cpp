@@ -93,6 +93,24 @@ TEST(CostModel, HybridOverlapsGpuCpuAndCopies) {
   EXPECT_EQ(predict_decode(MoeMode::kHybrid, t, profile()).bottleneck, "per-layer synchronisation");
 }
 
+TEST(CostModel, TheSplitSharesTheMissesBetweenTheCpuAndTheLink) {
+  DecodeTraffic t = traffic();
+  t.copied_bytes = 0;
+  t.split_misses = true;
+  // 0.4 GB of misses over 40 (CPU) + 25 (link, large copies) GB/s; host reads 50 GB/s
+  // (8 ms) set the time: max(0.8 ms of device reads, 6.15 ms shared, 8 ms of host reads).
+  ModePrediction p = predict_decode(MoeMode::kHybrid, t, profile());
+  EXPECT_DOUBLE_EQ(p.seconds_per_token, 0.4e9 / 50e9 + 0.00096);
+  EXPECT_EQ(p.bottleneck, "host memory bandwidth");
+  HwProfile fast_host = profile();
+  fast_host.host_read = {{16, 200}};
+  p = predict_decode(MoeMode::kHybrid, t, fast_host);
+  EXPECT_DOUBLE_EQ(p.seconds_per_token, 0.4e9 / 65e9 + 0.00096);
+  EXPECT_EQ(p.bottleneck, "cpu + host-to-device copies");
+  t.split_misses = false;  // the CPU alone: 10 ms
+  EXPECT_DOUBLE_EQ(predict_decode(MoeMode::kHybrid, t, fast_host).seconds_per_token, 0.01 + 0.00096);
+}
+
 TEST(CostModel, HybridNoSlowerThanStreamWhenTheCpuOutrunsTheLink) {
   // The same misses either computed on the CPU (hybrid, 40 GB/s) or copied (stream, 25).
   for (double miss = 0; miss <= 2e9; miss += 0.125e9) {
