@@ -11,7 +11,8 @@
 // same way, and acc += S * (d_w * d_a) - M * (dmin_w * d_a).
 // 32-element blocks against Q8_0 (Q8_0, Q4_0, Q5_0, IQ4_NL): R x C = 2 x 4 / 4 x 2 / 8 x 1
 // float accumulators, one block per step: the block's signed codes (value / d) made once
-// per row for C tokens, then the sign trick (maddubs(|w|, sign(a, w))).
+// per row for C tokens, then the sign trick (maddubs(|w|, sign(a, w))). MXFP4: one row x
+// two tokens, four accumulators per pair in its one-token dot's order (q32_rows4).
 // The driver walks groups of rows small enough to stay in L2 and, for each token tile,
 // the group's row tiles; rows past the end repeat the last row and are not stored.
 //
@@ -284,14 +285,17 @@ __m256i unpack_nibbles(const uint8_t* qs) {
 
 struct Q8_0W {
   using Block = BlockQ8_0;
+  static float scale(const Block& b) { return half_to_float(b.d); }
   static __m256i codes(const Block& b) { return load256(b.qs); }
 };
 struct Q4_0W {
   using Block = BlockQ4_0;
+  static float scale(const Block& b) { return half_to_float(b.d); }
   static __m256i codes(const Block& b) { return _mm256_sub_epi8(unpack_nibbles(b.qs), _mm256_set1_epi8(8)); }
 };
 struct Q5_0W {
   using Block = BlockQ5_0;
+  static float scale(const Block& b) { return half_to_float(b.d); }
   // code - 16 = nibble | (fifth bit << 4) - 16 = nibble - 16 where the fifth bit is clear
   static __m256i codes(const Block& b) {
     const uint32_t bits = load_qh(b.qh);
@@ -304,8 +308,17 @@ struct Q5_0W {
 };
 struct IQ4_NLW {
   using Block = BlockIQ4_NL;
+  static float scale(const Block& b) { return half_to_float(b.d); }
   static __m256i codes(const Block& b) {
     return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(load128(kIq4Values)), unpack_nibbles(b.qs));
+  }
+};
+
+struct MXFP4W {  // codes 2 x the FP4 value (|code| <= 12), scale the E8M0 half scale
+  using Block = BlockMXFP4;
+  static float scale(const Block& b) { return kE8m0HalfToFp32.v[b.e]; }
+  static __m256i codes(const Block& b) {
+    return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(load128(kFp4x2Values)), unpack_nibbles(b.qs));
   }
 };
 
@@ -330,7 +343,7 @@ void q32_tiles(const Problem& pr, int64_t r0, int64_t r1, int64_t t0) {
       for (int k = 0; k < R; ++k) {
         const __m256i q = P::codes(w[k][i]);
         const __m256i abs_q = _mm256_abs_epi8(q);
-        const __m256 dw = _mm256_set1_ps(half_to_float(w[k][i].d));
+        const __m256 dw = _mm256_set1_ps(P::scale(w[k][i]));
 #pragma GCC unroll 8
         for (int t = 0; t < C; ++t) {
           const __m256i p = _mm256_maddubs_epi16(abs_q, _mm256_sign_epi8(load256(a[t][i].qs), q));
@@ -342,6 +355,50 @@ void q32_tiles(const Problem& pr, int64_t r0, int64_t r1, int64_t t0) {
     const int rows = static_cast<int>(std::min<int64_t>(R, pr.n_rows - r));
     for (int k = 0; k < rows; ++k) {
       for (int t = 0; t < C; ++t) pr.y[(t0 + t) * pr.y_stride + r + k] = hsum(acc[k * C + t]);
+    }
+  }
+}
+
+// MXFP4's one-token dot (simple_avx2.cpp dot_blocks_pairs) spreads the blocks over four
+// accumulators, block i into i % 4 and the blocks past the last four into the first, then
+// (a0 + a1) + (a2 + a3): its decode was bound by one fmadd chain. The tile keeps that
+// order per (row, token) so a batch and single tokens agree bit for bit: one row and up to
+// two tokens at a time (4 x C accumulators), each block's codes made once for the tokens.
+template <typename P, int C>
+void q32_rows4(const Problem& pr, int64_t r0, int64_t r1, int64_t t0) {
+  using Block = typename P::Block;
+  const BlockQ8_0* a[C];
+  for (int t = 0; t < C; ++t) a[t] = token_at<BlockQ8_0>(pr, t0 + t);
+  const __m256i ones = _mm256_set1_epi16(1);
+  const int64_t full = pr.nb / 4 * 4;
+  for (int64_t r = r0; r < r1; ++r) {
+    const Block* w = row_at<Block>(pr, r);
+    __m256 acc[C][4];
+    for (int t = 0; t < C; ++t) {
+      for (auto& v : acc[t]) v = _mm256_setzero_ps();
+    }
+    auto step = [&](int64_t i, int j) {
+      const __m256i q = P::codes(w[i]);
+      const __m256i abs_q = _mm256_abs_epi8(q);
+      const __m256 dw = _mm256_set1_ps(P::scale(w[i]));
+#pragma GCC unroll 2
+      for (int t = 0; t < C; ++t) {
+        const __m256i p = _mm256_maddubs_epi16(abs_q, _mm256_sign_epi8(load256(a[t][i].qs), q));
+        const __m256 ints = _mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones));
+        const __m256 scale = _mm256_mul_ps(dw, _mm256_broadcast_ss(&kFp16ToFp32.v[a[t][i].d]));
+        acc[t][j] = _mm256_fmadd_ps(ints, scale, acc[t][j]);
+      }
+    };
+    for (int64_t i = 0; i < full; i += 4) {
+      step(i, 0);
+      step(i + 1, 1);
+      step(i + 2, 2);
+      step(i + 3, 3);
+    }
+    for (int64_t i = full; i < pr.nb; ++i) step(i, 0);
+    for (int t = 0; t < C; ++t) {
+      pr.y[(t0 + t) * pr.y_stride + r] =
+          hsum(_mm256_add_ps(_mm256_add_ps(acc[t][0], acc[t][1]), _mm256_add_ps(acc[t][2], acc[t][3])));
     }
   }
 }
@@ -381,6 +438,17 @@ struct Q32Tiles {
   }
 };
 
+// q32_rows4 for the driver's R x C tiles: its rows one by one, the C tokens two at a time.
+template <typename P>
+struct Q32Tiles4 {
+  template <int R, int C>
+  static void run(const Problem& pr, int64_t r0, int64_t r1, int64_t t0) {
+    int64_t t = t0;
+    for (; t + 2 <= t0 + C; t += 2) q32_rows4<P, 2>(pr, r0, r1, t);
+    if (t < t0 + C) q32_rows4<P, 1>(pr, r0, r1, t);
+  }
+};
+
 template <typename Tiles, int kBlock>
 void gemm(int64_t n, const void* w, size_t w_stride, int64_t n_rows, const void* act, size_t act_stride,
           int64_t n_tok, float* y, int64_t y_stride) {
@@ -402,6 +470,7 @@ void register_gemm_avx2(KernelTable& t) {
   t.gemm[static_cast<int>(QuantType::Q4_0)] = gemm<Q32Tiles<Q4_0W>, kQK32>;
   t.gemm[static_cast<int>(QuantType::Q5_0)] = gemm<Q32Tiles<Q5_0W>, kQK32>;
   t.gemm[static_cast<int>(QuantType::IQ4_NL)] = gemm<Q32Tiles<IQ4_NLW>, kQK32>;
+  t.gemm[static_cast<int>(QuantType::MXFP4)] = gemm<Q32Tiles4<MXFP4W>, kQK32>;
 }
 
 }  // namespace mt::cpu
