@@ -594,6 +594,10 @@ void register_gemm_avx512(KernelTable& t) {
   } else {
     fill<false>(t);
   }
+  // No AVX-512 MXFP4 tile: the AVX2 one (registered below this level) keeps the AVX2
+  // one-token dot's order, not this level's dot, so batches use the dot here too and a
+  // batch and single tokens still agree bit for bit.
+  t.gemm[static_cast<int>(QuantType::MXFP4)] = nullptr;
 }
 
 }  // namespace mt::cpu
