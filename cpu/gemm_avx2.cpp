@@ -322,6 +322,15 @@ struct MXFP4W {  // codes 2 x the FP4 value (|code| <= 12), scale the E8M0 half 
   }
 };
 
+// acc + one (weight block, token block) pair's dot: the sign trick on the weight's codes q
+// (abs_q = |q|), the int32 lanes to float, times dw * the token's scale da. q32_tiles and
+// q32_rows4 both step through it, so their numbers equal the one-token dots'.
+inline __m256 pair_step(__m256i q, __m256i abs_q, __m256 dw, const BlockQ8_0& a, __m256 da, __m256 acc) {
+  const __m256i p = _mm256_maddubs_epi16(abs_q, _mm256_sign_epi8(load256(a.qs), q));
+  const __m256 ints = _mm256_cvtepi32_ps(_mm256_madd_epi16(p, _mm256_set1_epi16(1)));
+  return _mm256_fmadd_ps(ints, _mm256_mul_ps(dw, da), acc);
+}
+
 // One block per step, float accumulators per pair; the sign trick (maddubs(|w|, sign(a,
 // w))) with |w| and the weight scale made once per row for C tokens.
 template <typename P, int R, int C>
@@ -334,7 +343,6 @@ void q32_tiles(const Problem& pr, int64_t r0, int64_t r1, int64_t t0) {
     for (int k = 0; k < R; ++k) w[k] = row_at<Block>(pr, r + k);
     __m256 acc[R * C];
     for (auto& v : acc) v = _mm256_setzero_ps();
-    const __m256i ones = _mm256_set1_epi16(1);
     for (int64_t i = 0; i < pr.nb; ++i) {
       __m256 da[C];
 #pragma GCC unroll 8
@@ -345,11 +353,7 @@ void q32_tiles(const Problem& pr, int64_t r0, int64_t r1, int64_t t0) {
         const __m256i abs_q = _mm256_abs_epi8(q);
         const __m256 dw = _mm256_set1_ps(P::scale(w[k][i]));
 #pragma GCC unroll 8
-        for (int t = 0; t < C; ++t) {
-          const __m256i p = _mm256_maddubs_epi16(abs_q, _mm256_sign_epi8(load256(a[t][i].qs), q));
-          const __m256 ints = _mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones));
-          acc[k * C + t] = _mm256_fmadd_ps(ints, _mm256_mul_ps(dw, da[t]), acc[k * C + t]);
-        }
+        for (int t = 0; t < C; ++t) acc[k * C + t] = pair_step(q, abs_q, dw, a[t][i], da[t], acc[k * C + t]);
       }
     }
     const int rows = static_cast<int>(std::min<int64_t>(R, pr.n_rows - r));
@@ -369,7 +373,6 @@ void q32_rows4(const Problem& pr, int64_t r0, int64_t r1, int64_t t0) {
   using Block = typename P::Block;
   const BlockQ8_0* a[C];
   for (int t = 0; t < C; ++t) a[t] = token_at<BlockQ8_0>(pr, t0 + t);
-  const __m256i ones = _mm256_set1_epi16(1);
   const int64_t full = pr.nb / 4 * 4;
   for (int64_t r = r0; r < r1; ++r) {
     const Block* w = row_at<Block>(pr, r);
@@ -383,10 +386,7 @@ void q32_rows4(const Problem& pr, int64_t r0, int64_t r1, int64_t t0) {
       const __m256 dw = _mm256_set1_ps(P::scale(w[i]));
 #pragma GCC unroll 2
       for (int t = 0; t < C; ++t) {
-        const __m256i p = _mm256_maddubs_epi16(abs_q, _mm256_sign_epi8(load256(a[t][i].qs), q));
-        const __m256 ints = _mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones));
-        const __m256 scale = _mm256_mul_ps(dw, _mm256_broadcast_ss(&kFp16ToFp32.v[a[t][i].d]));
-        acc[t][j] = _mm256_fmadd_ps(ints, scale, acc[t][j]);
+        acc[t][j] = pair_step(q, abs_q, dw, a[t][i], _mm256_broadcast_ss(&kFp16ToFp32.v[a[t][i].d]), acc[t][j]);
       }
     };
     for (int64_t i = 0; i < full; i += 4) {

@@ -200,10 +200,10 @@ float dot_blocks(int64_t n, const void* weight, const void* act) {
   return hsum(acc) + (mins[0] + mins[1]);
 }
 
-// Types without a tile kernel (MXFP4: every batch goes through gemm_by_vec_dot, so a
-// token's dot is this function's alone or in a batch): blocks round-robin over four
-// accumulators, a quarter of dot_blocks' fmadd dependency chain (gpt-oss-20b's MXFP4
-// decode on 2 AVX2 cores: 4.79 -> ~6.0 t/s; the one chain was the bound).
+// MXFP4's one-token dot: blocks round-robin over four accumulators, a quarter of
+// dot_blocks' fmadd dependency chain (gpt-oss-20b's MXFP4 decode on 2 AVX2 cores: 4.79 ->
+// ~6.0 t/s; the one chain was the bound). Its tile (gemm_avx2.cpp q32_rows4) keeps this
+// order per (row, token), so a batch and single tokens agree bit for bit.
 template <typename P>
 float dot_blocks_pairs(int64_t n, const void* weight, const void* act) {
   static_assert(!kHasMin<P>);
@@ -456,7 +456,7 @@ void register_simple_avx2(KernelTable& t) {
   set_dot(QuantType::Q5_1, dot_blocks<Q5_1Dot>);
   set_dot(QuantType::Q8_0, dot_blocks<Q8_0Dot>);
   set_dot(QuantType::IQ4_NL, dot_blocks<IQ4_NLDot>);
-  set_dot(QuantType::MXFP4, dot_blocks_pairs<MXFP4Dot>);  // no tile kernel: see dot_blocks_pairs
+  set_dot(QuantType::MXFP4, dot_blocks_pairs<MXFP4Dot>);  // see dot_blocks_pairs
 }
 
 }  // namespace mt::cpu

@@ -110,16 +110,13 @@ void ExpertScheduler::split_misses(uint32_t layer, std::span<const ExpertTask> t
     m = device_share_of_misses(static_cast<uint32_t>(cpu.size()), bytes, options_.hw.h2d_gbps(bytes, options_.pinned),
                                options_.hw.cpu_decode_gbps(layer_type_[layer]));
   }
-  // Copies already queued (admissions) first, then the experts with the most tokens.
-  std::stable_sort(cpu.begin(), cpu.end(), [&](size_t a, size_t b) {
-    const Placement &pa = out[first + a], &pb = out[first + b];
-    if (pa.copy != pb.copy) return pa.copy;
-    return tasks[a].n_tokens > tasks[b].n_tokens;
-  });
+  // The experts with the most tokens first. (With the split, place() admitted no miss it
+  // left to the CPU, so none of these has a copy queued yet.)
+  std::stable_sort(cpu.begin(), cpu.end(), [&](size_t a, size_t b) { return tasks[a].n_tokens > tasks[b].n_tokens; });
   for (size_t k = 0; k < m && k < cpu.size(); ++k) {
     Placement& p = out[first + cpu[k]];
+    MT_CHECK(!p.copy);
     p.on_device = true;
-    if (p.copy) continue;  // admitted above: computed from its slot after the copy
     p.slot = cache_.admit(layer, p.expert);
     p.copy = true;
     if (p.slot < 0) {  // refused by the policy: through staging
