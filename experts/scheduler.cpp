@@ -34,6 +34,7 @@ ExpertScheduler::ExpertScheduler(const ExpertGeometry& geometry, const PoolPlan&
     : cache_(plan, n_layer_blocks, geometry.n_expert, cache_options),
       options_(options),
       counters_(n_layer_blocks),
+      selections_(n_layer_blocks, std::vector<uint64_t>(geometry.n_expert, 0)),
       layer_bytes_(n_layer_blocks, 0),
       layer_flops_(n_layer_blocks, 0),
       layer_type_(n_layer_blocks, QuantType::F32) {
@@ -60,6 +61,8 @@ void ExpertScheduler::place(uint32_t layer, std::span<const ExpertTask> tasks, s
   for (size_t i = 0; i < tasks.size(); ++i) {
     const ExpertTask& t = tasks[i];
     MT_CHECK(i == 0 || tasks[i - 1].expert < t.expert);
+    MT_CHECK(t.expert < selections_[layer].size());
+    selections_[layer][t.expert] += t.n_tokens;
     Placement p{t.expert, false, -1, false};
     if (options_.mode != MoeMode::kCpu) {
       p.slot = cache_.lookup(layer, t.expert);

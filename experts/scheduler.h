@@ -92,6 +92,9 @@ class ExpertScheduler {
   uint64_t tokens() const { return tokens_; }
   // Bytes of one expert of a layer (0 for a layer without experts).
   uint64_t expert_bytes(uint32_t layer) const { return layer_bytes_[layer]; }
+  // Tokens that selected each expert of a layer, over all steps (the routing's popularity,
+  // whatever the mode: the skew a cache can exploit).
+  std::span<const uint64_t> selections(uint32_t layer) const { return selections_[layer]; }
 
  private:
   // split_misses: moves part of out[first..]'s CPU experts to the device.
@@ -100,6 +103,7 @@ class ExpertScheduler {
   ExpertCache cache_;
   SchedulerOptions options_;
   std::vector<SchedulerCounters> counters_;
+  std::vector<std::vector<uint64_t>> selections_;     // [layer block][expert]: tokens
   std::vector<uint64_t> layer_bytes_, layer_flops_;  // per block: one expert's bytes, flops per token
   std::vector<QuantType> layer_type_;
   uint64_t steps_ = 0, tokens_ = 0;

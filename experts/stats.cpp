@@ -1,5 +1,7 @@
 #include "experts/stats.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
@@ -23,8 +25,21 @@ const char* cache_policy_name(CachePolicy p) {
   return "?";
 }
 
+TopShare top_share(std::span<const uint64_t> selections, double fraction) {
+  std::vector<uint64_t> sorted(selections.begin(), selections.end());
+  std::sort(sorted.begin(), sorted.end(), std::greater<>());
+  const size_t k = std::min(sorted.size(), static_cast<size_t>(std::ceil(fraction * static_cast<double>(sorted.size()))));
+  TopShare r;
+  for (size_t i = 0; i < sorted.size(); ++i) {
+    r.all += sorted[i];
+    if (i < k) r.top += sorted[i];
+  }
+  return r;
+}
+
 StatsTotals stats_totals(const ExpertScheduler& s) {
   StatsTotals t;
+  TopShare quarter;
   const uint32_t n = static_cast<uint32_t>(s.cache().n_layers());
   for (uint32_t l = 0; l < n; ++l) {
     if (!has_experts(s, l)) continue;
@@ -39,8 +54,12 @@ StatsTotals stats_totals(const ExpertScheduler& s) {
     t.sched.cpu_experts += k.cpu_experts;
     t.sched.staged += k.staged;
     t.sched.staged_bytes += k.staged_bytes;
+    const TopShare q = top_share(s.selections(l), 0.25);
+    quarter.top += q.top;
+    quarter.all += q.all;
   }
   t.hit_rate = ratio(t.cache.hits, t.cache.hits + t.cache.misses);
+  t.top_quarter_share = ratio(quarter.top, quarter.all);
   t.cpu_experts_per_token = ratio(t.sched.cpu_experts, s.tokens());
   t.h2d_bytes_per_token = ratio(t.cache.bytes_copied + t.sched.staged_bytes, s.tokens());
   return t;
@@ -71,11 +90,14 @@ std::string stats_json(const ExpertScheduler& s, CachePolicy policy, uint64_t bu
     if (!has_experts(s, l)) continue;
     nlohmann::ordered_json e{{"layer", l}};
     e.update(counters(s.cache().counters(l), s.counters(l)));
+    const TopShare q = top_share(s.selections(l), 0.25);
+    e["top_quarter_share"] = ratio(q.top, q.all);
     layers.push_back(e);
   }
   j["layers"] = layers;
   const StatsTotals t = stats_totals(s);
   nlohmann::ordered_json total = counters(t.cache, t.sched);
+  total["top_quarter_share"] = t.top_quarter_share;
   total["cpu_experts_per_token"] = t.cpu_experts_per_token;
   total["h2d_bytes_per_token"] = t.h2d_bytes_per_token;
   j["total"] = total;
@@ -107,6 +129,9 @@ std::string stats_text(const ExpertScheduler& s, CachePolicy policy, uint64_t bu
                 human_bytes(static_cast<uint64_t>(t.h2d_bytes_per_token)).c_str(),
                 static_cast<unsigned long long>(t.cache.admissions), static_cast<unsigned long long>(t.cache.evictions));
   out += line;
+  std::snprintf(line, sizeof line, "routing: the most selected quarter of each layer's experts took %.1f%% of the selections\n",
+                100.0 * t.top_quarter_share);
+  out += line;
   const uint32_t n = static_cast<uint32_t>(s.cache().n_layers());
   if (timing != nullptr) {
     LayerTiming sum;
@@ -119,11 +144,13 @@ std::string stats_text(const ExpertScheduler& s, CachePolicy policy, uint64_t bu
     if (!has_experts(s, l)) continue;
     const CacheCounters& c = s.cache().counters(l);
     const SchedulerCounters& k = s.counters(l);
-    std::snprintf(line, sizeof line, "  layer %3u: %3u slots, hits %llu, misses %llu (%.1f%% hit), cpu %llu, copied %s\n", l,
+    const TopShare q = top_share(s.selections(l), 0.25);
+    std::snprintf(line, sizeof line,
+                  "  layer %3u: %3u slots, hits %llu, misses %llu (%.1f%% hit), cpu %llu, copied %s, top quarter %.1f%%\n", l,
                   s.cache().slots(l).count, static_cast<unsigned long long>(c.hits),
                   static_cast<unsigned long long>(c.misses), 100.0 * ratio(c.hits, c.hits + c.misses),
                   static_cast<unsigned long long>(k.cpu_experts),
-                  human_bytes(c.bytes_copied + k.staged_bytes).c_str());
+                  human_bytes(c.bytes_copied + k.staged_bytes).c_str(), 100.0 * ratio(q.top, q.all));
     out += line;
   }
   return out;

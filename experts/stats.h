@@ -2,15 +2,21 @@
 // replay (`simulate --json`), so the two can be compared field by field:
 //   {"mode", "policy", "budget_bytes", "steps", "tokens",
 //    "layers": [{"layer", "hits", "misses", "admissions", "evictions", "bytes_copied",
-//                "device_experts", "cpu_experts", "staged", "staged_bytes", "hit_rate"}],
-//    "total": {the same sums, "hit_rate", "cpu_experts_per_token", "h2d_bytes_per_token"},
+//                "device_experts", "cpu_experts", "staged", "staged_bytes", "hit_rate",
+//                "top_quarter_share"}],
+//    "total": {the same sums, "hit_rate", "top_quarter_share", "cpu_experts_per_token",
+//              "h2d_bytes_per_token"},
 //    with a real run's timing also "timing": {"layers": [{"layer", "copy_ms", "device_ms",
 //    "cpu_ms"}], "total": {the sums}}}; a replay has no timing (its counters are the same)
 // hit_rate = hits / (hits + misses) (0 when there were no lookups); h2d bytes = admissions'
-// bytes copied + staged bytes.
+// bytes copied + staged bytes. top_quarter_share: the share of the selections (token,
+// expert) that went to the most selected quarter of a layer's experts (0.25 for uniform
+// routing over many steps; the skew a cache of a quarter of the experts could at best hit);
+// the total weighs the layers by their selections.
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -31,7 +37,15 @@ struct StatsTotals {
   CacheCounters cache;
   SchedulerCounters sched;
   double hit_rate = 0, cpu_experts_per_token = 0, h2d_bytes_per_token = 0;
+  double top_quarter_share = 0;
 };
+
+// Of a layer's selections (tokens per expert), the part taken by the `fraction` most
+// selected experts (rounded up to whole experts): {top, all}.
+struct TopShare {
+  uint64_t top = 0, all = 0;
+};
+TopShare top_share(std::span<const uint64_t> selections, double fraction);
 StatsTotals stats_totals(const ExpertScheduler& s);
 
 // Pretty JSON (2-space indent).

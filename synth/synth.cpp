@@ -47,7 +47,11 @@ std::vector<TensorSpec> plan_tensors(const SynthConfig& c, uint32_t n_vocab) {
   std::vector<TensorSpec> t;
   RowRecipe embd;
   embd.stddev = 1.0f;
-  embd.u_weight = embd_u;
+  // A --fast file carries the shared component only for a skewed router: its weights have
+  // no other structure, and the stack's common response to the component would bias the
+  // routing of a uniform file's deeper layers (~0.5 of the selections to the top quarter
+  // of the experts by layer 8 instead of 0.25).
+  embd.u_weight = (c.router_skew > 0.0f || !c.fast) ? embd_u : 0.0f;
   t.push_back({"token_embd.weight", Role::kEmbedding, 0, {E, n_vocab}, embd});
   // The main stack, then the NextN blocks (a whole MoE block plus their projection and norms).
   for (uint32_t l = 0; l < c.n_layer + c.n_nextn; ++l) {
@@ -295,6 +299,14 @@ class RowSource {
       uint64_t rows = 1;
       for (size_t d = 1; d < spec.ne.size(); ++d) rows *= spec.ne[d];
       pool_rows_ = std::min<uint64_t>(rows, 32);
+      // Rotate by whole blocks of at least kSharedDirectionPeriod values (the embeddings'
+      // shared component survives the rotation).
+      const TypeTraits& tr = type_traits(type_);
+      rotation_unit_ = tr.block_bytes;
+      if (tr.block_elems < kSharedDirectionPeriod && kSharedDirectionPeriod % tr.block_elems == 0 &&
+          row_bytes_ % (tr.block_bytes * (kSharedDirectionPeriod / tr.block_elems)) == 0) {
+        rotation_unit_ = tr.block_bytes * (kSharedDirectionPeriod / tr.block_elems);
+      }
       pool_.resize(pool_rows_ * row_bytes_);
       for (uint64_t r = 0; r < pool_rows_; ++r) make(r, pool_.data() + r * row_bytes_);
     }
@@ -310,8 +322,7 @@ class RowSource {
       // A pool row rotated by a random number of blocks: valid blocks, cheap to make.
       Rng rng(mix(seed_, first + i));
       const uint8_t* src = pool_.data() + (rng.next() % pool_rows_) * row_bytes_;
-      const uint64_t block = type_traits(type_).block_bytes;
-      const uint64_t shift = (rng.next() % (row_bytes_ / block)) * block;
+      const uint64_t shift = (rng.next() % (row_bytes_ / rotation_unit_)) * rotation_unit_;
       std::memcpy(out, src + shift, row_bytes_ - shift);
       std::memcpy(out + (row_bytes_ - shift), src, shift);
     }
@@ -335,6 +346,7 @@ class RowSource {
   uint64_t row_bytes_;
   bool fast_ = false;
   uint64_t pool_rows_ = 0;
+  uint64_t rotation_unit_ = 0;  // bytes
   std::vector<uint8_t> pool_;
   std::vector<float> floats_;
 };
@@ -349,7 +361,7 @@ StatusOr<SynthSummary> write_model(const SynthConfig& c, const WriteParams& para
   MT_ASSIGN_OR_RETURN(uint32_t n_vocab, write_vocab(c, w));
   write_hparams(c, n_vocab, w);
 
-  auto u = std::make_shared<std::vector<float>>(shared_direction(c.seed, c.n_embd));
+  auto u = std::make_shared<std::vector<float>>(shared_direction(c.seed, c.n_embd, c.fast));
   SynthSummary summary;
   summary.n_vocab = n_vocab;
   for (const TensorSpec& spec : plan_tensors(c, n_vocab)) {

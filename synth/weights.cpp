@@ -32,13 +32,15 @@ uint64_t hash_name(uint64_t seed, const std::string& name) {
   return mix(seed, h);
 }
 
-std::vector<float> shared_direction(uint64_t seed, uint32_t n_embd) {
+std::vector<float> shared_direction(uint64_t seed, uint32_t n_embd, bool periodic) {
+  // Periodic: entry i repeats entry i % kSharedDirectionPeriod, so rotating a row by whole
+  // periods keeps its projection on u (the --fast rows are pool rows rotated by blocks).
   Rng rng(mix(seed, 0x5eed));
   std::vector<float> u(n_embd);
   double norm = 0.0;
-  for (float& x : u) {
-    x = rng.normal();
-    norm += static_cast<double>(x) * x;
+  for (uint32_t i = 0; i < n_embd; ++i) {
+    u[i] = periodic && i >= kSharedDirectionPeriod ? u[i % kSharedDirectionPeriod] : rng.normal();
+    norm += static_cast<double>(u[i]) * u[i];
   }
   const float inv = static_cast<float>(1.0 / std::sqrt(std::max(norm, 1e-30)));
   for (float& x : u) x *= inv;

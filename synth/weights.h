@@ -41,8 +41,12 @@ struct RowRecipe {
                                 // no accidental per-expert bias at skew 0)
 };
 
-// The shared unit direction of a model (length n_embd).
-std::vector<float> shared_direction(uint64_t seed, uint32_t n_embd);
+// The shared unit direction of a model (length n_embd). Periodic (the --fast files): the
+// first kSharedDirectionPeriod entries repeat, so a row rotated by a multiple of them keeps
+// its projection on u and the fast embeddings (pool rows rotated by whole blocks) carry the
+// shared component, hence the router skew.
+inline constexpr uint32_t kSharedDirectionPeriod = 32;
+std::vector<float> shared_direction(uint64_t seed, uint32_t n_embd, bool periodic = false);
 
 // Fills `row` (length n) for row index r of a tensor seeded with `tensor_seed`.
 void make_row(const RowRecipe& recipe, const std::vector<float>& u, uint64_t tensor_seed, uint64_t r,

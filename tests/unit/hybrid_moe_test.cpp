@@ -5,12 +5,14 @@
 // layer-step); the counters consistent.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <set>
 
 #include "experts/geometry.h"
 #include "experts/popularity.h"
 #include "experts/scheduler.h"
+#include "experts/stats.h"
 #include "model/model.h"
 #include "model/offload.h"
 #include "synth/synth.h"
@@ -220,6 +222,88 @@ TEST(HybridMoe, FullBudgetLruHitsEverythingAfterTheFirstUse) {
     EXPECT_EQ(k.admissions, seen.size());
     EXPECT_EQ(k.evictions, 0u);
   }
+}
+
+// Tokens per expert per layer, from the routing trace.
+class SelectionCounts : public Trace {
+ public:
+  explicit SelectionCounts(uint32_t n_expert) : n_expert_(n_expert) {}
+  void begin_step() override {}
+  void routing(uint32_t layer, uint32_t, std::span<const int32_t> experts, std::span<const float>) override {
+    if (counts.size() <= layer) counts.resize(layer + 1, std::vector<uint64_t>(n_expert_, 0));
+    for (int32_t e : experts) ++counts[layer][static_cast<size_t>(e)];
+  }
+  std::vector<std::vector<uint64_t>> counts;
+
+ private:
+  uint32_t n_expert_;
+};
+
+// The router skew of a --fast synthetic file holds in every layer (the shared direction
+// survives the fast embeddings and the residual stream), and the scheduler's
+// top_quarter_share reports the routing's popularity exactly as the trace counts it.
+TEST(HybridMoe, TheRouterSkewOfAFastFileHoldsInEveryLayerAndIsReported) {
+  double shares[2] = {0, 0};
+  for (int skewed = 0; skewed < 2; ++skewed) {
+    synth::SynthConfig c = synth::tiny_for(Arch::kQwen3Moe);
+    c.n_layer = 8;
+    c.n_expert = 32;
+    c.n_expert_used = 4;
+    c.n_ff_exp = 64;
+    c.n_vocab = 2048;
+    c.fast = true;
+    c.quant = *synth::parse_quant_mix("q8_0");
+    c.router_skew = skewed ? 1.0f : 0.0f;
+    const std::string path = test::temp_path(std::string("qwen3moe-skew") + (skewed ? "1" : "0") + ".gguf");
+    ASSERT_TRUE(synth::write_model(c, {path, false}).ok());
+    auto loaded = Model::load(path, {2});
+    ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
+    const Model& model = **loaded;
+    auto geometry = read_expert_geometry(model.file());
+    ASSERT_TRUE(geometry.ok());
+    auto state = make_offload(model.weights(), *geometry, plan_pools(*geometry, geometry->compact_bytes / 4), {}, {});
+    ASSERT_TRUE(state.ok());
+    std::vector<int32_t> ids(24 + 232);
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>((i * 977 + 13) % model.hparams().n_vocab);
+    SelectionCounts trace(c.n_expert);
+    auto session = Session::create(model, 512);
+    ASSERT_TRUE(session.ok());
+    session->set_offload(&(*state)->offload);
+    std::vector<float> logits;
+    ASSERT_TRUE(session->feed({ids.data(), 24}, false, &logits, &trace).ok());
+    for (size_t t = 24; t < ids.size(); ++t) ASSERT_TRUE(session->feed({&ids[t], 1}, false, &logits, &trace).ok());
+
+    const ExpertScheduler& s = *(*state)->scheduler;
+    ASSERT_EQ(trace.counts.size(), c.n_layer);
+    TopShare all;
+    for (uint32_t l = 0; l < c.n_layer; ++l) {
+      const std::span<const uint64_t> got = s.selections(l);
+      ASSERT_TRUE(std::equal(got.begin(), got.end(), trace.counts[l].begin(), trace.counts[l].end())) << "layer " << l;
+      const TopShare q = top_share(trace.counts[l], 0.25);
+      EXPECT_EQ(q.all, ids.size() * c.n_expert_used);
+      const double share = static_cast<double>(q.top) / static_cast<double>(q.all);
+      if (skewed) {
+        EXPECT_GT(share, 0.6) << "layer " << l;
+      } else {
+        EXPECT_LT(share, 0.4) << "layer " << l;
+      }
+      all.top += q.top;
+      all.all += q.all;
+    }
+    shares[skewed] = stats_totals(s).top_quarter_share;
+    EXPECT_DOUBLE_EQ(shares[skewed], static_cast<double>(all.top) / static_cast<double>(all.all));
+  }
+  EXPECT_GT(shares[1], shares[0] + 0.3);
+}
+
+// Of 8 experts, the top quarter (2, rounded up) of the selections.
+TEST(HybridMoe, TopShareTakesTheMostSelectedFraction) {
+  const std::vector<uint64_t> counts = {5, 0, 9, 1, 1, 3, 0, 1};
+  const TopShare q = top_share(counts, 0.25);
+  EXPECT_EQ(q.top, 14u);
+  EXPECT_EQ(q.all, 20u);
+  EXPECT_EQ(top_share(counts, 0.3).top, 17u);  // 2.4 -> 3 experts
+  EXPECT_EQ(top_share(std::vector<uint64_t>{}, 0.25).all, 0u);
 }
 
 }  // namespace

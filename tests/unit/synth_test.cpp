@@ -18,6 +18,7 @@
 #include "quant/reference.h"
 #include "synth/synth.h"
 #include "synth/tensor_types.h"
+#include "synth/weights.h"
 #include "test_util.h"
 
 namespace mt::synth {
@@ -451,6 +452,31 @@ TEST(SynthWeights, FastModeWritesValidQuantizedBlocks) {
         EXPECT_NEAR(stddev(v), want, 0.2 * want) << q;
       }
     }
+  }
+}
+
+// --fast embeddings are pool rows rotated by whole blocks; the shared direction u is
+// periodic so every row keeps the component that carries the router skew.
+TEST(SynthWeights, FastEmbeddingsCarryTheSharedDirection) {
+  for (const char* q : {"q4_k_m", "q8_0", "bf16"}) {
+    SynthConfig c = tiny_for(Arch::kQwen3Moe);
+    c.quant = *parse_quant_mix(q);
+    c.fast = true;
+    c.router_skew = 1.0f;
+    GgufFile f = write_and_open(c, std::string("fast-u-") + q + ".gguf");
+    const std::vector<float> u = shared_direction(c.seed, c.n_embd, /*periodic=*/true);
+    const std::vector<float> embd = dequantized(f, "token_embd.weight");
+    const size_t n_rows = embd.size() / c.n_embd;
+    const double want = 0.5 * std::sqrt(static_cast<double>(c.n_embd));  // synth.cpp's embd_u
+    double sum = 0, lowest = 1e30;
+    for (size_t r = 0; r < n_rows; ++r) {
+      double dot = 0;
+      for (uint32_t i = 0; i < c.n_embd; ++i) dot += static_cast<double>(embd[r * c.n_embd + i]) * u[i];
+      sum += dot;
+      lowest = std::min(lowest, dot);
+    }
+    EXPECT_NEAR(sum / static_cast<double>(n_rows), want, 0.1 * want) << q;
+    EXPECT_GT(lowest, 0.5 * want) << q;
   }
 }
 

@@ -11,8 +11,10 @@
 #   tools/gpu/check.sh llama   build llama-bench with CUDA from the node-llama-cpp bundle
 #                              source carried in .gpu-carry/llama-src.tar.xz and run it on
 #                              the same files (-ngl 99 -fa 1 -p 512,4096 -n 128)
+#   tools/gpu/check.sh prep    a bare machine: moetier and llama-bench built side by side,
+#                              the timing files of SKEWS synthesized (then tier, split)
 #   tools/gpu/check.sh tier    (machine warm) GPU expert tiering on the qwen3-30b-a3b q4_k_m
-#                              files, uniform router and --router-skew 1: moetier bench
+#                              files of SKEWS (router skews, default 0 1): moetier bench
 #                              --expert-cache 25% / 10% (pp512, tg64, pp4096) with the peak
 #                              device memory (nvidia-smi); then, with llama-bench built
 #                              (llama mode), -ncmoe at the same or larger device memory
@@ -68,6 +70,9 @@ build() {
   fi
 }
 M=build-gpu/moetier
+qfile() {  # skew: the qwen3-30b-a3b q4_k_m timing file with that router skew
+  if [ "$1" = 0 ]; then echo /tmp/q30-q4_k_m.gguf; else echo "/tmp/q30-s$1-q4_k_m.gguf"; fi
+}
 SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 memcheck() {  # arch...: compute-sanitizer on a tiny q4_k_m model's logits (prefill) and run (decode)
   local a
@@ -119,6 +124,28 @@ bench)
   run hwprofile $M hwprofile -o "$OUT/hwprofile.json"
   for f in "$OUT"/bench*.log "$OUT"/profile*.log "$OUT"/attention_bench.log "$OUT"/mmvq_bench.log "$OUT"/tune.log; do [ -f "$f" ] && { echo "--- $f"; tail -40 "$f"; }; done
   ;;
+prep)  # a bare machine: moetier (moetier, mt_cuda_tests) and llama-bench built side by side,
+  # then the qwen3-30b-a3b q4_k_m timing files of SKEWS synthesized side by side
+  BUILD_TARGETS=${BUILD_TARGETS:-mt_cuda_tests moetier} build &
+  OUT=$OUT/llama "$0" llama-build &
+  wait
+  for skew in ${SKEWS:-0}; do
+    F=$(qfile "$skew")
+    [ -f "$F" ] || run "synth_skew$skew" $M synth --preset qwen3-30b-a3b --quant q4_k_m --router-skew "$skew" --fast -o "$F" &
+  done
+  wait
+  ls -la /tmp/*.gguf /tmp/llama.cpp/build/bin/llama-bench "$M"
+  ;;
+llama-build)
+  L=/tmp/llama.cpp
+  if [ ! -x $L/build/bin/llama-bench ]; then
+    mkdir -p $L && tar -xJf .gpu-carry/llama-src.tar.xz -C $L
+    run llama_configure cmake -S $L -B $L/build -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
+      -DCMAKE_CUDA_ARCHITECTURES=90 -DBUILD_SHARED_LIBS=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+      -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_TOOLS=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DGGML_NATIVE=ON
+    run llama_build cmake --build $L/build --target llama-bench -j "$JOBS"
+  fi
+  ;;
 llama)
   L=/tmp/llama.cpp
   if [ ! -x $L/build/bin/llama-bench ]; then
@@ -148,13 +175,12 @@ tier)
     echo "peak device memory: $(sort -n "$OUT/$name.mem" | tail -1) MiB" | tee -a "$OUT/$name.log"
   }
   for skew in ${SKEWS:-0 1}; do
-    F=/tmp/q30-q4_k_m.gguf
-    [ $skew = 1 ] && F=/tmp/q30s-q4_k_m.gguf
+    F=$(qfile "$skew")
     [ -f "$F" ] || run "synth_skew$skew" $M synth --preset qwen3-30b-a3b --quant q4_k_m --router-skew $skew --fast -o "$F"
     for b in 25 10; do
       peak "tier_s${skew}_b${b}" $M bench -m "$F" --device cuda --expert-cache $b% -p 512 -n 64 -r 2 -o json
       peak "tier4096_s${skew}_b${b}" $M bench -m "$F" --device cuda --expert-cache $b% -p 4096 -n 0 -r 1 -o json
-      grep -E '"(n_prompt|n_gen|avg_ts)"|tiering|hit_rate|h2d' "$OUT/tier_s${skew}_b${b}.log" | head -20
+      grep -E '"(n_prompt|n_gen|avg_ts)"|tiering|hit_rate|h2d|top_quarter' "$OUT/tier_s${skew}_b${b}.log" | grep -v '"hit_rate": 0' | tail -12
       grep -E '"(n_prompt|avg_ts)"' "$OUT/tier4096_s${skew}_b${b}.log"
       tail -1 "$OUT/tier_s${skew}_b${b}.log"
     done
@@ -181,8 +207,7 @@ quick)  # one fresh-machine call: the tiering and fused-kernel tests, the decode
     tail -1 "$OUT/tg_router$1_attn$2.log"
   done
   for skew in 0 1; do
-    F=/tmp/q30-q4_k_m.gguf
-    [ $skew = 1 ] && F=/tmp/q30s-q4_k_m.gguf
+    F=$(qfile "$skew")
     [ -f "$F" ] || run "synth_skew$skew" $M synth --preset qwen3-30b-a3b --quant q4_k_m --router-skew $skew --fast -o "$F"
     for b in 25 10; do
       run "tiertg_s${skew}_b${b}" $M bench -m "$F" --device cuda --expert-cache $b% -p 0 -n 64 -r 2
@@ -295,8 +320,7 @@ split)  # issue 7: hybrid decode with the split of misses (part of each layer-st
   fi
   [ -n "${NO_BENCH:-}" ] && exit $status
   for skew in ${SKEWS:-0}; do
-    F=/tmp/q30-q4_k_m.gguf
-    [ $skew = 1 ] && F=/tmp/q30s-q4_k_m.gguf
+    F=$(qfile "$skew")
     [ -f "$F" ] || run "synth_skew$skew" $M synth --preset qwen3-30b-a3b --quant q4_k_m --router-skew $skew --fast -o "$F"
     for b in ${BUDGETS:-25}; do
       for v in ${VARIANTS:-off auto}; do
@@ -319,7 +343,7 @@ split)  # issue 7: hybrid decode with the split of misses (part of each layer-st
         esac
         run "split_s${skew}_b${b}_$v" $M bench -m "$F" --device cuda --expert-cache $b% $args -p 0 -n 64 -r 2 -o json
         lg="$OUT/split_s${skew}_b${b}_$v.log"
-        echo "skew $skew budget $b% $v: $(for k in avg_ts stddev_ts hit_rate cpu_experts_per_token h2d_bytes_per_token staged cpu_ms device_ms; do
+        echo "skew $skew budget $b% $v: $(for k in avg_ts stddev_ts hit_rate top_quarter_share cpu_experts_per_token h2d_bytes_per_token staged cpu_ms device_ms; do
           grep "\"$k\"" "$lg" | tail -1; done | tr -d ' \n')"
       done
     done
@@ -330,7 +354,7 @@ cpu)
   run unit ctest --test-dir build-gpu --output-on-failure -j "$JOBS" -LE "kjv|cuda"
   ;;
 *)
-  echo "usage: tools/gpu/check.sh test|bench|all|llama|tier|quick|hybrid|unified|families|verify|cpuexp|split|cpu"
+  echo "usage: tools/gpu/check.sh test|bench|all|prep|llama|tier|quick|hybrid|unified|families|verify|cpuexp|split|cpu"
   exit 2
   ;;
 esac
