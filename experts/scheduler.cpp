@@ -113,9 +113,17 @@ void ExpertScheduler::split_misses(uint32_t layer, std::span<const ExpertTask> t
     m = device_share_of_misses(static_cast<uint32_t>(cpu.size()), bytes, options_.hw.h2d_gbps(bytes, options_.pinned),
                                options_.hw.cpu_decode_gbps(layer_type_[layer]));
   }
-  // The experts with the most tokens first. (With the split, place() admitted no miss it
-  // left to the CPU, so none of these has a copy queued yet.)
-  std::stable_sort(cpu.begin(), cpu.end(), [&](size_t a, size_t b) { return tasks[a].n_tokens > tasks[b].n_tokens; });
+  // The experts with the most tokens first; among equals (every miss of a decode step), the
+  // most selected so far, so that the admissions the device's share brings in are the
+  // popular experts (with skewed routing the cache then holds them) rather than the lowest
+  // ids. (With the split, place() admitted no miss it left to the CPU, so none of these
+  // has a copy queued yet.)
+  const std::vector<uint64_t>& sel = selections_[layer];
+  const bool popular = options_.split_popular_first;
+  std::stable_sort(cpu.begin(), cpu.end(), [&](size_t a, size_t b) {
+    if (tasks[a].n_tokens != tasks[b].n_tokens) return tasks[a].n_tokens > tasks[b].n_tokens;
+    return popular && sel[tasks[a].expert] > sel[tasks[b].expert];
+  });
   for (size_t k = 0; k < m && k < cpu.size(); ++k) {
     Placement& p = out[first + cpu[k]];
     MT_CHECK(!p.copy);

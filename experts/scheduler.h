@@ -17,7 +17,8 @@
 //           through staging, and computed there after the copy) so that the link and the
 //           CPU, which read host memory side by side, finish together. The share follows
 //           the cost model (one expert's bytes at the link's speed vs at the CPU's expert
-//           speed) or split_fraction, the misses with the most tokens first. Then a miss
+//           speed) or split_fraction, the misses with the most tokens first, then the most
+//           selected so far (the admissions favour popular experts). Then a miss
 //           is admitted only when the device computes it in this step (its copy is on the
 //           critical path anyway; an admission for later alone would queue on the link
 //           ahead of the next layer's copies), so max_admissions does not apply.
@@ -68,6 +69,9 @@ struct SchedulerOptions {
   bool split_misses = false;
   // The device's share of the misses (0..1); < 0: from the cost model and hw.
   double split_fraction = -1;
+  // Which misses make the device's share: the most tokens first, then (true) the experts
+  // selected most often so far, or (false) ascending ids.
+  bool split_popular_first = true;
 };
 
 // How many of n misses of `bytes` each the device should take so that the copies (at

@@ -32,6 +32,10 @@ void add_tiering_flags(CLI::App& app, TieringFlags* f) {
                  "computes the rest: auto (on with --device cuda), on, off");
   app.add_option("--split-fraction", f->split_fraction,
                  "with --split-misses: the device's share of the misses, 0..1 (default: from the hardware profile)");
+  app.add_option("--split-pick", f->split_pick,
+                 "with --split-misses: which misses of equal tokens go to the device: popular (the most selected so "
+                 "far; default) or ids (ascending expert ids)")
+      ->check(CLI::IsMember({"popular", "ids"}));
 }
 
 Status apply_device_defaults(const TieringFlags& f, bool gpu, TieringSetup& s) {
@@ -48,6 +52,7 @@ Status apply_device_defaults(const TieringFlags& f, bool gpu, TieringSetup& s) {
     return invalid_argument("--split-fraction needs the split of misses (--split-misses on, or auto on cuda)");
   }
   s.scheduler.split_fraction = f.split_fraction;
+  s.scheduler.split_popular_first = f.split_pick != "ids";
   return {};
 }
 

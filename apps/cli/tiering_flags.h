@@ -34,6 +34,7 @@ struct TieringFlags {
   int max_admissions = -1;  // per layer-step, hybrid; -1: auto (none on the CPU, 2 on the GPU)
   std::string split_misses = "auto";  // hybrid: share the CPU's misses with the link; auto: on the GPU
   double split_fraction = -1;         // the device's share (0..1); < 0: from the cost model
+  std::string split_pick = "popular";  // popular | ids: which misses of equal tokens the device takes
 };
 
 void add_tiering_flags(CLI::App& app, TieringFlags* f);

@@ -296,6 +296,43 @@ TEST(HybridMoe, TheRouterSkewOfAFastFileHoldsInEveryLayerAndIsReported) {
   EXPECT_GT(shares[1], shares[0] + 0.3);
 }
 
+// The device's share of a decode step's misses (one token each) goes to the experts
+// selected most often so far (split_popular_first), else to the lowest ids.
+TEST(HybridMoe, TheSplitGivesTheDeviceThePopularMissesFirst) {
+  synth::SynthConfig c = synth::tiny_for(Arch::kQwen3Moe);
+  const std::string path = test::temp_path("qwen3moe-split-pick.gguf");
+  ASSERT_TRUE(synth::write_model(c, {path, false}).ok());
+  auto loaded = Model::load(path, {2});
+  ASSERT_TRUE(loaded.ok());
+  auto geometry = read_expert_geometry((*loaded)->file());
+  ASSERT_TRUE(geometry.ok());
+  for (bool popular : {true, false}) {
+    SchedulerOptions so;
+    so.split_misses = true;
+    so.split_fraction = 0.5;
+    so.split_popular_first = popular;
+    // No slots: every miss the device takes is staged, none becomes a hit later.
+    ExpertScheduler s(*geometry, plan_pools(*geometry, 0), (*loaded)->hparams().n_layer, {}, so);
+    std::vector<Placement> out;
+    for (int step = 0; step < 3; ++step) {
+      s.begin_step(1);
+      const ExpertTask five[] = {{5, 1}};
+      s.place(0, five, out);
+    }
+    s.begin_step(1);
+    out.clear();
+    const ExpertTask tasks[] = {{1, 1}, {2, 1}, {5, 1}, {6, 1}};
+    s.place(0, tasks, out);
+    ASSERT_EQ(out.size(), 4u);
+    std::vector<uint32_t> on_device;
+    for (const Placement& p : out) {
+      if (p.on_device) on_device.push_back(p.expert);
+    }
+    EXPECT_EQ(on_device, popular ? std::vector<uint32_t>({1, 5}) : std::vector<uint32_t>({1, 2}));
+    EXPECT_EQ(s.selections(0)[5], 4u);
+  }
+}
+
 // Of 8 experts, the top quarter (2, rounded up) of the selections.
 TEST(HybridMoe, TopShareTakesTheMostSelectedFraction) {
   const std::vector<uint64_t> counts = {5, 0, 9, 1, 1, 3, 0, 1};
