@@ -21,6 +21,7 @@
 #include "apps/cli/tiering_flags.h"
 #include "core/log.h"
 #include "experts/geometry.h"
+#include "experts/stats.h"
 #include "model/model.h"
 #include "model/offload.h"
 #include "server/chat_prompt.h"
@@ -124,13 +125,14 @@ int serve(const ServeFlags& f) {
   if (!f.tiering.expert_cache.empty()) {
     auto setup = make_tiering_setup((*model)->file(), f.tiering);
     if (!setup.ok()) return fail(setup.status());
+    if (Status st = apply_device_defaults(f.tiering, false, *setup); !st.ok()) return fail(st);
     auto pins = parse_size(f.pin_budget, "--pin-budget");
     if (!pins.ok()) return fail(pins.status());
     auto state = make_offload((*model)->weights(), setup->geometry, setup->plan, setup->cache, setup->scheduler, *pins);
     if (!state.ok()) return fail(state.status());
     offload = std::move(*state);
     options.offload = &offload->offload;
-    tiering_note = "; experts tiered (" + f.tiering.moe_mode + ", " + f.tiering.policy + ", cache " +
+    tiering_note = "; experts tiered (" + f.tiering.moe_mode + ", " + cache_policy_name(setup->policy) + ", cache " +
                    human_bytes(setup->budget) + ")";
   }
   Scheduler scheduler(**model, *tokenizer, options);

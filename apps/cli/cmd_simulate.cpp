@@ -19,7 +19,7 @@ namespace mt::cli {
 namespace {
 
 struct SimulateFlags {
-  std::string model, trace;
+  std::string model, trace, device = "cpu";
   bool synthetic = false, json = false;
   SyntheticTraceOptions synth;
   TieringFlags tiering;
@@ -37,6 +37,8 @@ int run(SimulateFlags f) {
   if (!file.ok()) return fail(file.status());
   auto setup = make_tiering_setup(*file, f.tiering);
   if (!setup.ok()) return fail(setup.status());
+  // The defaults of the device replayed for (the admission cap, the split of misses).
+  if (Status st = apply_device_defaults(f.tiering, f.device == "cuda", *setup); !st.ok()) return fail(st);
   auto sizes = read_model_sizes(*file);
   if (!sizes.ok()) return fail(sizes.status());
   const ExpertGeometry& g = setup->geometry;
@@ -108,6 +110,10 @@ Runner add_simulate(CLI::App& app) {
   app.add_option("--locality", f->synth.locality, "synthetic: chance a pick repeats the previous token's (default 0.5)");
   app.add_option("--seed", f->synth.seed, "synthetic: random seed (default 1)");
   add_tiering_flags(app, &f->tiering);
+  app.add_option("--device", f->device,
+                 "the defaults of which run to replay: cpu (the simulated device; default) or cuda (2 admissions "
+                 "per layer-step, the split of misses on)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_flag("--json", f->json, "JSON (the schema of run --stats-json, plus trace and predicted)");
   return [f] { return run(*f); };
 }

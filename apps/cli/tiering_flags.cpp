@@ -14,11 +14,15 @@ namespace mt::cli {
 void add_tiering_flags(CLI::App& app, TieringFlags* f) {
   app.add_option("--expert-cache", f->expert_cache,
                  "expert cache budget on the (simulated) device: SIZE (8640MiB, 2GiB) or N% of all expert bytes");
-  app.add_option("--cache-policy", f->policy, "expert cache replacement: lru, frequency, static-hot");
+  app.add_option("--cache-policy", f->policy,
+                 "expert cache replacement: lru, frequency, static-hot, auto (default: frequency with --device cuda, "
+                 "lru on the CPU)");
   app.add_option("--cache-layout", f->layout,
                  "expert cache slots: pools (exact size per geometry, default) or unified (every slot the largest expert's size)");
-  app.add_option("--admit-after", f->admit_after, "frequency policy: requests before an expert is admitted");
-  app.add_option("--min-dwell", f->min_dwell, "frequency policy: steps a resident expert stays before eviction");
+  app.add_option("--admit-after", f->admit_after,
+                 "frequency policy: requests before an expert is admitted (default: 1 with --device cuda, else 2)");
+  app.add_option("--min-dwell", f->min_dwell,
+                 "frequency policy: steps a resident expert stays before eviction (default: 1 with --device cuda, else 4)");
   app.add_option("--popularity", f->popularity, "popularity profile (moetier profile) for static-hot");
   app.add_option("--moe-mode", f->moe_mode,
                  "where cache misses run: hybrid (CPU), stream (copied in), cpu, auto (the planner's pick of stream "
@@ -40,6 +44,11 @@ void add_tiering_flags(CLI::App& app, TieringFlags* f) {
 
 Status apply_device_defaults(const TieringFlags& f, bool gpu, TieringSetup& s) {
   if (f.max_admissions < 0 && gpu) s.scheduler.max_admissions = kGpuMaxAdmissions;
+  if (gpu && f.policy == "auto") s.policy = s.cache.policy = CachePolicy::kFrequency;
+  if (gpu && s.cache.policy == CachePolicy::kFrequency) {
+    if (f.admit_after == 0) s.cache.admit_after = kGpuAdmitAfter;
+    if (f.min_dwell == 0) s.cache.min_dwell = kGpuMinDwell;
+  }
   if (f.split_misses == "auto") {
     s.scheduler.split_misses = gpu && s.scheduler.mode == MoeMode::kHybrid;
   } else if (f.split_misses == "on" || f.split_misses == "off") {
@@ -93,13 +102,13 @@ StatusOr<TieringSetup> make_tiering_setup(const gguf::GgufFile& file, const Tier
   } else {
     return invalid_argument("--cache-layout: '" + f.layout + "' is not pools or unified");
   }
-  if (f.policy == "lru") s.policy = CachePolicy::kLru;
+  if (f.policy == "lru" || f.policy == "auto") s.policy = CachePolicy::kLru;  // auto: see apply_device_defaults
   else if (f.policy == "frequency") s.policy = CachePolicy::kFrequency;
   else if (f.policy == "static-hot") s.policy = CachePolicy::kStaticHot;
-  else return invalid_argument("--cache-policy: '" + f.policy + "' is not lru, frequency or static-hot");
+  else return invalid_argument("--cache-policy: '" + f.policy + "' is not lru, frequency, static-hot or auto");
   s.cache.policy = s.policy;
-  s.cache.admit_after = f.admit_after;
-  s.cache.min_dwell = f.min_dwell;
+  s.cache.admit_after = f.admit_after > 0 ? f.admit_after : kAdmitAfter;
+  s.cache.min_dwell = f.min_dwell > 0 ? f.min_dwell : kMinDwell;
   if (s.policy == CachePolicy::kStaticHot) {
     if (f.popularity.empty()) return invalid_argument("--cache-policy static-hot needs --popularity FILE (moetier profile)");
     MT_ASSIGN_OR_RETURN(PopularityProfile p, read_popularity(f.popularity));

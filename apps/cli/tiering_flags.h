@@ -27,10 +27,12 @@ class App;
 namespace mt::cli {
 
 struct TieringFlags {
-  std::string expert_cache, policy = "lru", moe_mode = "hybrid", popularity, hw_profile;
+  // policy auto: lru on the CPU's simulated device, frequency (admit at once, evict the
+  // least requested) with --device cuda; admit_after / min_dwell 0: the policy's default.
+  std::string expert_cache, policy = "auto", moe_mode = "hybrid", popularity, hw_profile;
   std::string layout = "pools";  // --cache-layout pools|unified
-  uint32_t admit_after = 2;
-  uint64_t min_dwell = 4;
+  uint32_t admit_after = 0;
+  uint64_t min_dwell = 0;
   int max_admissions = -1;  // per layer-step, hybrid; -1: auto (none on the CPU, 2 on the GPU)
   std::string split_misses = "auto";  // hybrid: share the CPU's misses with the link; auto: on the GPU
   double split_fraction = -1;         // the device's share (0..1); < 0: from the cost model
@@ -55,6 +57,11 @@ struct BankOptions {
 };
 // --max-admissions' default on the GPU (auto): 2 per layer-step.
 inline constexpr uint32_t kGpuMaxAdmissions = 2;
+// --cache-policy frequency's defaults: hysteresis on the CPU's simulated device; on the GPU
+// (where the split of misses admits only what the device computes now, so a refusal means
+// a staged copy of the same bytes) admit at once and let any expert resident for a step go.
+inline constexpr uint32_t kAdmitAfter = 2, kGpuAdmitAfter = 1;
+inline constexpr uint64_t kMinDwell = 4, kGpuMinDwell = 1;
 
 void add_bank_flags(CLI::App& app, BankFlags* f);
 StatusOr<BankOptions> resolve_bank_flags(const BankFlags& f, bool gpu);
@@ -72,7 +79,7 @@ struct TieringSetup {
 // Reads the geometry from the file and resolves every flag; errors name the flag.
 StatusOr<TieringSetup> make_tiering_setup(const gguf::GgufFile& file, const TieringFlags& f);
 // The defaults that depend on where the experts run (gpu: --device cuda, else the CPU's
-// simulated device): the admission cap and the split of misses.
+// simulated device): the admission cap, the split of misses and the cache policy.
 Status apply_device_defaults(const TieringFlags& f, bool gpu, TieringSetup& s);
 
 }  // namespace mt::cli

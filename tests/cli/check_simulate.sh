@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # simulate: a replay of a run's own routing record reproduces the run's expert cache
 # counters exactly (every layer and the totals), for each policy and mode (auto: the
-# planner's pick; an admission cap per layer-step); synthetic
+# planner's pick; an admission cap per layer-step; the split of misses); synthetic
 # streams on a sparse 47-layer laguna-s geometry; clear errors on bad input.
 # usage: check_simulate.sh MOETIER WORK_DIR
 set -uo pipefail
@@ -22,7 +22,9 @@ for args in "--cache-policy lru --expert-cache 25%" "--cache-policy frequency --
             "--cache-policy static-hot --popularity $WORK/pop.json --expert-cache 30%" \
             "--cache-policy lru --expert-cache 10% --moe-mode stream" "--cache-policy lru --expert-cache 100%" \
             "--cache-policy lru --expert-cache 0" "--cache-policy lru --expert-cache 25% --max-admissions 1" \
-            "--cache-policy lru --expert-cache 25% --moe-mode auto"; do
+            "--cache-policy lru --expert-cache 25% --moe-mode auto" \
+            "--cache-policy lru --expert-cache 25% --split-misses on --split-fraction 0.5" \
+            "--cache-policy frequency --expert-cache 25% --split-misses on --split-fraction 0.6 --split-pick ids"; do
   case_no=$((case_no + 1))
   rec=$WORK/rec$case_no.jsonl
   # shellcheck disable=SC2086
@@ -44,6 +46,8 @@ for m in ("cpu", "stream", "hybrid"):
     assert sim["predicted"][m]["tokens_per_s"] > 0, sim["predicted"]
 if "--max-admissions 1" in args:  # at most one admission per layer-step
     assert t["admissions"] <= run["steps"] * len(run["layers"]), (t, run["steps"])
+if "--split-misses" in args:  # the device took part of the misses: more device experts than hits
+    assert t["device_experts"] > t["hits"], t
 if "auto" in args:
     assert run["mode"] in ("stream", "hybrid"), run["mode"]
 print(f"  {args}: mode {run['mode']}, {len(run['layers'])} layers, hits {t['hits']} misses {t['misses']} admissions {t['admissions']} "

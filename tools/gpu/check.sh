@@ -311,7 +311,7 @@ split)  # issue 7: hybrid decode with the split of misses (part of each layer-st
   # router (SKEWS), at BUDGETS; VARIANTS: off, auto (the default: split by the assumed
   # profile), hw (split by this machine's `moetier hwprofile`), fF (--split-fraction F),
   # hot / hotoff (static-hot from `moetier profile`, with / without the split), freq
-  # (--cache-policy frequency), ids (--split-pick ids: the device's share of the misses by
+  # (--cache-policy frequency), lru (--cache-policy lru; the default on cuda is frequency), ids (--split-pick ids: the device's share of the misses by
   # ascending ids, not the most selected first). MEMBW=1: moetier_membw -t 16 at the end.
   # The tiering tests first unless NO_TESTS=1.
   BUILD_TARGETS=${BUILD_TARGETS:-mt_cuda_tests moetier} build
@@ -331,6 +331,7 @@ split)  # issue 7: hybrid decode with the split of misses (part of each layer-st
           hw) [ -f /tmp/hw.json ] || run hwprofile $M hwprofile -o /tmp/hw.json
               args="--hw-profile /tmp/hw.json" ;;
           freq) args="--cache-policy frequency" ;;
+          lru) args="--cache-policy lru" ;;
           ids) args="--split-pick ids" ;;
           f*) args="--split-fraction ${v#f}" ;;
           hot*)  # static-hot from a popularity profile of this file (moetier profile on the CPU
