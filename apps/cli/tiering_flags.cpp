@@ -8,6 +8,7 @@
 #include "apps/cli/sizes.h"
 #include "experts/planner.h"
 #include "experts/popularity.h"
+#include "experts/stats.h"
 
 namespace mt::cli {
 
@@ -48,6 +49,10 @@ Status apply_device_defaults(const TieringFlags& f, bool gpu, TieringSetup& s) {
   if (gpu && s.cache.policy == CachePolicy::kFrequency) {
     if (f.admit_after == 0) s.cache.admit_after = kGpuAdmitAfter;
     if (f.min_dwell == 0) s.cache.min_dwell = kGpuMinDwell;
+  }
+  if ((f.admit_after > 0 || f.min_dwell > 0) && s.cache.policy != CachePolicy::kFrequency) {
+    return invalid_argument(std::string("--admit-after and --min-dwell are read by the frequency policy only (the policy here is ") +
+                            cache_policy_name(s.cache.policy) + ")");
   }
   if (f.split_misses == "auto") {
     s.scheduler.split_misses = gpu && s.scheduler.mode == MoeMode::kHybrid;

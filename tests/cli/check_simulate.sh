@@ -90,6 +90,22 @@ expect_error "static-hot without profile" simulate -m "$M" --synthetic --expert-
 expect_error "bad size" simulate -m "$M" --synthetic --expert-cache 12XB
 expect_error "percent > 100" simulate -m "$M" --synthetic --expert-cache 140%
 expect_error "stats without cache" run -m "$M" -n 1 --stats
+expect_error "admit-after with lru" simulate -m "$M" --synthetic --expert-cache 10% --cache-policy lru --admit-after 3
+expect_error "min-dwell with the CPU's auto (lru)" simulate -m "$M" --synthetic --expert-cache 10% --min-dwell 2
+# Values outside a flag's set: CLI11's error (and its --help hint) naming the flag.
+expect_flag_error() {
+  local flag=$1
+  shift
+  if "$MOETIER" "$@" >/dev/null 2>"$WORK/err.txt"; then fail "$flag: succeeded"; return; fi
+  grep -q -- "$flag" "$WORK/err.txt" || fail "$flag: the error does not name it: $(cat "$WORK/err.txt")"
+}
+expect_flag_error --split-pick simulate -m "$M" --synthetic --expert-cache 10% --split-misses on --split-pick random
+expect_flag_error --device simulate -m "$M" --synthetic --expert-cache 10% --device tpu
+# On cuda's defaults auto is the frequency policy: its flags are accepted.
+"$MOETIER" simulate -m "$M" --synthetic --tokens 8 --expert-cache 10% --device cuda --min-dwell 2 --json >"$WORK/cuda.json" ||
+  fail "simulate --device cuda --min-dwell"
+"$PY" -c 'import json,sys; j=json.load(open(sys.argv[1])); assert j["policy"] == "frequency", j["policy"]' "$WORK/cuda.json" ||
+  fail "simulate --device cuda: the policy is not frequency"
 
 [ "$fails" -eq 0 ] && echo "simulate: all checks passed"
 exit "$fails"
