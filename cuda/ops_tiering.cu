@@ -14,7 +14,17 @@ __global__ void scatter_rows_kernel(float* d, const float* rows, const int32_t* 
   for (int i = static_cast<int>(threadIdx.x); i < n; i += static_cast<int>(blockDim.x)) dst[i] = src[i];
 }
 
+// One thread reads the host's flag over the link until it reaches value.
+__global__ void wait_host_flag_kernel(const volatile uint32_t* flag, uint32_t value) {
+  while (*flag < value) __nanosleep(200);
+}
+
 }  // namespace
+
+void wait_host_flag(const volatile uint32_t* flag, uint32_t value, cudaStream_t stream) {
+  wait_host_flag_kernel<<<1, 1, 0, stream>>>(flag, value);
+  MT_CUDA_CHECK_LAUNCH();
+}
 
 void scatter_rows(float* d, const float* rows, const int32_t* idx, int n_rows, int n, cudaStream_t stream) {
   if (n_rows <= 0) return;

@@ -55,6 +55,7 @@ CudaSequence::CudaSequence(CudaModel::Impl& m, uint32_t n_ctx, QuantType kv_type
 
 CudaSequence::~CudaSequence() {
   if (m_.tiering != nullptr) {
+    flush_cpu_part();
     cudaStreamSynchronize(m_.stream);
     free_tiering_buffers();
   }

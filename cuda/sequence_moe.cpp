@@ -42,6 +42,7 @@ void CudaSequence::moe_layer(Pass& p, const DevLayer& L, uint32_t l, const ActRo
     router_topk(p.probs, Ti, X, K, arch.renormalize_topk, p.sel, p.wts, s);
   }
   if (p.st->trace) {
+    flush_cpu_part();  // the stream may wait on the previous layer-step's CPU rows
     p.host_sel.resize(static_cast<size_t>(T) * K);
     p.host_wts.resize(static_cast<size_t>(T) * K);
     MT_CUDA_CHECK(cudaMemcpyAsync(p.host_sel.data(), p.sel, p.host_sel.size() * sizeof(int32_t), cudaMemcpyDeviceToHost, s));

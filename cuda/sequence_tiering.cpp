@@ -3,9 +3,13 @@
 #include "cuda/sequence.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <cstdlib>
+#include <string>
 
 #include "core/check.h"
+#include "core/log.h"
 #include "cuda/check.h"
 #include "cuda/host_memory.h"
 
@@ -21,6 +25,9 @@ CudaSequence::HybridPart CudaSequence::place_hybrid(uint32_t l, uint32_t T, cons
   MT_CHECK(T <= static_cast<uint32_t>(kMmvqMaxTokens));
   MT_CUDA_CHECK(cudaMemcpyAsync(pin_sel_, sel, sizeof(int32_t) * T * K, cudaMemcpyDeviceToHost, s));
   MT_CUDA_CHECK(cudaMemcpyAsync(pin_h_, h, sizeof(float) * T * E, cudaMemcpyDeviceToHost, s));
+  // (hybrid_ahead_: these copies wait behind the previous layer-step's flag, so its CPU
+  // rows are computed from pin_h_ before it is overwritten.)
+  flush_cpu_part();
   MT_CUDA_CHECK(cudaStreamSynchronize(s));
   (void)wts;
   std::vector<uint32_t> count(m_.hp.n_expert, 0);
@@ -81,23 +88,44 @@ CudaSequence::HybridPart CudaSequence::place_hybrid(uint32_t l, uint32_t T, cons
 // The CPU computes its experts while the device runs the hot ones (queued before this
 
 // The CPU computes its experts while the device runs the hot ones (queued before this
-// call), then their rows go into d (T*K, n_embd) at their slots.
-void CudaSequence::finish_hybrid(uint32_t l, uint32_t T, const HybridPart& part, float* d) {
-  CudaTiering& tier = *m_.tiering;
+// call), then their rows go into d (T*K, n_embd) at their slots. hybrid_ahead_: the copy
+// and the scatter are queued first, behind a wait on the host flag, and the rows computed
+// at the next flush.
+void CudaSequence::finish_hybrid(uint32_t l, uint32_t T, HybridPart& part, float* d) {
   cudaStream_t s = m_.stream;
   const uint32_t E = m_.hp.n_embd;
   if (dev_timed_[l]) MT_CUDA_CHECK(cudaEventRecord(dev_end_[l], s));
   if (part.jobs.empty()) return;
-  const auto t0 = std::chrono::steady_clock::now();
-  expert_outputs(m_.host->weights().layers[l], pin_h_, T, E, part.jobs, pin_rows_, m_.host->pool());
-  tier.timing[l].cpu_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const size_t n = part.jobs.size();
   std::copy(part.rows.begin(), part.rows.end(), pin_row_ids_);
+  if (hybrid_ahead_) {
+    MT_CHECK(!pending_.active);
+    pending_.active = true;
+    pending_.l = l, pending_.T = T, pending_.seq = ++flag_seq_;
+    pending_.part = std::move(part);
+    wait_host_flag(flag_dev_, pending_.seq, s);
+  } else {
+    compute_cpu_part(l, T, part);
+  }
   MT_CUDA_CHECK(cudaMemcpyAsync(rows_dev_.get(), pin_rows_, sizeof(float) * n * E, cudaMemcpyHostToDevice, s));
   MT_CUDA_CHECK(cudaMemcpyAsync(row_ids_dev_.get(), pin_row_ids_, sizeof(int32_t) * n, cudaMemcpyHostToDevice, s));
   scatter_rows(d, rows_dev_.as<float>(), row_ids_dev_.as<int32_t>(), static_cast<int>(n), static_cast<int>(E), s);
 }
 
+void CudaSequence::compute_cpu_part(uint32_t l, uint32_t T, const HybridPart& part) {
+  const auto t0 = std::chrono::steady_clock::now();
+  expert_outputs(m_.host->weights().layers[l], pin_h_, T, m_.hp.n_embd, part.jobs, pin_rows_, m_.host->pool());
+  m_.tiering->timing[l].cpu_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void CudaSequence::flush_cpu_part() {
+  if (!pending_.active) return;
+  compute_cpu_part(pending_.l, pending_.T, pending_.part);
+  // The rows are written before the flag is seen: the device's wait, then the copy engine,
+  // read them after it.
+  std::atomic_ref<uint32_t>(*pin_flag_).store(pending_.seq, std::memory_order_release);
+  pending_.active = false;
+}
 
 // Prefill streaming: queues the bank of the first MoE layer after `after` (-1: the
 // first MoE layer) into the free staging buffer; staged_buf_ names it.
@@ -148,12 +176,27 @@ void CudaSequence::alloc_tiering_buffers() {
     MT_CUDA_CHECK(cudaEventCreate(&dev_begin_[l]));
     MT_CUDA_CHECK(cudaEventCreate(&dev_end_[l]));
   }
+  const char* ahead = std::getenv("MOETIER_CUDA_HYBRID_AHEAD");
+  if (ahead != nullptr && std::string(ahead) == "1") {
+    void* p = nullptr;
+    if (cudaHostAlloc(&p, sizeof(uint32_t), cudaHostAllocMapped) == cudaSuccess) {
+      pin_flag_ = static_cast<uint32_t*>(p);
+      *pin_flag_ = 0;
+      void* dev = nullptr;
+      MT_CUDA_CHECK(cudaHostGetDevicePointer(&dev, p, 0));
+      flag_dev_ = static_cast<uint32_t*>(dev);
+      hybrid_ahead_ = true;
+    } else {
+      cudaGetLastError();
+      log_warn("MOETIER_CUDA_HYBRID_AHEAD: no mapped pinned flag; the CPU rows are computed in place");
+    }
+  }
 }
 
 void CudaSequence::free_tiering_buffers() {
   for (void* p : {static_cast<void*>(pin_sel_), static_cast<void*>(pin_slot_ids_), static_cast<void*>(pin_row_ids_),
                   static_cast<void*>(pin_stage_ids_),
-                  static_cast<void*>(pin_h_), static_cast<void*>(pin_rows_)}) {
+                  static_cast<void*>(pin_h_), static_cast<void*>(pin_rows_), static_cast<void*>(pin_flag_)}) {
     if (p != nullptr) cudaFreeHost(p);
   }
   for (cudaEvent_t e : dev_begin_) cudaEventDestroy(e);

@@ -8,8 +8,9 @@
 
 #include <algorithm>
 #include <cmath>
-#include <functional>
 #include <cstdio>
+#include <cstdlib>
+#include <functional>
 
 #include "cuda/cuda_model.h"
 #include "cuda/expert_cache.h"
@@ -253,6 +254,29 @@ TEST(CudaTiering, SplitMissesGreedyTokensEqualTheResidentRun) {
   std::vector<int32_t> prompt(40);
   for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>((i * 131 + 7) % 200);
   check_model(path, prompt, true, MoeMode::kHybrid, false, true, /*split=*/true, CachePolicy::kFrequency);
+}
+
+// MOETIER_CUDA_HYBRID_AHEAD=1: the CPU rows' copy and the next layer's launches are queued
+// behind a device wait on a host flag before the CPU computes them; the tokens must not
+// change (hybrid with and without the split, the prompt through the hybrid step too).
+TEST(CudaTiering, HybridAheadGreedyTokensEqualTheResidentRun) {
+  MT_SKIP_WITHOUT_DEVICE();
+  ASSERT_EQ(setenv("MOETIER_CUDA_HYBRID_AHEAD", "1", 1), 0);
+  std::vector<int32_t> kjv_prompt(23);
+  for (size_t i = 0; i < kjv_prompt.size(); ++i) kjv_prompt[i] = static_cast<int32_t>((i * 97 + 11) % 4000);
+  const std::string here = __FILE__;
+  const std::string kjv = here.substr(0, here.rfind("/tests/")) + "/models/kjv-moe-f16.gguf";
+  check_model(kjv, kjv_prompt, false, MoeMode::kHybrid);
+  check_model(kjv, kjv_prompt, false, MoeMode::kHybrid, false, true, /*split=*/true);
+  synth::SynthConfig c = synth::tiny_for(Arch::kQwen2Moe);
+  c.quant = *synth::parse_quant_mix("q4_k_m");
+  c.router_skew = 1.0f;
+  const std::string path = mt::test::temp_path("tiering-ahead-qwen2moe.gguf");
+  ASSERT_TRUE(synth::write_model(c, {path, false}).ok());
+  std::vector<int32_t> prompt(40);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>((i * 131 + 7) % 200);
+  check_model(path, prompt, true, MoeMode::kHybrid, false, true, /*split=*/true, CachePolicy::kFrequency);
+  ASSERT_EQ(unsetenv("MOETIER_CUDA_HYBRID_AHEAD"), 0);
 }
 
 TEST(CudaTiering, StreamModeGreedyTokensEqualTheResidentRun) {

@@ -134,6 +134,7 @@ prep)  # a bare machine: moetier (moetier, mt_cuda_tests) and llama-bench built 
     [ -f "$F" ] || run "synth_skew$skew" $M synth --preset qwen3-30b-a3b --quant q4_k_m --router-skew "$skew" --fast -o "$F" &
   done
   wait
+  sync  # the files' writeback done before any bench
   ls -la /tmp/*.gguf /tmp/llama.cpp/build/bin/llama-bench "$M"
   ;;
 llama-build)
@@ -176,7 +177,8 @@ tier)
   }
   for skew in ${SKEWS:-0 1}; do
     F=$(qfile "$skew")
-    [ -f "$F" ] || run "synth_skew$skew" $M synth --preset qwen3-30b-a3b --quant q4_k_m --router-skew $skew --fast -o "$F"
+    # (sync: a bench right after the synth otherwise competes with its writeback)
+    [ -f "$F" ] || { run "synth_skew$skew" $M synth --preset qwen3-30b-a3b --quant q4_k_m --router-skew $skew --fast -o "$F"; sync; }
     for b in 25 10; do
       peak "tier_s${skew}_b${b}" $M bench -m "$F" --device cuda --expert-cache $b% -p 512 -n 64 -r 2 -o json
       peak "tier4096_s${skew}_b${b}" $M bench -m "$F" --device cuda --expert-cache $b% -p 4096 -n 0 -r 1 -o json
@@ -208,7 +210,8 @@ quick)  # one fresh-machine call: the tiering and fused-kernel tests, the decode
   done
   for skew in 0 1; do
     F=$(qfile "$skew")
-    [ -f "$F" ] || run "synth_skew$skew" $M synth --preset qwen3-30b-a3b --quant q4_k_m --router-skew $skew --fast -o "$F"
+    # (sync: a bench right after the synth otherwise competes with its writeback)
+    [ -f "$F" ] || { run "synth_skew$skew" $M synth --preset qwen3-30b-a3b --quant q4_k_m --router-skew $skew --fast -o "$F"; sync; }
     for b in 25 10; do
       run "tiertg_s${skew}_b${b}" $M bench -m "$F" --device cuda --expert-cache $b% -p 0 -n 64 -r 2
       tail -2 "$OUT/tiertg_s${skew}_b${b}.log"
@@ -312,7 +315,9 @@ split)  # issue 7: hybrid decode with the split of misses (part of each layer-st
   # profile), hw (split by this machine's `moetier hwprofile`), fF (--split-fraction F),
   # hot / hotoff (static-hot from `moetier profile`, with / without the split), freq
   # (--cache-policy frequency), lru (--cache-policy lru; the default on cuda is frequency), ids (--split-pick ids: the device's share of the misses by
-  # ascending ids, not the most selected first). MEMBW=1: moetier_membw -t 16 at the end.
+  # ascending ids, not the most selected first), ahead (MOETIER_CUDA_HYBRID_AHEAD=1: the CPU
+  # rows' copy and the next layer's launches queued before the CPU computes them). MEMBW=1:
+  # moetier_membw -t 16 at the end.
   # The tiering tests first unless NO_TESTS=1.
   BUILD_TARGETS=${BUILD_TARGETS:-mt_cuda_tests moetier} build
   if [ -z "${NO_TESTS:-}" ]; then
@@ -322,10 +327,13 @@ split)  # issue 7: hybrid decode with the split of misses (part of each layer-st
   [ -n "${NO_BENCH:-}" ] && exit $status
   for skew in ${SKEWS:-0}; do
     F=$(qfile "$skew")
-    [ -f "$F" ] || run "synth_skew$skew" $M synth --preset qwen3-30b-a3b --quant q4_k_m --router-skew $skew --fast -o "$F"
+    # (sync: a bench right after the synth otherwise competes with its writeback)
+    [ -f "$F" ] || { run "synth_skew$skew" $M synth --preset qwen3-30b-a3b --quant q4_k_m --router-skew $skew --fast -o "$F"; sync; }
     for b in ${BUDGETS:-25}; do
       for v in ${VARIANTS:-off auto}; do
+        envs=""
         case $v in
+          ahead) args=""; envs="MOETIER_CUDA_HYBRID_AHEAD=1" ;;
           off) args="--split-misses off" ;;
           auto) args="" ;;
           hw) [ -f /tmp/hw.json ] || run hwprofile $M hwprofile -o /tmp/hw.json
@@ -344,7 +352,8 @@ split)  # issue 7: hybrid decode with the split of misses (part of each layer-st
             args="--cache-policy static-hot --popularity /tmp/pop-s$skew.json"
             [ $v = hotoff ] && args="$args --split-misses off" ;;
         esac
-        run "split_s${skew}_b${b}_$v" $M bench -m "$F" --device cuda --expert-cache $b% $args -p 0 -n 64 -r 2 -o json
+        # shellcheck disable=SC2086
+        run "split_s${skew}_b${b}_$v" env $envs $M bench -m "$F" --device cuda --expert-cache $b% $args -p 0 -n 64 -r 2 -o json
         lg="$OUT/split_s${skew}_b${b}_$v.log"
         echo "skew $skew budget $b% $v: $(for k in avg_ts stddev_ts hit_rate top_quarter_share cpu_experts_per_token h2d_bytes_per_token staged cpu_ms device_ms; do
           grep "\"$k\"" "$lg" | tail -1; done | tr -d ' \n')"
