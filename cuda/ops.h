@@ -204,8 +204,9 @@ bool swiglu_pairs_quant_supports(int ff, ActQuant mode);
 // The tiered MoE step (cuda/tiering.h): d's row idx[r] (n floats) = rows' row r, for the
 // n_rows expert rows the CPU computed.
 void scatter_rows(float* d, const float* rows, const int32_t* idx, int n_rows, int n, cudaStream_t stream);
-// Holds the stream until *flag >= value: flag is mapped pinned host memory the host
-// raises (with a release fence) once the data the following copies read is written.
+// Holds the stream until *flag reaches value (sequence numbers: wrap-safe): flag is
+// mapped pinned host memory the host raises (a release store) once the data the
+// following copies read is written.
 void wait_host_flag(const volatile uint32_t* flag, uint32_t value, cudaStream_t stream);
 
 // ---- gpt-oss's experts and laguna's attention gate (cuda/ops_oai.cu)

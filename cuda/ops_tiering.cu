@@ -14,9 +14,10 @@ __global__ void scatter_rows_kernel(float* d, const float* rows, const int32_t* 
   for (int i = static_cast<int>(threadIdx.x); i < n; i += static_cast<int>(blockDim.x)) dst[i] = src[i];
 }
 
-// One thread reads the host's flag over the link until it reaches value.
+// One thread reads the host's flag over the link until it reaches value (compared as a
+// sequence number: the difference, so the count may wrap).
 __global__ void wait_host_flag_kernel(const volatile uint32_t* flag, uint32_t value) {
-  while (*flag < value) __nanosleep(200);
+  while (static_cast<int32_t>(*flag - value) < 0) __nanosleep(200);
 }
 
 }  // namespace
