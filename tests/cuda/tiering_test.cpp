@@ -184,23 +184,37 @@ void check_model(const std::string& path, const std::vector<int32_t>& prompt, bo
   }
 }
 
-TEST(CudaTiering, GreedyTokensEqualTheResidentRunAtEveryBudget) {
-  MT_SKIP_WITHOUT_DEVICE();
-  // kjv-moe: a real trained qwen3moe (vocabulary 4096).
-  std::vector<int32_t> kjv_prompt(23);
-  for (size_t i = 0; i < kjv_prompt.size(); ++i) kjv_prompt[i] = static_cast<int32_t>((i * 97 + 11) % 4000);
-  // The repository's copy (models/, also on the GPU machine, which lacks the shared test data).
+// kjv-moe: a real trained qwen3moe (vocabulary 4096), the repository's copy (models/,
+// also on the GPU machine, which lacks the shared test data), and its prompt.
+std::string kjv_path() {
   const std::string here = __FILE__;
-  check_model(here.substr(0, here.rfind("/tests/")) + "/models/kjv-moe-f16.gguf", kjv_prompt, false);
-
+  return here.substr(0, here.rfind("/tests/")) + "/models/kjv-moe-f16.gguf";
+}
+std::vector<int32_t> kjv_prompt() {
+  std::vector<int32_t> p(23);
+  for (size_t i = 0; i < p.size(); ++i) p[i] = static_cast<int32_t>((i * 97 + 11) % 4000);
+  return p;
+}
+// The prompt of the tiny synthetic models.
+std::vector<int32_t> synth_prompt() {
+  std::vector<int32_t> p(40);
+  for (size_t i = 0; i < p.size(); ++i) p[i] = static_cast<int32_t>((i * 131 + 7) % 200);
+  return p;
+}
+// A tiny q4_k_m qwen2moe (shared expert) with a skewed router, written to `name`.
+std::string skewed_qwen2moe(const std::string& name) {
   synth::SynthConfig c = synth::tiny_for(Arch::kQwen2Moe);
   c.quant = *synth::parse_quant_mix("q4_k_m");
   c.router_skew = 1.0f;
-  const std::string path = mt::test::temp_path("tiering-qwen2moe.gguf");
-  ASSERT_TRUE(synth::write_model(c, {path, false}).ok());
-  std::vector<int32_t> prompt(40);
-  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>((i * 131 + 7) % 200);
-  check_model(path, prompt, true);  // Q4_K / Q6_K experts: the CPU reads interleaved copies
+  const std::string path = mt::test::temp_path(name);
+  EXPECT_TRUE(synth::write_model(c, {path, false}).ok());
+  return path;
+}
+
+TEST(CudaTiering, GreedyTokensEqualTheResidentRunAtEveryBudget) {
+  MT_SKIP_WITHOUT_DEVICE();
+  check_model(kjv_path(), kjv_prompt(), false);
+  check_model(skewed_qwen2moe("tiering-qwen2moe.gguf"), synth_prompt(), true);  // Q4_K / Q6_K experts: the CPU reads interleaved copies
 }
 
 // The unified max-size layout (q4_k_m: Q4_K and Q6_K down layers, so the Q4_K layers'
@@ -213,9 +227,7 @@ TEST(CudaTiering, UnifiedSlotsAndTheHybridFamilyEqualTheResidentRun) {
     c.router_skew = 1.0f;
     const std::string path = mt::test::temp_path(std::string("tiering-unified-") + std::string(arch_info(arch).name) + ".gguf");
     ASSERT_TRUE(synth::write_model(c, {path, false}).ok());
-    std::vector<int32_t> prompt(40);
-    for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>((i * 131 + 7) % 200);
-    check_model(path, prompt, true, MoeMode::kHybrid, /*unified=*/arch == Arch::kQwen2Moe, /*exact=*/arch == Arch::kQwen2Moe);
+    check_model(path, synth_prompt(), true, MoeMode::kHybrid, /*unified=*/arch == Arch::kQwen2Moe, /*exact=*/arch == Arch::kQwen2Moe);
   }
 }
 
@@ -231,9 +243,7 @@ TEST(CudaTiering, TheSeedFamiliesTierUnchanged) {
     c.quant = *synth::parse_quant_mix(arch == Arch::kGptOss ? "mxfp4" : "q4_k_m");
     const std::string path = mt::test::temp_path(std::string("tiering-") + std::string(arch_info(arch).name) + ".gguf");
     ASSERT_TRUE(synth::write_model(c, {path, false}).ok());
-    std::vector<int32_t> prompt(40);
-    for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>((i * 131 + 7) % 200);
-    check_model(path, prompt, true, MoeMode::kHybrid, /*unified=*/false, /*exact=*/false);
+    check_model(path, synth_prompt(), true, MoeMode::kHybrid, /*unified=*/false, /*exact=*/false);
   }
 }
 
@@ -241,19 +251,9 @@ TEST(CudaTiering, TheSeedFamiliesTierUnchanged) {
 // critical path, admitted (LRU) or staged (frequency refuses first requests).
 TEST(CudaTiering, SplitMissesGreedyTokensEqualTheResidentRun) {
   MT_SKIP_WITHOUT_DEVICE();
-  std::vector<int32_t> kjv_prompt(23);
-  for (size_t i = 0; i < kjv_prompt.size(); ++i) kjv_prompt[i] = static_cast<int32_t>((i * 97 + 11) % 4000);
-  const std::string here = __FILE__;
-  check_model(here.substr(0, here.rfind("/tests/")) + "/models/kjv-moe-f16.gguf", kjv_prompt, false, MoeMode::kHybrid,
-              false, true, /*split=*/true);
-  synth::SynthConfig c = synth::tiny_for(Arch::kQwen2Moe);
-  c.quant = *synth::parse_quant_mix("q4_k_m");
-  c.router_skew = 1.0f;
-  const std::string path = mt::test::temp_path("tiering-split-qwen2moe.gguf");
-  ASSERT_TRUE(synth::write_model(c, {path, false}).ok());
-  std::vector<int32_t> prompt(40);
-  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>((i * 131 + 7) % 200);
-  check_model(path, prompt, true, MoeMode::kHybrid, false, true, /*split=*/true, CachePolicy::kFrequency);
+  check_model(kjv_path(), kjv_prompt(), false, MoeMode::kHybrid, false, true, /*split=*/true);
+  check_model(skewed_qwen2moe("tiering-split-qwen2moe.gguf"), synth_prompt(), true, MoeMode::kHybrid, false, true,
+              /*split=*/true, CachePolicy::kFrequency);
 }
 
 // MOETIER_CUDA_HYBRID_AHEAD=1: the CPU rows' copy and the next layer's launches are queued
@@ -261,30 +261,19 @@ TEST(CudaTiering, SplitMissesGreedyTokensEqualTheResidentRun) {
 // change (hybrid with and without the split, the prompt through the hybrid step too).
 TEST(CudaTiering, HybridAheadGreedyTokensEqualTheResidentRun) {
   MT_SKIP_WITHOUT_DEVICE();
-  ASSERT_EQ(setenv("MOETIER_CUDA_HYBRID_AHEAD", "1", 1), 0);
-  std::vector<int32_t> kjv_prompt(23);
-  for (size_t i = 0; i < kjv_prompt.size(); ++i) kjv_prompt[i] = static_cast<int32_t>((i * 97 + 11) % 4000);
-  const std::string here = __FILE__;
-  const std::string kjv = here.substr(0, here.rfind("/tests/")) + "/models/kjv-moe-f16.gguf";
-  check_model(kjv, kjv_prompt, false, MoeMode::kHybrid);
-  check_model(kjv, kjv_prompt, false, MoeMode::kHybrid, false, true, /*split=*/true);
-  synth::SynthConfig c = synth::tiny_for(Arch::kQwen2Moe);
-  c.quant = *synth::parse_quant_mix("q4_k_m");
-  c.router_skew = 1.0f;
-  const std::string path = mt::test::temp_path("tiering-ahead-qwen2moe.gguf");
-  ASSERT_TRUE(synth::write_model(c, {path, false}).ok());
-  std::vector<int32_t> prompt(40);
-  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>((i * 131 + 7) % 200);
-  check_model(path, prompt, true, MoeMode::kHybrid, false, true, /*split=*/true, CachePolicy::kFrequency);
-  ASSERT_EQ(unsetenv("MOETIER_CUDA_HYBRID_AHEAD"), 0);
+  struct AheadOn {  // read when a sequence is made; unset whatever the test's outcome
+    AheadOn() { setenv("MOETIER_CUDA_HYBRID_AHEAD", "1", 1); }
+    ~AheadOn() { unsetenv("MOETIER_CUDA_HYBRID_AHEAD"); }
+  } ahead;
+  check_model(kjv_path(), kjv_prompt(), false, MoeMode::kHybrid);
+  check_model(kjv_path(), kjv_prompt(), false, MoeMode::kHybrid, false, true, /*split=*/true);
+  check_model(skewed_qwen2moe("tiering-ahead-qwen2moe.gguf"), synth_prompt(), true, MoeMode::kHybrid, false, true,
+              /*split=*/true, CachePolicy::kFrequency);
 }
 
 TEST(CudaTiering, StreamModeGreedyTokensEqualTheResidentRun) {
   MT_SKIP_WITHOUT_DEVICE();
-  std::vector<int32_t> kjv_prompt(23);
-  for (size_t i = 0; i < kjv_prompt.size(); ++i) kjv_prompt[i] = static_cast<int32_t>((i * 97 + 11) % 4000);
-  const std::string here = __FILE__;
-  check_model(here.substr(0, here.rfind("/tests/")) + "/models/kjv-moe-f16.gguf", kjv_prompt, false, MoeMode::kStream);
+  check_model(kjv_path(), kjv_prompt(), false, MoeMode::kStream);
 }
 
 TEST(CudaTiering, AForcedPinRefusalLeavesTheLayerPageableAndTheOutputCorrect) {

@@ -85,6 +85,17 @@ memcheck() {  # arch...: compute-sanitizer on a tiny q4_k_m model's logits (pref
   done
 }
 
+# llama-bench with CUDA from the carried node-llama-cpp bundle source, once per machine.
+llama_build() {
+  local L=/tmp/llama.cpp
+  [ -x $L/build/bin/llama-bench ] && return
+  mkdir -p $L && tar -xJf .gpu-carry/llama-src.tar.xz -C $L
+  run llama_configure cmake -S $L -B $L/build -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
+    -DCMAKE_CUDA_ARCHITECTURES=90 -DBUILD_SHARED_LIBS=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+    -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_TOOLS=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DGGML_NATIVE=ON
+  run llama_build cmake --build $L/build --target llama-bench -j "$JOBS"
+}
+
 case $MODE in
 all)  # test then bench in one call (a fresh machine costs minutes)
   "$0" test
@@ -127,7 +138,7 @@ bench)
 prep)  # a bare machine: moetier (moetier, mt_cuda_tests) and llama-bench built side by side,
   # then the qwen3-30b-a3b q4_k_m timing files of SKEWS synthesized side by side
   BUILD_TARGETS=${BUILD_TARGETS:-mt_cuda_tests moetier} build &
-  OUT=$OUT/llama "$0" llama-build &
+  (OUT=$OUT/llama && mkdir -p "$OUT" && llama_build) &
   wait
   for skew in ${SKEWS:-0}; do
     F=$(qfile "$skew")
@@ -137,25 +148,9 @@ prep)  # a bare machine: moetier (moetier, mt_cuda_tests) and llama-bench built 
   sync  # the files' writeback done before any bench
   ls -la /tmp/*.gguf /tmp/llama.cpp/build/bin/llama-bench "$M"
   ;;
-llama-build)
-  L=/tmp/llama.cpp
-  if [ ! -x $L/build/bin/llama-bench ]; then
-    mkdir -p $L && tar -xJf .gpu-carry/llama-src.tar.xz -C $L
-    run llama_configure cmake -S $L -B $L/build -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
-      -DCMAKE_CUDA_ARCHITECTURES=90 -DBUILD_SHARED_LIBS=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
-      -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_TOOLS=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DGGML_NATIVE=ON
-    run llama_build cmake --build $L/build --target llama-bench -j "$JOBS"
-  fi
-  ;;
 llama)
   L=/tmp/llama.cpp
-  if [ ! -x $L/build/bin/llama-bench ]; then
-    mkdir -p $L && tar -xJf .gpu-carry/llama-src.tar.xz -C $L
-    run llama_configure cmake -S $L -B $L/build -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
-      -DCMAKE_CUDA_ARCHITECTURES=90 -DBUILD_SHARED_LIBS=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
-      -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_TOOLS=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DGGML_NATIVE=ON
-    run llama_build cmake --build $L/build --target llama-bench -j "$JOBS"
-  fi
+  llama_build
   for q in q4_k_m q4_0; do
     F=/tmp/q30-$q.gguf
     [ -f "$F" ] && run "llama_bench_$q" $L/build/bin/llama-bench -m "$F" -ngl 99 -fa 1 -p 512,4096 -n 128 -r 3 -o json
