@@ -171,12 +171,12 @@ class CudaSequence final : public Evaluator {
     int staged_buf = -1;    // the staging buffer of this step's refused misses (stream, split)
   };
   HybridPart place_hybrid(uint32_t l, uint32_t T, const int32_t* sel, const float* h, const float* wts);
-  // Queues the CPU rows' copy and scatter into d; computes them now, or (hybrid_ahead_)
+  // Queues the CPU rows' copy and scatter into d; computes them now, or (hybrid_ahead())
   // leaves them pending behind a device wait on the host flag (part is moved from).
   void finish_hybrid(uint32_t l, uint32_t T, HybridPart& part, float* d);
   // The CPU's expert rows of a layer-step into pin_rows_ (from pin_h_).
   void compute_cpu_part(uint32_t l, uint32_t T, const HybridPart& part);
-  // hybrid_ahead_: computes the pending layer-step's CPU rows and raises the flag the
+  // hybrid_ahead(): computes the pending layer-step's CPU rows and raises the flag the
   // stream waits on. Before every host wait on the stream (else it would never return).
   void flush_cpu_part();
   void stage_next_layer(int64_t after);
@@ -218,8 +218,9 @@ class CudaSequence final : public Evaluator {
   // MOETIER_CUDA_HYBRID_AHEAD=1 (not yet measured, off by default): finish_hybrid queues the
   // CPU rows' copy and everything after it up to the next layer's routing copy behind a
   // device wait on pin_flag_, and the CPU computes its experts afterwards (flush_cpu_part,
-  // from the next place_hybrid), so those launches leave the critical path.
-  bool hybrid_ahead_ = false;
+  // from the next place_hybrid), so those launches leave the critical path. On when the
+  // flag was allocated.
+  bool hybrid_ahead() const { return flag_dev_ != nullptr; }
   uint32_t* pin_flag_ = nullptr;        // mapped pinned: the last layer-step whose CPU rows are written
   uint32_t* flag_dev_ = nullptr;        // its device address
   uint32_t flag_seq_ = 0;

@@ -152,7 +152,7 @@ void CudaSequence::enqueue(const Step& st) {
   stage(p, "output");
   output_logits(p, hx);
   stage(p, "end");
-  flush_cpu_part();  // the last MoE layer's CPU rows (hybrid_ahead_): the caller waits next
+  flush_cpu_part();  // the last MoE layer's CPU rows (hybrid_ahead()): the caller waits next
 }
 
 // The last st.rows rows of h, kLogitRows at a time into one (kLogitRows, n_vocab) buffer,

@@ -25,7 +25,7 @@ CudaSequence::HybridPart CudaSequence::place_hybrid(uint32_t l, uint32_t T, cons
   MT_CHECK(T <= static_cast<uint32_t>(kMmvqMaxTokens));
   MT_CUDA_CHECK(cudaMemcpyAsync(pin_sel_, sel, sizeof(int32_t) * T * K, cudaMemcpyDeviceToHost, s));
   MT_CUDA_CHECK(cudaMemcpyAsync(pin_h_, h, sizeof(float) * T * E, cudaMemcpyDeviceToHost, s));
-  // (hybrid_ahead_: these copies wait behind the previous layer-step's flag, so its CPU
+  // (hybrid_ahead(): these copies wait behind the previous layer-step's flag, so its CPU
   // rows are computed from pin_h_ before it is overwritten.)
   flush_cpu_part();
   MT_CUDA_CHECK(cudaStreamSynchronize(s));
@@ -86,9 +86,7 @@ CudaSequence::HybridPart CudaSequence::place_hybrid(uint32_t l, uint32_t T, cons
 }
 
 // The CPU computes its experts while the device runs the hot ones (queued before this
-
-// The CPU computes its experts while the device runs the hot ones (queued before this
-// call), then their rows go into d (T*K, n_embd) at their slots. hybrid_ahead_: the copy
+// call), then their rows go into d (T*K, n_embd) at their slots. hybrid_ahead(): the copy
 // and the scatter are queued first, behind a wait on the host flag, and the rows computed
 // at the next flush.
 void CudaSequence::finish_hybrid(uint32_t l, uint32_t T, HybridPart& part, float* d) {
@@ -98,7 +96,7 @@ void CudaSequence::finish_hybrid(uint32_t l, uint32_t T, HybridPart& part, float
   if (part.jobs.empty()) return;
   const size_t n = part.jobs.size();
   std::copy(part.rows.begin(), part.rows.end(), pin_row_ids_);
-  if (hybrid_ahead_) {
+  if (hybrid_ahead()) {
     MT_CHECK(!pending_.active);
     pending_.active = true;
     pending_.l = l, pending_.T = T, pending_.seq = ++flag_seq_;
@@ -185,7 +183,6 @@ void CudaSequence::alloc_tiering_buffers() {
       void* dev = nullptr;
       MT_CUDA_CHECK(cudaHostGetDevicePointer(&dev, p, 0));
       flag_dev_ = static_cast<uint32_t*>(dev);
-      hybrid_ahead_ = true;
     } else {
       cudaGetLastError();
       log_warn("MOETIER_CUDA_HYBRID_AHEAD: no mapped pinned flag; the CPU rows are computed in place");
