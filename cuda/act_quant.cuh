@@ -13,6 +13,11 @@ namespace mt::cuda::act_detail {
 
 inline constexpr unsigned kFull = 0xffffffffu;
 
+// SwiGLU's value of one (gate, up) pair, the one definition every kernel that makes the
+// down projection's input uses (so a fused launch's bytes equal the separate ones').
+__device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
+__device__ __forceinline__ float swiglu_value(float g, float u) { return silu(g) * u; }
+
 // quant/quantize_util.h nearest_int(iscale * v), clamped to -128..127. The reference's
 // float ops on x86 / ARM carry a NaN operand's payload (quieted) through the multiply
 // and the add, so its integer is the payload's low 22 bits; the device's NaN results are

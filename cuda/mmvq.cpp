@@ -4,6 +4,8 @@
 #include "cuda/mmvq.h"
 
 #include <cstdint>
+#include <cstdlib>
+#include <string>
 
 #include "core/check.h"
 #include "cuda/mmvq_kernels.h"
@@ -98,6 +100,28 @@ void set_activations(MmvqArgs& a, QuantType type, const float* x, int rows, Work
   a.xmeta = q.meta;
 }
 
+// The activation prologue (cuda/mmvq_kernels.h ActPrologue) for a one-token product of
+// quantized weights whose grid is small (every CTA quantizes the row again): on unless
+// MOETIER_CUDA_MMVQ_PROLOGUE=0 (then a quantize launch first, the same bytes).
+constexpr int64_t kMaxPrologueRows = 65536;  // n_out x slots
+bool prologue_on() {
+  static const bool on = [] {
+    const char* env = std::getenv("MOETIER_CUDA_MMVQ_PROLOGUE");
+    return env == nullptr || std::string(env) != "0";
+  }();
+  return on;
+}
+bool prologue_fits(const DeviceMatrix& w, int n_slots) {
+  return prologue_on() && quantizes_activations(w.type) && w.n_in <= kMaxPrologueIn &&
+         w.n_in % (act_quant_for(w.type) == ActQuant::kQ8_K ? 256 : 32) == 0 &&
+         w.n_out * n_slots <= kMaxPrologueRows;
+}
+void set_prologue(MmvqArgs& a, QuantType type, const float* x, ActPrologue kind) {
+  a.x = x;
+  a.prologue = kind;
+  a.pro_mode = act_quant_for(type);
+}
+
 }  // namespace
 
 bool supports(QuantType type) { return launcher(type) != nullptr; }
@@ -126,7 +150,11 @@ void mmvq(const DeviceMatrix& w, int64_t mat, const float* x, int n_tokens, floa
   a.mat = mat;
   a.n_tokens = n_tokens;
   a.n_slots = 1;
-  set_activations(a, w.type, x, n_tokens, ws, stream);
+  if (n_tokens == 1 && prologue_fits(w, 1)) {
+    set_prologue(a, w.type, x, ActPrologue::kRow);
+  } else {
+    set_activations(a, w.type, x, n_tokens, ws, stream);
+  }
   launcher(w.type)(a, stream);
 }
 
@@ -171,7 +199,30 @@ void mmvq_experts(const DeviceMatrix& w, const int32_t* ids, int n_tokens, int K
   a.x_per_slot = x_per_slot;
   a.n_tokens = 1;
   a.n_slots = n_tokens * K;
-  set_activations(a, w.type, x, x_per_slot ? a.n_slots : n_tokens, ws, stream);
+  if (n_tokens == 1 && prologue_fits(w, a.n_slots)) {
+    set_prologue(a, w.type, x, ActPrologue::kRow);
+  } else {
+    set_activations(a, w.type, x, x_per_slot ? a.n_slots : n_tokens, ws, stream);
+  }
+  launcher(w.type)(a, stream);
+}
+
+bool mmvq_swiglu_supported(const DeviceMatrix& w, int n_tokens, int K) {
+  return supports(w.type) && n_tokens == 1 && K >= 1 && K <= kMaxGridY && prologue_fits(w, K);
+}
+
+void mmvq_experts_swiglu(const DeviceMatrix& w, const int32_t* ids, int n_tokens, int K, const float* gu, float* y,
+                         cudaStream_t stream) {
+  check_matrix(w);
+  MT_CHECK(mmvq_swiglu_supported(w, n_tokens, K));
+  if (w.n_out == 0) return;
+  MmvqArgs a = base_args(w, y);
+  a.ids = ids;
+  a.K = K;
+  a.x_per_slot = true;
+  a.n_tokens = 1;
+  a.n_slots = n_tokens * K;
+  set_prologue(a, w.type, gu, ActPrologue::kSwiglu);
   launcher(w.type)(a, stream);
 }
 

@@ -12,6 +12,10 @@
 // rows (cuda/mmvq_common.cuh); the routed form reads each slot's expert id on the
 // device, so a decode step's K experts are one launch and no host sync.
 //
+// One token: each CTA quantizes the activation row itself into shared memory (its
+// prologue) instead of a quantize launch before the product (same bytes, one launch
+// fewer), where the grid is small; MOETIER_CUDA_MMVQ_PROLOGUE=0 turns that off.
+//
 // supports(), mmvq() and mmvq_experts() are declared in cuda/matmul.h. Extension of the
 // routed form: an id < 0 skips its slot (Y row untouched); an id >= n_mat writes NaN.
 #pragma once
@@ -41,5 +45,14 @@ void mmvq_quantized(const DeviceMatrix& w, int64_t mat, const int8_t* qs, const 
                     cudaStream_t stream);
 void mmvq_experts_quantized(const DeviceMatrix& w, const int32_t* ids, int n_tokens, int K, const int8_t* qs,
                             const uint2* meta, bool x_per_slot, float* y, cudaStream_t stream);
+
+// The routed down projection of one token's SwiGLU pairs in one launch: y (K, n_out) row s
+// = W[ids[s]] . (silu(gate) * up of gu row s), gu (K, 2 n_in) = [gate | up] rows; each
+// CTA quantizes its slot's row in its prologue, so y equals swiglu_pairs_quant followed
+// by mmvq_experts_quantized byte for byte. Supported: quantized weight types, one token,
+// the prologue's sizes, not MOETIER_CUDA_MMVQ_PROLOGUE=0.
+bool mmvq_swiglu_supported(const DeviceMatrix& w, int n_tokens, int K);
+void mmvq_experts_swiglu(const DeviceMatrix& w, const int32_t* ids, int n_tokens, int K, const float* gu, float* y,
+                         cudaStream_t stream);
 
 }  // namespace mt::cuda

@@ -35,6 +35,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "cuda/act_quant.cuh"
 #include "cuda/check.h"
 #include "cuda/mmvq_kernels.h"
 #include "quant/fp16.h"
@@ -213,19 +214,32 @@ MT_HD void ld_words(const uint8_t* p, uint32_t (&w)[N]) {
   }
 }
 
-// ---- activations: one token's quantized row (cuda/mmvq_kernels.h Q8_1Rows layout)
+// ---- activations: one token's quantized row (cuda/mmvq_kernels.h Q8_1Rows layout),
+// in global memory (read through the read-only path) or, S = true, in this CTA's shared
+// memory (quantized there by the kernel's prologue; generic loads).
 
-struct ActRow {
+template <bool S>
+struct ActRowT {
   const int8_t* qs;
   const uint2* meta;
 };
+using ActRow = ActRowT<false>;
+
+template <bool S, class T>
+MT_HD T lda(const T* p) {
+  if constexpr (S) {
+    return *p;
+  } else {
+    return ldg(p);
+  }
+}
 
 // N int8x4 words of activation quants from element e (e a multiple of 4N, N in 4, 8).
-template <int N>
-MT_HD void act_words(const ActRow& x, int e, uint32_t (&a)[N]) {
+template <int N, bool S>
+MT_HD void act_words(const ActRowT<S>& x, int e, uint32_t (&a)[N]) {
   static_assert(N == 4 || N == 8, "activation loads are 16 or 32 bytes");
   for (int i = 0; i < N / 4; ++i) {
-    const uint4 v = ldg(reinterpret_cast<const uint4*>(x.qs + e) + i);
+    const uint4 v = lda<S>(reinterpret_cast<const uint4*>(x.qs + e) + i);
     a[4 * i] = v.x, a[4 * i + 1] = v.y, a[4 * i + 2] = v.z, a[4 * i + 3] = v.w;
   }
 }
@@ -235,12 +249,16 @@ struct ActMeta {
   float d;
   int sum_lo, sum_hi;
 };
-MT_HD ActMeta act_meta(const ActRow& x, int q) {
-  const uint2 m = ldg(x.meta + q);
+template <bool S>
+MT_HD ActMeta act_meta(const ActRowT<S>& x, int q) {
+  const uint2 m = lda<S>(x.meta + q);
   return {bits_to_float(m.x), static_cast<int16_t>(m.y & 0xFFFFu), static_cast<int16_t>(m.y >> 16)};
 }
 // Block q's scale d alone.
-MT_HD float act_d(const ActRow& x, int q) { return bits_to_float(ldg(reinterpret_cast<const uint32_t*>(x.meta + q))); }
+template <bool S>
+MT_HD float act_d(const ActRowT<S>& x, int q) {
+  return bits_to_float(lda<S>(reinterpret_cast<const uint32_t*>(x.meta + q)));
+}
 
 // float(fp16(v)), round to nearest even (quant/fp16.h fp32_to_fp16 on the host).
 MT_HD float round_to_half(float v) {
@@ -279,9 +297,9 @@ MT_HD void split_nibbles(const uint32_t (&w)[4], uint32_t (&c)[8]) {
 
 // ---- R rows: this lane's tasks first, first + stride, ... of rows w, w + row_bytes, ...
 
-template <class Tr, int A, int NT, int R>
+template <class Tr, int A, int NT, int R, bool S>
 MT_HD void rows_partial(const uint8_t* __restrict__ w, uint64_t row_bytes, int n_tasks, int first, int stride,
-                        const ActRow (&x)[NT], float (&acc)[R][NT]) {
+                        const ActRowT<S> (&x)[NT], float (&acc)[R][NT]) {
   for (int task = first; task < n_tasks; task += stride) {
     const int kb = task / Tr::kTasks, sub = task - kb * Tr::kTasks, q0 = kb * (Tr::kElems / 32);
     const uint8_t* b = w + static_cast<int64_t>(kb) * Tr::kBytes;
@@ -331,25 +349,39 @@ __device__ __forceinline__ bool slot_view(const MmvqArgs& p, int64_t row0, int r
   return true;
 }
 
-// Each group of L lanes computes rows row0 .. row0 + R - 1; a CTA kWarps * 32 / L * R
-// rows. A group past n_out does no work but stays for the shuffles; one whose rows run
-// out after row0 re-reads row0 in place of the missing ones (never past the matrix) and
-// drops those results. The slot decision is uniform over the CTA.
-template <class Tr, int A, int NT, int L, int R>
-__global__ void __launch_bounds__(kThreads) mmvq_quant_kernel(const MmvqArgs p) {
-  const int lane = static_cast<int>(threadIdx.x) & 31;
-  const int64_t row0 = ((static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32) * (32 / L) + lane / L) * R;
-  const int sub = lane % L;
-  SlotView v;
-  if (!slot_view(p, row0, R, sub == 0, v)) return;
+// The activation prologue (kPro; one token per CTA): the CTA first quantizes its
+// activation row into shared memory (sq: n_in int8, sm: n_in / 32 metas) in
+// MmvqArgs::pro_mode, from the f32 row (kRow) or from the [gate | up] row through SwiGLU
+// (kSwiglu, rows of 2 n_in), with the routines the quantize kernels use
+// (cuda/act_quant.cuh): the same bytes as a quantize launch followed by the product, one
+// launch fewer. Every thread of the CTA calls it.
+__device__ __forceinline__ void prologue_quantize(const MmvqArgs& p, int x_row, int8_t* sq, uint2* sm) {
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) & 31;
+  const int n = p.n_in;
+  const bool swiglu = p.prologue == ActPrologue::kSwiglu;
+  const float* row = p.x + static_cast<int64_t>(x_row) * (swiglu ? 2 * n : n);
+  auto value = [&](int c) { return swiglu ? act_detail::swiglu_value(row[c], row[n + c]) : row[c]; };
+  if (p.pro_mode == ActQuant::kQ8_K) {
+    for (int b = warp; b < n / 256; b += kWarps) {
+      float v[8];
+      for (int i = 0; i < 8; ++i) v[i] = value(256 * b + 8 * lane + i);
+      act_detail::quantize_q8_k_warp(v, lane, sq + 256 * b, sm + 8 * b);
+    }
+  } else {
+    for (int b = warp; b < n / 32; b += kWarps) {
+      act_detail::quantize_q8_0_warp(value(32 * b + lane), lane, sq + 32 * b + lane, sm + b);
+    }
+  }
+  __syncthreads();
+}
+
+// Rows row0 .. row0 + R - 1 of the slot's matrix against x, summed over each group of L
+// lanes and written by its first lane.
+template <class Tr, int A, int NT, int L, int R, bool S>
+__device__ __forceinline__ void rows_out(const MmvqArgs& p, const SlotView& v, int64_t row0, int sub,
+                                         const ActRowT<S> (&x)[NT]) {
   const int64_t left = p.n_out - row0;
   const int rows = left <= 0 ? 0 : left < R ? static_cast<int>(left) : R;
-  const int nq = p.n_in / 32;
-  ActRow x[NT];
-  for (int t = 0; t < NT; ++t) {
-    const int64_t r = v.x_row + t;
-    x[t] = {p.xq + r * p.n_in, p.xmeta + r * nq};
-  }
   float acc[R][NT];
   for (int r = 0; r < R; ++r) {
     for (int t = 0; t < NT; ++t) acc[r][t] = 0.f;
@@ -364,6 +396,37 @@ __global__ void __launch_bounds__(kThreads) mmvq_quant_kernel(const MmvqArgs p) 
     for (int r = 0; r < rows; ++r) {
       for (int t = 0; t < NT; ++t) v.y[t * p.n_out + row0 + r] = acc[r][t];
     }
+  }
+}
+
+// Each group of L lanes computes rows row0 .. row0 + R - 1; a CTA kWarps * 32 / L * R
+// rows. A group past n_out does no work but stays for the shuffles; one whose rows run
+// out after row0 re-reads row0 in place of the missing ones (never past the matrix) and
+// drops those results. The slot decision is uniform over the CTA (so is the prologue's
+// barrier).
+template <class Tr, int A, int NT, int L, int R, bool kPro>
+__global__ void __launch_bounds__(kThreads) mmvq_quant_kernel(const MmvqArgs p) {
+  const int lane = static_cast<int>(threadIdx.x) & 31;
+  const int64_t row0 = ((static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32) * (32 / L) + lane / L) * R;
+  const int sub = lane % L;
+  SlotView v;
+  if (!slot_view(p, row0, R, sub == 0, v)) return;
+  if constexpr (kPro) {
+    static_assert(NT == 1, "the prologue quantizes one row");
+    extern __shared__ __align__(16) unsigned char pro_smem[];
+    auto* sq = reinterpret_cast<int8_t*>(pro_smem);
+    auto* sm = reinterpret_cast<uint2*>(pro_smem + p.n_in);
+    prologue_quantize(p, v.x_row, sq, sm);
+    const ActRowT<true> x[1] = {{sq, sm}};
+    rows_out<Tr, A, 1, L, R>(p, v, row0, sub, x);
+  } else {
+    const int nq = p.n_in / 32;
+    ActRow x[NT];
+    for (int t = 0; t < NT; ++t) {
+      const int64_t r = v.x_row + t;
+      x[t] = {p.xq + r * p.n_in, p.xmeta + r * nq};
+    }
+    rows_out<Tr, A, NT, L, R>(p, v, row0, sub, x);
   }
 }
 
@@ -392,20 +455,21 @@ inline dim3 mmvq_grid(const MmvqArgs& a, int lanes, int rows_per_group) {
   return dim3(static_cast<unsigned>((a.n_out + rows_per_cta - 1) / rows_per_cta), static_cast<unsigned>(a.n_slots));
 }
 
-template <class Tr, int A, int NT>
+template <class Tr, int A, int NT, bool kPro>
 void launch_quant_lanes(const MmvqArgs& a, cudaStream_t stream) {
   constexpr int R = kRows;
+  const size_t smem = kPro ? prologue_smem_bytes(a.n_in) : 0;
   if constexpr (NT == 1) {
     if (a.lanes == 8) {
-      mmvq_quant_kernel<Tr, A, 1, 8, R><<<mmvq_grid(a, 8, R), kThreads, 0, stream>>>(a);
+      mmvq_quant_kernel<Tr, A, 1, 8, R, kPro><<<mmvq_grid(a, 8, R), kThreads, smem, stream>>>(a);
       return;
     }
     if (a.lanes == 16) {
-      mmvq_quant_kernel<Tr, A, 1, 16, R><<<mmvq_grid(a, 16, R), kThreads, 0, stream>>>(a);
+      mmvq_quant_kernel<Tr, A, 1, 16, R, kPro><<<mmvq_grid(a, 16, R), kThreads, smem, stream>>>(a);
       return;
     }
   }
-  mmvq_quant_kernel<Tr, A, NT, 32, R><<<mmvq_grid(a, 32, R), kThreads, 0, stream>>>(a);
+  mmvq_quant_kernel<Tr, A, NT, 32, R, kPro><<<mmvq_grid(a, 32, R), kThreads, smem, stream>>>(a);
 }
 
 // The quantized-weight launcher: Tr::kAlign where the matrix allows it, else byte-safe
@@ -418,10 +482,20 @@ void launch_quant(const MmvqArgs& args, cudaStream_t stream) {
   const bool natural = a.align >= Tr::kAlign;
   with_tokens(a.n_tokens, [&](auto nt) {
     constexpr int NT = decltype(nt)::value;
+    if constexpr (NT == 1) {
+      if (a.prologue != ActPrologue::kNone) {
+        if (natural) {
+          launch_quant_lanes<Tr, Tr::kAlign, 1, true>(a, stream);
+        } else {
+          launch_quant_lanes<Tr, 1, 1, true>(a, stream);
+        }
+        return;
+      }
+    }
     if (natural) {
-      launch_quant_lanes<Tr, Tr::kAlign, NT>(a, stream);
+      launch_quant_lanes<Tr, Tr::kAlign, NT, false>(a, stream);
     } else {
-      launch_quant_lanes<Tr, 1, NT>(a, stream);
+      launch_quant_lanes<Tr, 1, NT, false>(a, stream);
     }
   });
   MT_CUDA_CHECK(cudaGetLastError());

@@ -11,6 +11,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
 
 #include "quant/blocks.h"
@@ -49,6 +50,15 @@ struct Q8_1Rows {
   uint2* meta = nullptr;
 };
 
+// A one-token product's activation made by the product's own CTAs (cuda/mmvq_common.cuh
+// prologue_quantize): kRow quantizes the f32 row x, kSwiglu the row silu(gate) * up of
+// x's [gate | up] row (2 n_in floats); each CTA keeps its copy in shared memory.
+enum class ActPrologue { kNone, kRow, kSwiglu };
+inline constexpr int kMaxPrologueIn = 16384;  // n_in a prologue takes (20 KiB of shared memory)
+inline size_t prologue_smem_bytes(int n_in) {
+  return static_cast<size_t>(n_in) + static_cast<size_t>(n_in) / 32 * sizeof(uint2);
+}
+
 struct MmvqArgs {
   const uint8_t* w = nullptr;  // matrix 0 (device)
   uint64_t row_bytes = 0, matrix_bytes = 0;
@@ -68,6 +78,8 @@ struct MmvqArgs {
   int align = 1;       // largest power of two <= 16 dividing every block's address
   int lanes = 32;      // lanes per weight row: 32, or 16 / 8 for short rows (1 token only)
   bool x_aligned16 = false;  // x is 16-byte aligned (float weights' vector path)
+  ActPrologue prologue = ActPrologue::kNone;  // quantized weights, one token: x quantized in the launch
+  ActQuant pro_mode = ActQuant::kQ8_0;        // its mode (act_quant_for the weight type)
 };
 
 // Defined (explicitly specialised) in cuda/mmvq_float.cu, mmvq_simple.cu, mmvq_k.cu.

@@ -26,7 +26,7 @@ constexpr int kWideMaxRows = 8;      // up to this many rows the row kernels may
 constexpr int kWideElems = 4;        // elements per thread a wide CTA aims at
 constexpr int kMaxWideRow = 8192;    // floats of a row a wide CTA stages in shared memory (32 KiB)
 
-__device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
+using act_detail::silu;  // the one SwiGLU definition (cuda/act_quant.cuh)
 
 // One block per row: x += y, then out = rms_norm(x) * w as rms_norm_kernel computes it.
 __global__ void add_rms_norm_kernel(float* x, const float* y, const float* w, float eps, int n, float* out) {

@@ -92,9 +92,13 @@ void CudaSequence::moe_layer(Pass& p, const DevLayer& L, uint32_t l, const ActRo
     const bool oai = L.swiglu_oai;  // gpt-oss: per-expert biases and the clamped SwiGLU
     const bool quant_down = !oai && T <= static_cast<uint32_t>(kMmvqMaxTokens) && quantizes_activations(dt) &&
                             swiglu_pairs_quant_supports(ff, act_quant_for(dt));
+    // One token: the down product's CTAs make their SwiGLU row themselves (no launch between).
+    const bool swiglu_in_down = !oai && T == 1 && shape.gate_up.data != nullptr && matmul_experts_swiglu_fits(shape.down, K);
     if (shape.gate_up.data != nullptr) {
       for (int i = 0; i < n_sets; ++i) mm_experts(sets[i].m.gate_up, sets[i].ids, K, hx, p.gu);
-      if (oai) {  // every slot's bias by its expert (the CPU's rows are replaced later)
+      if (swiglu_in_down) {
+        // (p.gu is the down product's input)
+      } else if (oai) {  // every slot's bias by its expert (the CPU's rows are replaced later)
         add_expert_bias(p.gu, slots, ff, 2 * ff, p.sel, L.gate_exps_b, s);
         add_expert_bias(p.gu + ff, slots, ff, 2 * ff, p.sel, L.up_exps_b, s);
         swiglu_oai_pairs(p.gu, slots, ff, p.u, s);
@@ -121,7 +125,13 @@ void CudaSequence::moe_layer(Pass& p, const DevLayer& L, uint32_t l, const ActRo
       }
     }
     stage(p, "experts down");
-    for (int i = 0; i < n_sets; ++i) mm_experts(sets[i].m.down, sets[i].ids, K, act, p.d, /*per_slot=*/true);
+    for (int i = 0; i < n_sets; ++i) {
+      if (swiglu_in_down) {
+        matmul_experts_swiglu(sets[i].m.down, sets[i].ids, K, p.gu, p.d, s);
+      } else {
+        mm_experts(sets[i].m.down, sets[i].ids, K, act, p.d, /*per_slot=*/true);
+      }
+    }
     if (oai) add_expert_bias(p.d, slots, E, E, p.sel, L.down_exps_b, s);
   }
   if (cpu_part.staged_buf >= 0) m_.tiering->cache->release_staged(cpu_part.staged_buf, s);
