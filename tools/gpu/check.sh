@@ -35,6 +35,9 @@
 #                              over threads x pool spin, with moetier_membw and the topology
 #   tools/gpu/check.sh split   hybrid decode with and without the split of misses (VARIANTS,
 #                              BUDGETS, SKEWS), after the tiering tests (NO_TESTS=1: none)
+#   tools/gpu/check.sh resab   (after prep with PREP_Q40=1) the CUDA tests of FILTER, fully
+#                              resident decode with and without the MMVQ prologue, pp512 /
+#                              pp4096, llama-bench on the same files (QUANTS, NO_LLAMA, NO_PP)
 #   tools/gpu/check.sh cpu     the whole CPU test suite with this machine's compiler
 #   tools/gpu/check.sh all     test, then bench
 # Carry .gpu-carry (made here by tools/gpu/prepare.sh): the Debian packages of the header
@@ -144,6 +147,9 @@ prep)  # a bare machine: moetier (moetier, mt_cuda_tests) and llama-bench built 
     F=$(qfile "$skew")
     [ -f "$F" ] || run "synth_skew$skew" $M synth --preset qwen3-30b-a3b --quant q4_k_m --router-skew "$skew" --fast -o "$F" &
   done
+  # PREP_Q40=1: the resident q4_0 file too (issue 6's second type)
+  [ -n "${PREP_Q40:-}" ] && [ ! -f /tmp/q30-q4_0.gguf ] &&
+    run synth_q4_0 $M synth --preset qwen3-30b-a3b --quant q4_0 --fast -o /tmp/q30-q4_0.gguf &
   wait
   sync  # the files' writeback done before any bench
   ls -la /tmp/*.gguf /tmp/llama.cpp/build/bin/llama-bench "$M"
@@ -357,12 +363,34 @@ split)  # issue 7: hybrid decode with the split of misses (part of each layer-st
   done
   [ -n "${MEMBW:-}" ] && [ -x build-gpu/moetier_membw ] && { run membw ./build-gpu/moetier_membw -t "$JOBS"; tail -2 "$OUT/membw.log"; }
   ;;
+resab)  # issue 6 (machine warm after prep): the CUDA tests of FILTER, then fully resident
+  # decode with and without the MMVQ prologue (MOETIER_CUDA_MMVQ_PROLOGUE), pp512 / pp4096,
+  # the per-stage profile, and llama-bench on the same files when built
+  BUILD_TARGETS=${BUILD_TARGETS:-mt_cuda_tests moetier} build
+  run res_tests ./build-gpu/mt_cuda_tests --gtest_filter="${FILTER:-Mmvq*:CudaFused*:CudaModel*}"
+  grep -E "OK \]|FAILED|Failure|max rel|argmax" "$OUT/res_tests.log" | tail -50
+  for q in ${QUANTS:-q4_k_m q4_0}; do
+    F=/tmp/q30-$q.gguf
+    [ -f "$F" ] || continue
+    for pro in 0 1 0 1; do
+      MOETIER_CUDA_MMVQ_PROLOGUE=$pro run "tg_${q}_pro$pro" $M bench -m "$F" --device cuda -p 0 -n 128 -r 3
+      echo "$q prologue $pro: $(tail -1 "$OUT/tg_${q}_pro$pro.log")"
+    done
+    if [ -z "${NO_PP:-}" ]; then
+      for pp in 512 4096; do run "pp${pp}_$q" $M bench -m "$F" --device cuda -p $pp -n 0 -r 2; tail -1 "$OUT/pp${pp}_$q.log"; done
+    fi
+    L=/tmp/llama.cpp/build/bin/llama-bench
+    [ -x $L ] && [ -z "${NO_LLAMA:-}" ] && { run "llama_$q" $L -m "$F" -ngl 99 -fa 1 -p 512,4096 -n 128 -r 3; tail -5 "$OUT/llama_$q.log"; }
+  done
+  F=/tmp/q30-q4_k_m.gguf
+  [ -n "${PROFILE:-}" ] && { MOETIER_CUDA_PROFILE=1 run profile_tg_graph $M bench -m "$F" --device cuda -p 0 -n 64 -r 1; tail -30 "$OUT/profile_tg_graph.log"; }
+  ;;
 cpu)
   build
   run unit ctest --test-dir build-gpu --output-on-failure -j "$JOBS" -LE "kjv|cuda"
   ;;
 *)
-  echo "usage: tools/gpu/check.sh test|bench|all|prep|llama|tier|quick|hybrid|unified|families|verify|cpuexp|split|cpu"
+  echo "usage: tools/gpu/check.sh test|bench|all|prep|llama|tier|quick|hybrid|unified|families|verify|cpuexp|split|resab|cpu"
   exit 2
   ;;
 esac
