@@ -3,6 +3,7 @@
 // runtime weight type into a launcher template argument.
 #include "cuda/mmvq.h"
 
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <string>
@@ -101,15 +102,23 @@ void set_activations(MmvqArgs& a, QuantType type, const float* x, int rows, Work
 }
 
 // The activation prologue (cuda/mmvq_kernels.h ActPrologue) for a one-token product of
-// quantized weights whose grid is small (every CTA quantizes the row again): on unless
-// MOETIER_CUDA_MMVQ_PROLOGUE=0 (then a quantize launch first, the same bytes).
+// quantized weights whose grid is small (every CTA quantizes the row again): off unless
+// MOETIER_CUDA_MMVQ_PROLOGUE=1. Measured on the H200 (qwen3-30b-a3b tg128, 2026-12-02) it
+// costs more than the launch it saves: q4_k_m 297.8 vs 303.7 t/s, q4_0 255 vs 320-324
+// (each CTA's quantization of a 4096-wide row sits before its first dot, and every CTA
+// reads the row from L2 again); docs/PERFORMANCE.md.
 constexpr int64_t kMaxPrologueRows = 65536;  // n_out x slots
-bool prologue_on() {
-  static const bool on = [] {
-    const char* env = std::getenv("MOETIER_CUDA_MMVQ_PROLOGUE");
-    return env == nullptr || std::string(env) != "0";
-  }();
+std::atomic<int>& prologue_switch() {  // -1: not read from the environment yet
+  static std::atomic<int> on{-1};
   return on;
+}
+bool prologue_on() {
+  std::atomic<int>& on = prologue_switch();
+  if (on.load(std::memory_order_relaxed) < 0) {
+    const char* env = std::getenv("MOETIER_CUDA_MMVQ_PROLOGUE");
+    on.store(env != nullptr && std::string(env) == "1" ? 1 : 0, std::memory_order_relaxed);
+  }
+  return on.load(std::memory_order_relaxed) == 1;
 }
 bool prologue_fits(const DeviceMatrix& w, int n_slots) {
   return prologue_on() && quantizes_activations(w.type) && w.n_in <= kMaxPrologueIn &&
@@ -125,6 +134,8 @@ void set_prologue(MmvqArgs& a, QuantType type, const float* x, ActPrologue kind)
 }  // namespace
 
 bool supports(QuantType type) { return launcher(type) != nullptr; }
+
+void set_mmvq_prologue(bool on) { prologue_switch().store(on ? 1 : 0, std::memory_order_relaxed); }
 
 bool quantizes_activations(QuantType type) { return supports(type) && !is_float(type); }
 

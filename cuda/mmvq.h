@@ -12,9 +12,9 @@
 // rows (cuda/mmvq_common.cuh); the routed form reads each slot's expert id on the
 // device, so a decode step's K experts are one launch and no host sync.
 //
-// One token: each CTA quantizes the activation row itself into shared memory (its
-// prologue) instead of a quantize launch before the product (same bytes, one launch
-// fewer), where the grid is small; MOETIER_CUDA_MMVQ_PROLOGUE=0 turns that off.
+// MOETIER_CUDA_MMVQ_PROLOGUE=1 (off by default: measured slower, cuda/mmvq.cpp): one
+// token's CTAs quantize the activation row themselves into shared memory (a prologue)
+// instead of a quantize launch before the product; same bytes, one launch fewer.
 //
 // supports(), mmvq() and mmvq_experts() are declared in cuda/matmul.h. Extension of the
 // routed form: an id < 0 skips its slot (Y row untouched); an id >= n_mat writes NaN.
@@ -50,7 +50,10 @@ void mmvq_experts_quantized(const DeviceMatrix& w, const int32_t* ids, int n_tok
 // = W[ids[s]] . (silu(gate) * up of gu row s), gu (K, 2 n_in) = [gate | up] rows; each
 // CTA quantizes its slot's row in its prologue, so y equals swiglu_pairs_quant followed
 // by mmvq_experts_quantized byte for byte. Supported: quantized weight types, one token,
-// the prologue's sizes, not MOETIER_CUDA_MMVQ_PROLOGUE=0.
+// the prologue's sizes, MOETIER_CUDA_MMVQ_PROLOGUE=1.
+// Overrides MOETIER_CUDA_MMVQ_PROLOGUE for the process (tests, A/B runs).
+void set_mmvq_prologue(bool on);
+
 bool mmvq_swiglu_supported(const DeviceMatrix& w, int n_tokens, int K);
 void mmvq_experts_swiglu(const DeviceMatrix& w, const int32_t* ids, int n_tokens, int K, const float* gu, float* y,
                          cudaStream_t stream);

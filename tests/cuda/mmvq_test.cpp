@@ -692,9 +692,14 @@ TEST(MmvqExperts, ANegativeIdLeavesItsSlotUntouched) {
 bool same_bytes(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
+struct PrologueOn {  // the prologue is off by default (measured slower)
+  PrologueOn() { set_mmvq_prologue(true); }
+  ~PrologueOn() { set_mmvq_prologue(false); }
+};
 
 TEST(MmvqPrologue, OneTokenProductsEqualTheQuantizeLaunchByteForByte) {
   MT_SKIP_WITHOUT_DEVICE();
+  const PrologueOn on;
   std::mt19937 rng(31);
   for (QuantType type : kTypes) {
     if (is_float(type)) continue;
@@ -737,6 +742,7 @@ TEST(MmvqPrologue, OneTokenProductsEqualTheQuantizeLaunchByteForByte) {
 
 TEST(MmvqPrologue, SwigluDownEqualsSwigluPairsQuantThenTheProduct) {
   MT_SKIP_WITHOUT_DEVICE();
+  const PrologueOn on;
   std::mt19937 rng(37);
   for (QuantType type : kTypes) {
     if (is_float(type)) continue;
