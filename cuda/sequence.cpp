@@ -36,8 +36,8 @@ CudaSequence::CudaSequence(CudaModel::Impl& m, uint32_t n_ctx, QuantType kv_type
   }
   step_dev_ = DeviceBuffer(2 * sizeof(uint32_t));
   if (m.tiering != nullptr) {
-    graphs_ = false;  // a hybrid step waits for its routing on the host
-    alloc_tiering_buffers();
+    alloc_tiering_buffers();  // (while graphs_ says whether the pinned step buffers exist)
+    graphs_ = false;          // a hybrid step waits for its routing on the host: segment graphs at most
   }
   // The decode fusions of the router (product + top-k) and of the attention merge are off
   // unless asked for (=1): measured on the H200 (qwen3-30b-a3b q4_k_m tg128) the merge
@@ -93,7 +93,8 @@ Status CudaSequence::feed(std::span<const int32_t> tokens, bool all_logits, std:
     const uint32_t n = std::min(micro, T - c0);
     const bool last = c0 + n == T;
     const uint32_t rows = all_logits ? n : (last ? 1 : 0);
-    if (n != 1 || rows != 1 || trace != nullptr || !eval_token_graph(tokens[c0], logits)) {
+    const bool one = n == 1 && rows == 1 && trace == nullptr;
+    if (!one || (!eval_token_graph(tokens[c0], logits) && !eval_token_hybrid_graph(tokens[c0], logits))) {
       eval_chunk(tokens.subspan(c0, n), rows, logits, trace);
     }
     pos_ += n;
@@ -137,6 +138,7 @@ void CudaSequence::ensure_workspace(uint32_t T) {
       exec_ = nullptr;
       graph_cap_ = 0;
     }
+    drop_segment_graphs();
     ws_.reset();
     ws_ = std::make_unique<Workspace>(workspace_bytes(std::max(T, 8u)));
     ws_tokens_ = std::max(T, 8u);

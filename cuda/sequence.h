@@ -78,6 +78,8 @@ class CudaSequence final : public Evaluator {
     int Ti = 0;
     bool graph = false;        // a captured decode step (position read from pos_dev)
     bool stream_step = false;  // tiered prefill: expert banks streamed
+    bool hgraph = false;       // a hybrid decode step run as segment graphs (segment_begin)
+    bool replay = false;       // hgraph: a segment's graph was launched; its launches are skipped
     const uint32_t* pos_dev = nullptr;  // graph step: (1) position
     float* x = nullptr;        // (T, n_embd) residual stream
     float* h = nullptr;        // (T, n_embd) normed
@@ -170,10 +172,21 @@ class CudaSequence final : public Evaluator {
     uint32_t n_device = 0;  // slots computed on the device from cache slots
     int staged_buf = -1;    // the staging buffer of this step's refused misses (stream, split)
   };
-  HybridPart place_hybrid(uint32_t l, uint32_t T, const int32_t* sel, const float* h, const float* wts);
+  HybridPart place_hybrid(Pass& p, uint32_t l, uint32_t T, const int32_t* sel, const float* h, const float* wts);
   // Queues the CPU rows' copy and scatter into d; computes them now, or (hybrid_ahead())
   // leaves them pending behind a device wait on the host flag (part is moved from).
-  void finish_hybrid(uint32_t l, uint32_t T, HybridPart& part, float* d);
+  void finish_hybrid(Pass& p, uint32_t l, uint32_t T, HybridPart& part, float* d);
+  // Hybrid segment graphs (hybrid_graphs_): a decode step's launches between one MoE
+  // layer's CPU rows and the next MoE layer's routing copies (and before the first / after
+  // the last) captured once per span of positions and replayed. segment_begin(idx) comes
+  // after MoE layer idx's device products (-1: the step's start): it launches the
+  // segment's graph and sets p.replay (the launches up to segment_end are then skipped,
+  // their host-side results computed dry), or begins capturing it; segment_end ends a
+  // capture and launches what it captured.
+  void segment_begin(Pass& p, int idx);
+  void segment_end(Pass& p);
+  void drop_segment_graphs();
+  bool eval_token_hybrid_graph(int32_t token, std::vector<float>* logits);
   // The CPU's expert rows of a layer-step into pin_rows_ (from pin_h_).
   void compute_cpu_part(uint32_t l, uint32_t T, const HybridPart& part);
   // hybrid_ahead(): computes the pending layer-step's CPU rows and raises the flag the
@@ -223,7 +236,14 @@ class CudaSequence final : public Evaluator {
   bool hybrid_ahead() const { return flag_dev_ != nullptr; }
   uint32_t* pin_flag_ = nullptr;        // mapped pinned: the last layer-step whose CPU rows are written
   uint32_t* flag_dev_ = nullptr;        // its device address
-  uint32_t flag_seq_ = 0;
+  uint32_t flag_seq_ = 0;               // raises so far (host); the device counts its waits in flag_count_dev_
+  DeviceBuffer flag_count_dev_;
+  // MOETIER_CUDA_HYBRID_GRAPHS=1 (implies the ahead path): decode steps as segment graphs.
+  bool hybrid_graphs_ = false;
+  static constexpr int kNoSegment = -2;
+  std::vector<cudaGraphExec_t> seg_exec_;  // (n_layer + 1) by segment_begin's idx + 1
+  std::vector<uint32_t> seg_cap_;          // the n_kv_cap each was captured for
+  int seg_capturing_ = kNoSegment;
   struct PendingCpu {
     bool active = false;
     uint32_t l = 0, T = 0, seq = 0;

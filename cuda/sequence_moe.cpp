@@ -17,13 +17,15 @@ void CudaSequence::moe_layer(Pass& p, const DevLayer& L, uint32_t l, const ActRo
   const int Ti = p.Ti;
   const int E = static_cast<int>(hp.n_embd), K = static_cast<int>(hp.n_expert_used), X = static_cast<int>(hp.n_expert);
   const int ff = static_cast<int>(L.up_exps.n_out);
-  stage(p, "router");  // decode: the product and the top-k in one launch
+  stage(p, "router");  // decode: the product and the top-k in one launch (unless a segment graph did)
   RouterFusedArgs ra;
   ra.x = p.h, ra.n_tokens = Ti, ra.K = K, ra.renormalize = arch.renormalize_topk;
   ra.logits = p.probs, ra.ids = p.sel, ra.weights = p.wts, ra.counter = m_.router_counter.as<uint32_t>();
   const bool plain = hp.gating == ExpertGating::kSoftmax && hp.expert_weights_scale == 1.0f && hp.n_expert_groups <= 1 &&
                      L.exp_probs_b == nullptr && L.router_b == nullptr && hp.renormalize == arch.renormalize_topk;
-  if (!plain) {  // sigmoid scores, a selection bias, expert groups or a scale (glm4moe); gpt-oss's math
+  if (p.replay) {
+    // (launched by a segment graph)
+  } else if (!plain) {  // sigmoid scores, a selection bias, expert groups or a scale (glm4moe); gpt-oss's math
     mm(L.router, p.h, Ti, p.probs);
     stage(p, "router top-k");
     RouteMath rm;
@@ -64,7 +66,7 @@ void CudaSequence::moe_layer(Pass& p, const DevLayer& L, uint32_t l, const ActRo
     m_.tiering->cache->wait_staged(buf, s);
     em = mats_of(m_.tiering->cache->staged(buf));
   } else if (m_.tiering != nullptr) {
-    cpu_part = place_hybrid(l, T, p.sel, p.h, p.wts);
+    cpu_part = place_hybrid(p, l, T, p.sel, p.h, p.wts);
     em = mats_of(m_.tiering->cache->slots(l));
     ids = slot_ids_dev_.as<int32_t>();
   }
@@ -139,15 +141,15 @@ void CudaSequence::moe_layer(Pass& p, const DevLayer& L, uint32_t l, const ActRo
     m_.tiering->cache->release_staged(staged_buf_, s);
     stage_next_layer(l);
   } else if (m_.tiering != nullptr) {
-    finish_hybrid(l, T, cpu_part, p.d);
+    finish_hybrid(p, l, T, cpu_part, p.d);  // (a segment graph step: its next segment begins)
   }
   stage(p, "shared + combine");  // moe_combine (+ the shared expert)
   const bool shared = L.shexp_up.data != nullptr;
-  if (shared) ffn_dense(L.shexp_gate_up, L.shexp_gate, L.shexp_up, L.shexp_down, hx, p.gus, p.us, p.ds);
+  if (shared && !p.replay) ffn_dense(L.shexp_gate_up, L.shexp_gate, L.shexp_up, L.shexp_down, hx, p.gus, p.us, p.ds);
   if (E >= 256 && add_rms_norm_quant_supports(E, ActQuant::kQ8_0)) {  // fused into the norm below
     combine.d = p.d, combine.weights = p.wts, combine.K = K;
     combine.d_sh = shared ? p.ds : nullptr, combine.gate_inp = L.shexp_gate_inp, combine.h = p.h;
-  } else {
+  } else if (!p.replay) {
     moe_combine(p.d, p.wts, Ti, K, E, shared ? p.ds : nullptr, L.shexp_gate_inp, p.h, p.y, s);
   }
 }

@@ -18,13 +18,16 @@ namespace mt::cuda::detail {
 // Routing to the host (ids and the normed rows: a few KB, the step's one wait per
 // layer), the scheduler's placement, admissions queued on the copy stream, and the slot
 // ids (-1: the CPU's) uploaded for the grouped products.
-CudaSequence::HybridPart CudaSequence::place_hybrid(uint32_t l, uint32_t T, const int32_t* sel, const float* h, const float* wts) {
+CudaSequence::HybridPart CudaSequence::place_hybrid(Pass& p, uint32_t l, uint32_t T, const int32_t* sel, const float* h, const float* wts) {
   CudaTiering& tier = *m_.tiering;
   cudaStream_t s = m_.stream;
   const uint32_t K = m_.hp.n_expert_used, E = m_.hp.n_embd;
   MT_CHECK(T <= static_cast<uint32_t>(kMmvqMaxTokens));
-  MT_CUDA_CHECK(cudaMemcpyAsync(pin_sel_, sel, sizeof(int32_t) * T * K, cudaMemcpyDeviceToHost, s));
-  MT_CUDA_CHECK(cudaMemcpyAsync(pin_h_, h, sizeof(float) * T * E, cudaMemcpyDeviceToHost, s));
+  if (!p.replay) {  // (a replayed segment's graph holds these copies)
+    MT_CUDA_CHECK(cudaMemcpyAsync(pin_sel_, sel, sizeof(int32_t) * T * K, cudaMemcpyDeviceToHost, s));
+    MT_CUDA_CHECK(cudaMemcpyAsync(pin_h_, h, sizeof(float) * T * E, cudaMemcpyDeviceToHost, s));
+  }
+  segment_end(p);
   // (hybrid_ahead(): these copies wait behind the previous layer-step's flag, so its CPU
   // rows are computed from pin_h_ before it is overwritten.)
   flush_cpu_part();
@@ -88,26 +91,102 @@ CudaSequence::HybridPart CudaSequence::place_hybrid(uint32_t l, uint32_t T, cons
 // The CPU computes its experts while the device runs the hot ones (queued before this
 // call), then their rows go into d (T*K, n_embd) at their slots. hybrid_ahead(): the copy
 // and the scatter are queued first, behind a wait on the host flag, and the rows computed
-// at the next flush.
-void CudaSequence::finish_hybrid(uint32_t l, uint32_t T, HybridPart& part, float* d) {
+// at the next flush. A segment-graph step (p.hgraph) always waits and copies T*K rows (ids
+// -1 past the CPU's), so its launches are the same at every step; they open the segment.
+void CudaSequence::finish_hybrid(Pass& p, uint32_t l, uint32_t T, HybridPart& part, float* d) {
   cudaStream_t s = m_.stream;
-  const uint32_t E = m_.hp.n_embd;
+  const uint32_t E = m_.hp.n_embd, S = T * m_.hp.n_expert_used;
   if (dev_timed_[l]) MT_CUDA_CHECK(cudaEventRecord(dev_end_[l], s));
-  if (part.jobs.empty()) return;
-  const size_t n = part.jobs.size();
+  if (part.jobs.empty() && !p.hgraph) return;
+  const size_t n = p.hgraph ? S : part.jobs.size();
   std::copy(part.rows.begin(), part.rows.end(), pin_row_ids_);
-  if (hybrid_ahead()) {
+  std::fill(pin_row_ids_ + part.rows.size(), pin_row_ids_ + n, -1);
+  const bool wait = hybrid_ahead();
+  if (wait) {
     MT_CHECK(!pending_.active);
     pending_.active = true;
     pending_.l = l, pending_.T = T, pending_.seq = ++flag_seq_;
     pending_.part = std::move(part);
-    wait_host_flag(flag_dev_, pending_.seq, s);
   } else {
     compute_cpu_part(l, T, part);
   }
+  segment_begin(p, static_cast<int>(l));
+  if (p.replay) return;
+  if (wait) wait_host_flag(flag_dev_, flag_count_dev_.as<uint32_t>(), s);
   MT_CUDA_CHECK(cudaMemcpyAsync(rows_dev_.get(), pin_rows_, sizeof(float) * n * E, cudaMemcpyHostToDevice, s));
   MT_CUDA_CHECK(cudaMemcpyAsync(row_ids_dev_.get(), pin_row_ids_, sizeof(int32_t) * n, cudaMemcpyHostToDevice, s));
   scatter_rows(d, rows_dev_.as<float>(), row_ids_dev_.as<int32_t>(), static_cast<int>(n), static_cast<int>(E), s);
+}
+
+// Segment graphs of a hybrid decode step (see sequence.h).
+void CudaSequence::segment_begin(Pass& p, int idx) {
+  if (!p.hgraph) return;
+  MT_CHECK(seg_capturing_ == kNoSegment && !p.replay);
+  const auto at = static_cast<size_t>(idx + 1);
+  cudaStream_t s = m_.stream;
+  if (seg_exec_[at] != nullptr && seg_cap_[at] == p.st->graph_n_kv_cap) {
+    MT_CUDA_CHECK(cudaGraphLaunch(seg_exec_[at], s));
+    p.replay = true;
+    return;
+  }
+  MT_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  seg_capturing_ = idx;
+}
+
+void CudaSequence::segment_end(Pass& p) {
+  if (!p.hgraph) return;
+  if (p.replay) {
+    p.replay = false;
+    return;
+  }
+  MT_CHECK(seg_capturing_ != kNoSegment);
+  const auto at = static_cast<size_t>(seg_capturing_ + 1);
+  seg_capturing_ = kNoSegment;
+  cudaStream_t s = m_.stream;
+  cudaGraph_t graph = nullptr;
+  MT_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
+  bool updated = false;
+  if (seg_exec_[at] != nullptr) {  // a new span of positions: the same nodes, new parameters
+    cudaGraphExecUpdateResultInfo info{};
+    updated = cudaGraphExecUpdate(seg_exec_[at], graph, &info) == cudaSuccess;
+    if (!updated) {
+      cudaGetLastError();
+      MT_CUDA_CHECK(cudaGraphExecDestroy(seg_exec_[at]));
+      seg_exec_[at] = nullptr;
+    }
+  }
+  if (!updated) MT_CUDA_CHECK(cudaGraphInstantiate(&seg_exec_[at], graph, 0));
+  MT_CUDA_CHECK(cudaGraphDestroy(graph));
+  seg_cap_[at] = p.st->graph_n_kv_cap;
+  MT_CUDA_CHECK(cudaGraphLaunch(seg_exec_[at], s));
+}
+
+void CudaSequence::drop_segment_graphs() {
+  for (cudaGraphExec_t& e : seg_exec_) {
+    if (e != nullptr) cudaGraphExecDestroy(e);
+    e = nullptr;
+  }
+}
+
+// One hybrid decode token through the segment graphs (token id and position read on the
+// device from step_dev_, as eval_token_graph's). False (nothing done) when they are off.
+bool CudaSequence::eval_token_hybrid_graph(int32_t token, std::vector<float>* logits) {
+  if (!hybrid_graphs_) return false;
+  const uint32_t cap = std::min(n_ctx_, (pos_ / kGraphSpan + 1) * kGraphSpan);
+  ensure_workspace(1);
+  Step step;
+  step.T = 1;
+  step.rows = 1;
+  step.host_logits = pinned_logits_;
+  step.graph_n_kv_cap = cap;
+  pinned_step_[0] = static_cast<uint32_t>(token);
+  pinned_step_[1] = pos_;
+  enqueue(step);
+  MT_CUDA_CHECK(cudaStreamSynchronize(m_.stream));
+  collect_device_times();
+  timer_.step_done(1);
+  logits->assign(pinned_logits_, pinned_logits_ + m_.hp.n_vocab);
+  return true;
 }
 
 void CudaSequence::compute_cpu_part(uint32_t l, uint32_t T, const HybridPart& part) {
@@ -118,7 +197,7 @@ void CudaSequence::compute_cpu_part(uint32_t l, uint32_t T, const HybridPart& pa
 
 void CudaSequence::flush_cpu_part() {
   if (!pending_.active) return;
-  compute_cpu_part(pending_.l, pending_.T, pending_.part);
+  if (!pending_.part.jobs.empty()) compute_cpu_part(pending_.l, pending_.T, pending_.part);
   // The rows are written before the flag is seen: the device's wait, then the copy engine,
   // read them after it.
   std::atomic_ref<uint32_t>(*pin_flag_).store(pending_.seq, std::memory_order_release);
@@ -170,12 +249,15 @@ void CudaSequence::alloc_tiering_buffers() {
   dev_begin_.resize(m_.hp.n_layer);
   dev_end_.resize(m_.hp.n_layer);
   dev_timed_.assign(m_.hp.n_layer, false);
+  seg_exec_.assign(m_.hp.n_layer + 1, nullptr);
+  seg_cap_.assign(m_.hp.n_layer + 1, 0);
   for (uint32_t l = 0; l < m_.hp.n_layer; ++l) {
     MT_CUDA_CHECK(cudaEventCreate(&dev_begin_[l]));
     MT_CUDA_CHECK(cudaEventCreate(&dev_end_[l]));
   }
-  const char* ahead = std::getenv("MOETIER_CUDA_HYBRID_AHEAD");
-  if (ahead != nullptr && std::string(ahead) == "1") {
+  auto env_on = [](const char* name) { return std::getenv(name) != nullptr && std::string(std::getenv(name)) == "1"; };
+  const bool want_graphs = env_on("MOETIER_CUDA_HYBRID_GRAPHS") && graphs_ && !timer_.on();
+  if (env_on("MOETIER_CUDA_HYBRID_AHEAD") || want_graphs) {
     void* p = nullptr;
     if (cudaHostAlloc(&p, sizeof(uint32_t), cudaHostAllocMapped) == cudaSuccess) {
       pin_flag_ = static_cast<uint32_t*>(p);
@@ -183,6 +265,9 @@ void CudaSequence::alloc_tiering_buffers() {
       void* dev = nullptr;
       MT_CUDA_CHECK(cudaHostGetDevicePointer(&dev, p, 0));
       flag_dev_ = static_cast<uint32_t*>(dev);
+      flag_count_dev_ = DeviceBuffer(sizeof(uint32_t));
+      MT_CUDA_CHECK(cudaMemset(flag_count_dev_.get(), 0, sizeof(uint32_t)));
+      hybrid_graphs_ = want_graphs;
     } else {
       cudaGetLastError();
       log_warn("MOETIER_CUDA_HYBRID_AHEAD: no mapped pinned flag; the CPU rows are computed in place");
@@ -196,6 +281,7 @@ void CudaSequence::free_tiering_buffers() {
                   static_cast<void*>(pin_h_), static_cast<void*>(pin_rows_), static_cast<void*>(pin_flag_)}) {
     if (p != nullptr) cudaFreeHost(p);
   }
+  drop_segment_graphs();
   for (cudaEvent_t e : dev_begin_) cudaEventDestroy(e);
   for (cudaEvent_t e : dev_end_) cudaEventDestroy(e);
 }

@@ -271,6 +271,28 @@ TEST(CudaTiering, HybridAheadGreedyTokensEqualTheResidentRun) {
               /*split=*/true, CachePolicy::kFrequency);
 }
 
+// MOETIER_CUDA_HYBRID_GRAPHS=1: a decode step's launches between the MoE layers' host
+// decisions replayed as captured segment graphs (on top of the ahead path), re-captured
+// at the 256-position span boundary the 256 generated tokens cross; the tokens must not
+// change (hybrid, the split with admissions and staged misses, a shared expert; a leading
+// dense block and latent attention teacher-forced as the families test does).
+TEST(CudaTiering, HybridSegmentGraphsGreedyTokensEqualTheResidentRun) {
+  MT_SKIP_WITHOUT_DEVICE();
+  struct GraphsOn {  // read when a sequence is made; unset whatever the test's outcome
+    GraphsOn() { setenv("MOETIER_CUDA_HYBRID_GRAPHS", "1", 1); }
+    ~GraphsOn() { unsetenv("MOETIER_CUDA_HYBRID_GRAPHS"); }
+  } graphs;
+  check_model(kjv_path(), kjv_prompt(), false, MoeMode::kHybrid);
+  check_model(kjv_path(), kjv_prompt(), false, MoeMode::kHybrid, false, true, /*split=*/true);
+  check_model(skewed_qwen2moe("tiering-graphs-qwen2moe.gguf"), synth_prompt(), true, MoeMode::kHybrid, false, true,
+              /*split=*/true, CachePolicy::kFrequency);
+  synth::SynthConfig c = synth::tiny_for(Arch::kDeepseek2);
+  c.quant = *synth::parse_quant_mix("q4_k_m");
+  const std::string path = mt::test::temp_path("tiering-graphs-deepseek2.gguf");
+  ASSERT_TRUE(synth::write_model(c, {path, false}).ok());
+  check_model(path, synth_prompt(), true, MoeMode::kHybrid, /*unified=*/false, /*exact=*/false);
+}
+
 TEST(CudaTiering, StreamModeGreedyTokensEqualTheResidentRun) {
   MT_SKIP_WITHOUT_DEVICE();
   check_model(kjv_path(), kjv_prompt(), false, MoeMode::kStream);
