@@ -159,10 +159,12 @@ void CudaSequence::enqueue(const Step& st) {
     }
   }
   stage(p, "output");
+  // The last MoE layer's CPU rows before the logits' copy: into pageable memory that copy
+  // blocks the host until the stream reaches it, and the stream waits for the flag.
+  flush_cpu_part();
   if (!p.replay) output_logits(p, hx);
   stage(p, "end");
   segment_end(p);
-  flush_cpu_part();  // the last MoE layer's CPU rows (hybrid_ahead()): the caller waits next
 }
 
 // The last st.rows rows of h, kLogitRows at a time into one (kLogitRows, n_vocab) buffer,
