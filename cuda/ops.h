@@ -69,6 +69,9 @@ struct AttentionArgs {
   const uint32_t* pos_dev = nullptr;
   uint32_t n_kv_cap = 0;
   uint32_t* decode_counters = nullptr;  // (kAttnDecodeCounters) or null
+  // Decode: when n_kv (n_kv_cap with pos_dev) <= this (<= 256), one chunk per head group
+  // (no split; with decode_counters its CTA merges it in the same launch); 0: the split.
+  uint32_t single_chunk_max = 0;
   // gpt-oss / laguna: a sliding window (a query at position p sees keys (p - window, p];
   // 0: all) and per-head sink logits (n_head; in the softmax's denominator only; null: none).
   uint32_t window = 0;

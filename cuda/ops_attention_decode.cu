@@ -426,7 +426,12 @@ void attention_decode(QuantType kv_type, const AttnGeom& g, Workspace& ws, cudaS
   MT_CHECK(n_kv > 0);
   // A counter per (token, head group): at most one per (token, query head).
   MT_CHECK(g.counters == nullptr || static_cast<int64_t>(g.n_tokens) * g.n_head <= kAttnDecodeCounters);
-  const DecodeSplit s = decode_split(g.n_tokens, g.n_head, n_kv);
+  DecodeSplit s = decode_split(g.n_tokens, g.n_head, n_kv);
+  if (g.single_chunk_max > 0 && n_kv <= g.single_chunk_max) {  // one chunk: fewer parts than the bound
+    MT_CHECK(g.single_chunk_max <= static_cast<uint32_t>(kMaxChunk));
+    s.chunk_len = static_cast<int>((n_kv + 31) / 32 * 32);
+    s.n_chunks = 1;
+  }
   const size_t parts = static_cast<size_t>(g.n_tokens) * g.n_head * s.n_chunks;
   auto* ml = static_cast<float2*>(ws.take(parts * sizeof(float2)));
   auto* acc = static_cast<float*>(ws.take(parts * g.D * sizeof(float)));

@@ -97,10 +97,11 @@ void attention(const AttentionArgs& a, Workspace& ws, cudaStream_t stream) {
   MT_CHECK_MSG(head_bytes.has_value(), "attention: head_dim is not a whole number of KV cache blocks");
   MT_CHECK(a.kv_row_bytes >= *head_bytes * static_cast<uint64_t>(a.n_head_kv));
   if (a.n_tokens == 0) return;
-  const detail::AttnGeom g{a.q,      a.k_cache, a.v_cache,           a.kv_row_bytes, *head_bytes,
+  detail::AttnGeom g{a.q,      a.k_cache, a.v_cache,           a.kv_row_bytes, *head_bytes,
                            a.n_tokens, a.n_head,  a.n_head / a.n_head_kv, a.head_dim,    a.pos0,
                            1.0f / std::sqrt(static_cast<float>(a.head_dim)), a.out, a.pos_dev, a.n_kv_cap,
                            a.decode_counters, a.window, a.sinks};
+  g.single_chunk_max = a.single_chunk_max;
   MT_CHECK_MSG(a.pos_dev == nullptr || a.n_tokens <= detail::kAttnDecodeMaxTokens,
                "attention: a position read on the device is for decode batches only");
   if (a.n_tokens <= detail::kAttnDecodeMaxTokens) {

@@ -46,6 +46,7 @@ CudaSequence::CudaSequence(CudaModel::Impl& m, uint32_t n_ctx, QuantType kv_type
   auto env_on = [](const char* name) { return std::getenv(name) != nullptr && std::string(std::getenv(name)) == "1"; };
   fused_router_ = env_on("MOETIER_CUDA_FUSED_ROUTER");
   fused_attention_merge_ = env_on("MOETIER_CUDA_FUSED_ATTN");
+  single_chunk_attention_ = env_on("MOETIER_CUDA_ATTN_SINGLE");  // not yet measured: off
   if (const char* ub = std::getenv("MOETIER_CUDA_UBATCH"); ub != nullptr && std::atoi(ub) > 0) {
     micro_batch_ = static_cast<uint32_t>(std::atoi(ub));
   }

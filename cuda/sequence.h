@@ -252,6 +252,8 @@ class CudaSequence final : public Evaluator {
   PendingCpu pending_;
   bool fused_router_ = false;           // MOETIER_CUDA_FUSED_ROUTER=1: router product and top-k in one launch
   bool fused_attention_merge_ = false;  // MOETIER_CUDA_FUSED_ATTN=1: decode attention merge in the partials
+  bool single_chunk_attention_ = false; // MOETIER_CUDA_ATTN_SINGLE=1: short contexts in one chunk, one launch
+  static constexpr uint32_t kAttnSingleChunkMax = 256;
 };
 
 }  // namespace detail

@@ -98,8 +98,13 @@ void CudaSequence::attention_layer(Pass& p, const DevLayer& L, uint32_t l, const
   aa.n_kv_cap = p.st->graph_n_kv_cap;
   aa.window = hp.is_swa(l) ? hp.n_swa : 0u;
   aa.sinks = L.sinks;
+  // MOETIER_CUDA_ATTN_SINGLE=1: a short context (<= 256 positions, the graph's span for a
+  // decode step) in one chunk per head group, merged by its own CTA: one launch.
+  const uint32_t n_kv_bound = p.pos_dev != nullptr ? p.st->graph_n_kv_cap : pos_ + T;
+  const bool single = single_chunk_attention_ && n_kv_bound <= kAttnSingleChunkMax;
   if (static_cast<int64_t>(Ti) * aa.n_head <= kAttnDecodeCounters) {  // the decode merge in the partial launch
-    aa.decode_counters = fused_attention_merge_ ? m_.decode_counters.as<uint32_t>() : nullptr;
+    aa.decode_counters = fused_attention_merge_ || single ? m_.decode_counters.as<uint32_t>() : nullptr;
+    aa.single_chunk_max = single ? kAttnSingleChunkMax : 0;
   }
   {
     const size_t mark = ws_->mark();

@@ -374,6 +374,62 @@ TEST(CudaFused, RouterFusedEqualsMatmulThenTopK) {
 // and 4 tokens over 1..1500 positions, the position from the host or from the device
 // (the split sized for the whole cache). One set of counters serves every call and is
 // zero after them.
+// single_chunk_max: a short context in one chunk per head group. Merged by its own CTA
+// (decode_counters) it must be the bytes of the same one chunk merged by the combine
+// launch, and close to the default split (other chunking, other rounding).
+TEST(CudaFused, DecodeAttentionInOneChunkEqualsItsTwoLaunchesAndMatchesTheSplit) {
+  MT_SKIP_WITHOUT_DEVICE();
+  std::mt19937 rng(14);
+  const uint32_t n_ctx = 256;
+  DeviceBuffer counters = to_device(std::vector<uint32_t>(kAttnDecodeCounters, 0));
+  for (QuantType kv : {QuantType::F16, QuantType::Q8_0}) {
+    const int H = 32, Hkv = 4, D = 128, KV = Hkv * D;
+    const uint64_t rb = *row_bytes(kv, KV);
+    const std::vector<float> krows = randn(static_cast<size_t>(n_ctx) * KV, rng);
+    const std::vector<float> vrows = randn(krows.size(), rng);
+    DeviceBuffer dk = to_device(krows), dv = to_device(vrows), kc(rb * n_ctx), vc(rb * n_ctx);
+    kv_store(kv, dk.as<float>(), static_cast<int>(n_ctx), KV, kc.as<uint8_t>(), rb, 0, nullptr);
+    kv_store(kv, dv.as<float>(), static_cast<int>(n_ctx), KV, vc.as<uint8_t>(), rb, 0, nullptr);
+    Workspace ws(attention_workspace_bytes(8, H, D, n_ctx) + (1 << 20));
+    for (uint32_t n_kv : {1u, 37u, 200u, 256u}) {
+      for (bool device_pos : {false, true}) {
+        SCOPED_TRACE(testing::Message() << type_name(kv) << " n_kv " << n_kv << " device_pos " << device_pos);
+        const size_t n = static_cast<size_t>(H) * D;
+        const std::vector<float> q = randn(n, rng, 1.5f);
+        const uint32_t pos0 = n_kv - 1;
+        DeviceBuffer dq = to_device(q), dpos = to_device(std::vector<uint32_t>{pos0});
+        std::vector<std::vector<float>> out;
+        for (int variant = 0; variant < 3; ++variant) {  // split; one chunk + combine; one chunk merged inside
+          DeviceBuffer o = to_device(std::vector<float>(n, -7.0f));
+          AttentionArgs a;
+          a.q = dq.as<float>(), a.k_cache = kc.as<uint8_t>(), a.v_cache = vc.as<uint8_t>();
+          a.kv_type = kv, a.kv_row_bytes = rb;
+          a.n_tokens = 1, a.n_head = H, a.n_head_kv = Hkv, a.head_dim = D;
+          a.pos0 = device_pos ? 0 : pos0;
+          a.pos_dev = device_pos ? dpos.as<uint32_t>() : nullptr;
+          a.n_kv_cap = device_pos ? n_ctx : 0;
+          a.out = o.as<float>();
+          a.single_chunk_max = variant > 0 ? 256 : 0;
+          a.decode_counters = variant == 2 ? counters.as<uint32_t>() : nullptr;
+          ws.reset();
+          attention(a, ws, nullptr);
+          out.push_back(to_host<float>(o, n));
+        }
+        EXPECT_TRUE(same_bytes(out[1], out[2]));
+        float worst = 0.f, largest = 0.f;
+        for (size_t i = 0; i < n; ++i) {
+          worst = std::max(worst, std::fabs(out[0][i] - out[2][i]));
+          largest = std::max(largest, std::fabs(out[0][i]));
+        }
+        EXPECT_GT(largest, 0.f);
+        EXPECT_LE(worst, 1e-5f * std::max(1.f, largest)) << "one chunk vs the split";
+      }
+    }
+  }
+  const std::vector<uint32_t> zeros(kAttnDecodeCounters, 0);
+  EXPECT_TRUE(same_bytes(to_host<uint32_t>(counters, zeros.size()), zeros)) << "the counters are left zero";
+}
+
 TEST(CudaFused, DecodeAttentionWithTheMergeFusedEqualsTwoLaunches) {
   MT_SKIP_WITHOUT_DEVICE();
   std::mt19937 rng(12);

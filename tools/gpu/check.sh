@@ -36,7 +36,7 @@
 #   tools/gpu/check.sh split   hybrid decode with and without the split of misses (VARIANTS,
 #                              BUDGETS, SKEWS), after the tiering tests (NO_TESTS=1: none)
 #   tools/gpu/check.sh resab   (after prep with PREP_Q40=1) the CUDA tests of FILTER, fully
-#                              resident decode with and without the MMVQ prologue, pp512 /
+#                              resident decode under the switches of RES_VARIANTS, pp512 /
 #                              pp4096, llama-bench on the same files (QUANTS, NO_LLAMA, NO_PP)
 #   tools/gpu/check.sh cpu     the whole CPU test suite with this machine's compiler
 #   tools/gpu/check.sh all     test, then bench
@@ -366,7 +366,7 @@ split)  # issue 7: hybrid decode with the split of misses (part of each layer-st
   [ -n "${MEMBW:-}" ] && [ -x build-gpu/moetier_membw ] && { run membw ./build-gpu/moetier_membw -t "$JOBS"; tail -2 "$OUT/membw.log"; }
   ;;
 resab)  # issue 6 (machine warm after prep): the CUDA tests of FILTER, then fully resident
-  # decode with and without the MMVQ prologue (MOETIER_CUDA_MMVQ_PROLOGUE), pp512 / pp4096,
+  # decode with the switches of RES_VARIANTS (below) against the defaults, pp512 / pp4096,
   # the per-stage profile, and llama-bench on the same files when built
   BUILD_TARGETS=${BUILD_TARGETS:-mt_cuda_tests moetier} build
   run res_tests ./build-gpu/mt_cuda_tests --gtest_filter="${FILTER:-Mmvq*:CudaFused*:CudaModel*}"
@@ -374,9 +374,22 @@ resab)  # issue 6 (machine warm after prep): the CUDA tests of FILTER, then full
   for q in ${QUANTS:-q4_k_m q4_0}; do
     F=/tmp/q30-$q.gguf
     [ -f "$F" ] || continue
-    for pro in 0 1 0 1; do
-      MOETIER_CUDA_MMVQ_PROLOGUE=$pro run "tg_${q}_pro$pro" $M bench -m "$F" --device cuda -p 0 -n 128 -r 3
-      echo "$q prologue $pro: $(tail -1 "$OUT/tg_${q}_pro$pro.log")"
+    # RES_VARIANTS (each run twice, alternating): base (the defaults), single
+    # (MOETIER_CUDA_ATTN_SINGLE=1), prologue (MOETIER_CUDA_MMVQ_PROLOGUE=1), fattn
+    # (MOETIER_CUDA_FUSED_ATTN=1), frouter (MOETIER_CUDA_FUSED_ROUTER=1)
+    for round in 1 2; do
+      for v in ${RES_VARIANTS:-base single}; do
+        case $v in
+          base) envs="" ;;
+          single) envs="MOETIER_CUDA_ATTN_SINGLE=1" ;;
+          prologue) envs="MOETIER_CUDA_MMVQ_PROLOGUE=1" ;;
+          fattn) envs="MOETIER_CUDA_FUSED_ATTN=1" ;;
+          frouter) envs="MOETIER_CUDA_FUSED_ROUTER=1" ;;
+        esac
+        # shellcheck disable=SC2086
+        run "tg_${q}_${v}_$round" env $envs $M bench -m "$F" --device cuda -p 0 -n 128 -r 3
+        echo "$q $v round $round: $(tail -1 "$OUT/tg_${q}_${v}_$round.log")"
+      done
     done
     if [ -z "${NO_PP:-}" ]; then
       for pp in 512 4096; do run "pp${pp}_$q" $M bench -m "$F" --device cuda -p $pp -n 0 -r 2; tail -1 "$OUT/pp${pp}_$q.log"; done
