@@ -3,7 +3,8 @@
 // workspace and the decode graph (sequence.cpp); the step's layers (sequence_step.cpp:
 // embedding, attention, MoE / dense FFN, output); the Gated DeltaNet mixer
 // (sequence_gdn.cpp); latent attention (sequence_mla.cpp); the tiered MoE layers'
-// hybrid placement and prefill streaming (sequence_tiering.cpp). Every launch goes on
+// hybrid placement and prefill streaming (sequence_tiering.cpp); a hybrid decode step as
+// segment graphs (sequence_segments.cpp). Every launch goes on
 // the model's one stream.
 #pragma once
 
