@@ -149,13 +149,16 @@ __device__ __forceinline__ void merge_if_last(const AttnGeom& g, const float2* m
                                               int t, int h0, int n_heads) {
   __shared__ bool last;
   __shared__ float2 stats[kGB];
-  __threadfence();  // this thread's partials are visible device-wide before the CTA is counted
+  // One chunk (single_chunk_max): this CTA is the group's only one; the barrier makes its
+  // partials visible to its own threads, no fence or count needed.
+  const bool alone = n_chunks == 1;
+  if (!alone) __threadfence();  // this thread's partials are visible device-wide before the CTA is counted
   __syncthreads();
   uint32_t* counter = g.counters + static_cast<int64_t>(blockIdx.z) * gridDim.y + blockIdx.y;
-  if (threadIdx.x == 0) last = atomicAdd(counter, 1u) == static_cast<uint32_t>(n_chunks - 1);
+  if (threadIdx.x == 0) last = alone || atomicAdd(counter, 1u) == static_cast<uint32_t>(n_chunks - 1);
   __syncthreads();
   if (!last) return;  // uniform over the CTA
-  __threadfence();    // the other CTAs' partials are seen after their counts
+  if (!alone) __threadfence();  // the other CTAs' partials are seen after their counts
   const int64_t base0 = (static_cast<int64_t>(t) * g.n_head + h0) * n_chunks;
   if (threadIdx.x < n_heads) {
     const float sink = g.sinks != nullptr ? g.sinks[h0 + threadIdx.x] : -INFINITY;
@@ -167,7 +170,7 @@ __device__ __forceinline__ void merge_if_last(const AttnGeom& g, const float2* m
     g.out[(static_cast<int64_t>(t) * g.n_head + h0 + i) * g.D + e] =
         merge_element(ml, acc, base0 + static_cast<int64_t>(i) * n_chunks, n_chunks, g.D, e, stats[i]);
   }
-  if (threadIdx.x == 0) *counter = 0;
+  if (threadIdx.x == 0 && !alone) *counter = 0;
 }
 
 // Positions query t sees: [0, pos0 + t + 1), pos0 read on the device when the step is a
