@@ -87,6 +87,17 @@ MmvqArgs base_args(const DeviceMatrix& w, float* y) {
   return a;
 }
 
+// A routed batch's arguments: slot s = t * K + k reads matrix ids[s], one token per slot.
+MmvqArgs routed_args(const DeviceMatrix& w, const int32_t* ids, int n_tokens, int K, bool x_per_slot, float* y) {
+  MmvqArgs a = base_args(w, y);
+  a.ids = ids;
+  a.K = K;
+  a.x_per_slot = x_per_slot;
+  a.n_tokens = 1;
+  a.n_slots = n_tokens * K;
+  return a;
+}
+
 // The activation rows as the kernels read them: f32 as given, or quantized in the
 // workspace to the format the CPU pairs with the weight type (act_quant_for).
 void set_activations(MmvqArgs& a, QuantType type, const float* x, int rows, Workspace& ws, cudaStream_t stream) {
@@ -188,12 +199,7 @@ void mmvq_experts_quantized(const DeviceMatrix& w, const int32_t* ids, int n_tok
   check_matrix(w);
   MT_CHECK(!is_float(w.type) && n_tokens >= 0 && K >= 1 && static_cast<int64_t>(n_tokens) * K <= kMaxGridY);
   if (n_tokens == 0 || w.n_out == 0) return;
-  MmvqArgs a = base_args(w, y);
-  a.ids = ids;
-  a.K = K;
-  a.x_per_slot = x_per_slot;
-  a.n_tokens = 1;
-  a.n_slots = n_tokens * K;
+  MmvqArgs a = routed_args(w, ids, n_tokens, K, x_per_slot, y);
   a.xq = qs;
   a.xmeta = meta;
   launcher(w.type)(a, stream);
@@ -204,12 +210,7 @@ void mmvq_experts(const DeviceMatrix& w, const int32_t* ids, int n_tokens, int K
   check_matrix(w);
   MT_CHECK(n_tokens >= 0 && K >= 1 && static_cast<int64_t>(n_tokens) * K <= kMaxGridY);
   if (n_tokens == 0 || w.n_out == 0) return;
-  MmvqArgs a = base_args(w, y);
-  a.ids = ids;
-  a.K = K;
-  a.x_per_slot = x_per_slot;
-  a.n_tokens = 1;
-  a.n_slots = n_tokens * K;
+  MmvqArgs a = routed_args(w, ids, n_tokens, K, x_per_slot, y);
   if (n_tokens == 1 && prologue_fits(w, a.n_slots)) {
     set_prologue(a, w.type, x, ActPrologue::kRow);
   } else {
@@ -219,7 +220,7 @@ void mmvq_experts(const DeviceMatrix& w, const int32_t* ids, int n_tokens, int K
 }
 
 bool mmvq_swiglu_supported(const DeviceMatrix& w, int n_tokens, int K) {
-  return supports(w.type) && n_tokens == 1 && K >= 1 && K <= kMaxGridY && prologue_fits(w, K);
+  return n_tokens == 1 && K >= 1 && K <= kMaxGridY && prologue_fits(w, K);
 }
 
 void mmvq_experts_swiglu(const DeviceMatrix& w, const int32_t* ids, int n_tokens, int K, const float* gu, float* y,
@@ -227,12 +228,7 @@ void mmvq_experts_swiglu(const DeviceMatrix& w, const int32_t* ids, int n_tokens
   check_matrix(w);
   MT_CHECK(mmvq_swiglu_supported(w, n_tokens, K));
   if (w.n_out == 0) return;
-  MmvqArgs a = base_args(w, y);
-  a.ids = ids;
-  a.K = K;
-  a.x_per_slot = true;
-  a.n_tokens = 1;
-  a.n_slots = n_tokens * K;
+  MmvqArgs a = routed_args(w, ids, n_tokens, K, /*x_per_slot=*/true, y);
   set_prologue(a, w.type, gu, ActPrologue::kSwiglu);
   launcher(w.type)(a, stream);
 }

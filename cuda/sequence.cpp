@@ -175,7 +175,7 @@ void CudaSequence::eval_chunk(std::span<const int32_t> tokens, uint32_t rows, st
 // Returns false (nothing done) when graphs are off.
 bool CudaSequence::eval_token_graph(int32_t token, std::vector<float>* logits) {
   if (!graphs_) return false;
-  const uint32_t cap = std::min(n_ctx_, (pos_ / kGraphSpan + 1) * kGraphSpan);
+  const uint32_t cap = graph_cap();
   ensure_workspace(1);
   cudaStream_t s = m_.stream;
   if (exec_ == nullptr || cap != graph_cap_) {

@@ -10,6 +10,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -112,6 +113,8 @@ class CudaSequence final : public Evaluator {
   void ensure_workspace(uint32_t T);
   void eval_chunk(std::span<const int32_t> tokens, uint32_t rows, std::vector<float>* logits, Trace* trace);
   bool eval_token_graph(int32_t token, std::vector<float>* logits);
+  // The last position (+ 1) of the span of kGraphSpan positions a decode graph at pos_ serves.
+  uint32_t graph_cap() const { return std::min(n_ctx_, (pos_ / kGraphSpan + 1) * kGraphSpan); }
 
   // sequence_step.cpp
   void enqueue(const Step& st);

@@ -2,8 +2,6 @@
 // sequence.h): the launches between one MoE layer's device products and the next MoE
 // layer's routing copies captured once per span of positions and replayed; the products
 // and the host's decisions between segments stay direct.
-#include <algorithm>
-
 #include "core/check.h"
 #include "cuda/check.h"
 #include "cuda/sequence.h"
@@ -64,7 +62,7 @@ void CudaSequence::drop_segment_graphs() {
 // device from step_dev_, as eval_token_graph's). False (nothing done) when they are off.
 bool CudaSequence::eval_token_hybrid_graph(int32_t token, std::vector<float>* logits) {
   if (!hybrid_graphs_) return false;
-  const uint32_t cap = std::min(n_ctx_, (pos_ / kGraphSpan + 1) * kGraphSpan);
+  const uint32_t cap = graph_cap();
   ensure_workspace(1);
   Step step;
   step.T = 1;

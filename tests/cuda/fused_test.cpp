@@ -368,12 +368,81 @@ TEST(CudaFused, RouterFusedEqualsMatmulThenTopK) {
   MT_CUDA_CHECK(cudaStreamDestroy(s));
 }
 
+// A (n_ctx, kv_dim) K and V cache of random rows in `kv`, stored as kv_store stores them,
+// and the AttentionArgs of a decode call over it (the position from the host, or from the
+// device with the split sized for the whole cache).
+struct RandomKvCache {
+  QuantType kv;
+  int kv_dim;
+  uint32_t n_ctx;
+  uint64_t rb;
+  DeviceBuffer k, v;
+  RandomKvCache(QuantType type, int dim, uint32_t ctx, std::mt19937& rng)
+      : kv(type), kv_dim(dim), n_ctx(ctx), rb(*row_bytes(type, static_cast<uint64_t>(dim))), k(rb * ctx), v(rb * ctx) {
+    for (DeviceBuffer* dst : {&k, &v}) {
+      const DeviceBuffer rows = to_device(randn(static_cast<size_t>(ctx) * dim, rng));
+      kv_store(kv, rows.as<float>(), static_cast<int>(ctx), dim, dst->as<uint8_t>(), rb, 0, nullptr);
+    }
+  }
+  AttentionArgs decode_args(const float* q, int T, int H, int D, uint32_t pos0, const uint32_t* pos_dev) const {
+    AttentionArgs a;
+    a.q = q, a.k_cache = k.as<uint8_t>(), a.v_cache = v.as<uint8_t>();
+    a.kv_type = kv, a.kv_row_bytes = rb;
+    a.n_tokens = T, a.n_head = H, a.n_head_kv = kv_dim / D, a.head_dim = D;
+    a.pos0 = pos_dev != nullptr ? 0 : pos0;
+    a.pos_dev = pos_dev;
+    a.n_kv_cap = pos_dev != nullptr ? n_ctx : 0;
+    return a;
+  }
+};
+
 // Decode attention with the merge fused into the partial launch (decode_counters set)
 // against the partial and combine launches, byte for byte: F16 and Q8_0 caches, the
 // grouped partial kernel (head_dim 128, GQA 8:1) and the per-head one (head_dim 96), 1
 // and 4 tokens over 1..1500 positions, the position from the host or from the device
 // (the split sized for the whole cache). One set of counters serves every call and is
 // zero after them.
+TEST(CudaFused, DecodeAttentionWithTheMergeFusedEqualsTwoLaunches) {
+  MT_SKIP_WITHOUT_DEVICE();
+  std::mt19937 rng(12);
+  const uint32_t n_ctx = 1600;
+  DeviceBuffer counters = to_device(std::vector<uint32_t>(kAttnDecodeCounters, 0));
+  struct Shape {
+    int H, Hkv, D;
+  };
+  for (QuantType kv : {QuantType::F16, QuantType::Q8_0}) {
+    for (const Shape& sh : {Shape{32, 4, 128}, Shape{8, 2, 96}}) {
+      const RandomKvCache cache(kv, sh.Hkv * sh.D, n_ctx, rng);
+      Workspace ws(attention_workspace_bytes(8, sh.H, sh.D, n_ctx) + (1 << 20));
+      for (uint32_t n_kv : {1u, 37u, 300u, 1500u}) {
+        for (int T : {1, 4}) {
+          if (static_cast<uint32_t>(T) > n_kv) continue;
+          for (bool device_pos : {false, true}) {
+            SCOPED_TRACE(testing::Message() << type_name(kv) << " head_dim " << sh.D << " n_kv " << n_kv << " T " << T
+                                            << " device_pos " << device_pos);
+            const size_t n = static_cast<size_t>(T) * sh.H * sh.D;
+            const std::vector<float> q = randn(n, rng, 1.5f);
+            const uint32_t pos0 = n_kv - static_cast<uint32_t>(T);
+            DeviceBuffer dq = to_device(q), dpos = to_device(std::vector<uint32_t>{pos0});
+            DeviceBuffer o1 = to_device(std::vector<float>(n, 1.0f)), o2 = to_device(std::vector<float>(n, 2.0f));
+            AttentionArgs a = cache.decode_args(dq.as<float>(), T, sh.H, sh.D, pos0, device_pos ? dpos.as<uint32_t>() : nullptr);
+            a.out = o1.as<float>();
+            ws.reset();
+            attention(a, ws, nullptr);
+            a.out = o2.as<float>();
+            a.decode_counters = counters.as<uint32_t>();
+            ws.reset();
+            attention(a, ws, nullptr);
+            EXPECT_TRUE(same_bytes(to_host<float>(o1, n), to_host<float>(o2, n)));
+          }
+        }
+      }
+    }
+  }
+  const std::vector<uint32_t> zeros(kAttnDecodeCounters, 0);
+  EXPECT_TRUE(same_bytes(to_host<uint32_t>(counters, zeros.size()), zeros)) << "the counters are left zero";
+}
+
 // single_chunk_max: a short context in one chunk per head group. Merged by its own CTA
 // (decode_counters) it must be the bytes of the same one chunk merged by the combine
 // launch, and close to the default split (other chunking, other rounding).
@@ -383,13 +452,8 @@ TEST(CudaFused, DecodeAttentionInOneChunkEqualsItsTwoLaunchesAndMatchesTheSplit)
   const uint32_t n_ctx = 256;
   DeviceBuffer counters = to_device(std::vector<uint32_t>(kAttnDecodeCounters, 0));
   for (QuantType kv : {QuantType::F16, QuantType::Q8_0}) {
-    const int H = 32, Hkv = 4, D = 128, KV = Hkv * D;
-    const uint64_t rb = *row_bytes(kv, KV);
-    const std::vector<float> krows = randn(static_cast<size_t>(n_ctx) * KV, rng);
-    const std::vector<float> vrows = randn(krows.size(), rng);
-    DeviceBuffer dk = to_device(krows), dv = to_device(vrows), kc(rb * n_ctx), vc(rb * n_ctx);
-    kv_store(kv, dk.as<float>(), static_cast<int>(n_ctx), KV, kc.as<uint8_t>(), rb, 0, nullptr);
-    kv_store(kv, dv.as<float>(), static_cast<int>(n_ctx), KV, vc.as<uint8_t>(), rb, 0, nullptr);
+    const int H = 32, Hkv = 4, D = 128;
+    const RandomKvCache cache(kv, Hkv * D, n_ctx, rng);
     Workspace ws(attention_workspace_bytes(8, H, D, n_ctx) + (1 << 20));
     for (uint32_t n_kv : {1u, 37u, 200u, 256u}) {
       for (bool device_pos : {false, true}) {
@@ -401,13 +465,7 @@ TEST(CudaFused, DecodeAttentionInOneChunkEqualsItsTwoLaunchesAndMatchesTheSplit)
         std::vector<std::vector<float>> out;
         for (int variant = 0; variant < 3; ++variant) {  // split; one chunk + combine; one chunk merged inside
           DeviceBuffer o = to_device(std::vector<float>(n, -7.0f));
-          AttentionArgs a;
-          a.q = dq.as<float>(), a.k_cache = kc.as<uint8_t>(), a.v_cache = vc.as<uint8_t>();
-          a.kv_type = kv, a.kv_row_bytes = rb;
-          a.n_tokens = 1, a.n_head = H, a.n_head_kv = Hkv, a.head_dim = D;
-          a.pos0 = device_pos ? 0 : pos0;
-          a.pos_dev = device_pos ? dpos.as<uint32_t>() : nullptr;
-          a.n_kv_cap = device_pos ? n_ctx : 0;
+          AttentionArgs a = cache.decode_args(dq.as<float>(), 1, H, D, pos0, device_pos ? dpos.as<uint32_t>() : nullptr);
           a.out = o.as<float>();
           a.single_chunk_max = variant > 0 ? 256 : 0;
           a.decode_counters = variant == 2 ? counters.as<uint32_t>() : nullptr;
@@ -423,59 +481,6 @@ TEST(CudaFused, DecodeAttentionInOneChunkEqualsItsTwoLaunchesAndMatchesTheSplit)
         }
         EXPECT_GT(largest, 0.f);
         EXPECT_LE(worst, 1e-5f * std::max(1.f, largest)) << "one chunk vs the split";
-      }
-    }
-  }
-  const std::vector<uint32_t> zeros(kAttnDecodeCounters, 0);
-  EXPECT_TRUE(same_bytes(to_host<uint32_t>(counters, zeros.size()), zeros)) << "the counters are left zero";
-}
-
-TEST(CudaFused, DecodeAttentionWithTheMergeFusedEqualsTwoLaunches) {
-  MT_SKIP_WITHOUT_DEVICE();
-  std::mt19937 rng(12);
-  const uint32_t n_ctx = 1600;
-  DeviceBuffer counters = to_device(std::vector<uint32_t>(kAttnDecodeCounters, 0));
-  struct Shape {
-    int H, Hkv, D;
-  };
-  for (QuantType kv : {QuantType::F16, QuantType::Q8_0}) {
-    for (const Shape& sh : {Shape{32, 4, 128}, Shape{8, 2, 96}}) {
-      const int KV = sh.Hkv * sh.D;
-      const uint64_t rb = *row_bytes(kv, KV);
-      const std::vector<float> krows = randn(static_cast<size_t>(n_ctx) * KV, rng);
-      const std::vector<float> vrows = randn(krows.size(), rng);
-      DeviceBuffer dk = to_device(krows), dv = to_device(vrows), kc(rb * n_ctx), vc(rb * n_ctx);
-      kv_store(kv, dk.as<float>(), static_cast<int>(n_ctx), KV, kc.as<uint8_t>(), rb, 0, nullptr);
-      kv_store(kv, dv.as<float>(), static_cast<int>(n_ctx), KV, vc.as<uint8_t>(), rb, 0, nullptr);
-      Workspace ws(attention_workspace_bytes(8, sh.H, sh.D, n_ctx) + (1 << 20));
-      for (uint32_t n_kv : {1u, 37u, 300u, 1500u}) {
-        for (int T : {1, 4}) {
-          if (static_cast<uint32_t>(T) > n_kv) continue;
-          for (bool device_pos : {false, true}) {
-            SCOPED_TRACE(testing::Message() << type_name(kv) << " head_dim " << sh.D << " n_kv " << n_kv << " T " << T
-                                            << " device_pos " << device_pos);
-            const size_t n = static_cast<size_t>(T) * sh.H * sh.D;
-            const std::vector<float> q = randn(n, rng, 1.5f);
-            const uint32_t pos0 = n_kv - static_cast<uint32_t>(T);
-            DeviceBuffer dq = to_device(q), dpos = to_device(std::vector<uint32_t>{pos0});
-            DeviceBuffer o1 = to_device(std::vector<float>(n, 1.0f)), o2 = to_device(std::vector<float>(n, 2.0f));
-            AttentionArgs a;
-            a.q = dq.as<float>(), a.k_cache = kc.as<uint8_t>(), a.v_cache = vc.as<uint8_t>();
-            a.kv_type = kv, a.kv_row_bytes = rb;
-            a.n_tokens = T, a.n_head = sh.H, a.n_head_kv = sh.Hkv, a.head_dim = sh.D;
-            a.pos0 = device_pos ? 0 : pos0;
-            a.pos_dev = device_pos ? dpos.as<uint32_t>() : nullptr;
-            a.n_kv_cap = device_pos ? n_ctx : 0;
-            a.out = o1.as<float>();
-            ws.reset();
-            attention(a, ws, nullptr);
-            a.out = o2.as<float>();
-            a.decode_counters = counters.as<uint32_t>();
-            ws.reset();
-            attention(a, ws, nullptr);
-            EXPECT_TRUE(same_bytes(to_host<float>(o1, n), to_host<float>(o2, n)));
-          }
-        }
       }
     }
   }

@@ -36,8 +36,8 @@
 #include "cpu/isa.h"
 #include "cpu/kernels.h"
 #include "cuda/mmvq.h"
-#include "cuda/ops.h"
 #include "cuda_test_util.h"
+#include "mmvq_test_util.h"
 #include "model/linear.h"
 #include "quant/blocks.h"
 #include "quant/fp16.h"
@@ -46,15 +46,8 @@
 namespace mt::cuda {
 namespace {
 
-using test::to_device;
-using test::to_host;
+using namespace test;  // cuda_test_util.h, mmvq_test_util.h
 
-const QuantType kTypes[] = {QuantType::F32,  QuantType::F16,   QuantType::BF16, QuantType::Q4_0,
-                            QuantType::Q4_1, QuantType::Q5_0,  QuantType::Q5_1, QuantType::Q8_0,
-                            QuantType::IQ4_NL, QuantType::MXFP4, QuantType::Q2_K, QuantType::Q3_K,
-                            QuantType::Q4_K, QuantType::Q5_K,  QuantType::Q6_K, QuantType::IQ4_XS};
-
-bool is_float(QuantType t) { return t == QuantType::F32 || t == QuantType::F16 || t == QuantType::BF16; }
 bool has_min_s(QuantType t) { return t == QuantType::Q4_1 || t == QuantType::Q5_1; }
 
 // The s = d * sum(q) the device uses for a Q8_1 block: from the half-rounded d
@@ -63,51 +56,6 @@ half_bits device_s(const BlockQ8_1& b) {
   int sum = 0;
   for (int8_t v : b.qs) sum += v;
   return fp32_to_fp16(static_cast<float>(sum) * fp16_to_fp32(b.d));
-}
-
-// n_mat matrices (n_out, n_in) of random weights in `type`, and their dequantized rows.
-struct HostMatrix {
-  QuantType type;
-  int64_t n_in, n_out, n_mat;
-  uint64_t row_bytes, matrix_bytes;
-  std::vector<uint8_t> bytes;
-  std::vector<float> rows;  // (n_mat * n_out, n_in)
-
-  Tensor tensor() const {
-    Tensor t;
-    t.type = type;
-    t.ne = {static_cast<uint64_t>(n_in), static_cast<uint64_t>(n_out), static_cast<uint64_t>(n_mat), 1};
-    t.data = bytes.data();
-    t.row_bytes = row_bytes;
-    t.matrix_bytes = matrix_bytes;
-    return t;
-  }
-  const uint8_t* row(int64_t mat, int64_t r) const {
-    return bytes.data() + static_cast<uint64_t>(mat) * matrix_bytes + static_cast<uint64_t>(r) * row_bytes;
-  }
-};
-
-HostMatrix make_matrix(QuantType type, int64_t n_in, int64_t n_out, int64_t n_mat, std::mt19937& rng) {
-  HostMatrix m{type, n_in, n_out, n_mat, *row_bytes(type, static_cast<uint64_t>(n_in)), 0, {}, {}};
-  m.matrix_bytes = m.row_bytes * static_cast<uint64_t>(n_out);
-  m.bytes.resize(m.matrix_bytes * static_cast<uint64_t>(n_mat));
-  m.rows.resize(static_cast<size_t>(n_mat * n_out * n_in));
-  std::normal_distribution<float> g(0.f, 0.05f);
-  std::vector<float> row(static_cast<size_t>(n_in));
-  for (int64_t r = 0; r < n_mat * n_out; ++r) {
-    for (float& v : row) v = g(rng);
-    uint8_t* dst = m.bytes.data() + static_cast<uint64_t>(r) * m.row_bytes;
-    quantize_row(type, row.data(), dst, n_in);
-    dequantize_row(type, dst, &m.rows[static_cast<size_t>(r * n_in)], n_in);
-  }
-  return m;
-}
-
-std::vector<float> random_rows(int64_t rows, int64_t n, std::mt19937& rng) {
-  std::normal_distribution<float> g(0.f, 1.f);
-  std::vector<float> v(static_cast<size_t>(rows * n));
-  for (float& x : v) x = g(rng);
-  return v;
 }
 
 // One activation row as the kernel sees it, and (Q4_1 / Q5_1) per block s - d * sum(q).
@@ -177,19 +125,6 @@ constexpr double kExactTol = 1e-4;
 double parity_tol(QuantType t) {
   if (is_float(t)) return 1e-3;
   return has_min_s(t) ? 2e-3 : 1e-4;
-}
-
-// The device copy of a host matrix, its base `offset` bytes into the allocation.
-struct DeviceCopy {
-  DeviceBuffer buf;
-  DeviceMatrix w;
-};
-DeviceCopy upload(const HostMatrix& m, int64_t n_out, size_t offset) {
-  DeviceCopy c{DeviceBuffer(m.bytes.size() + offset), {}};
-  uint8_t* base = c.buf.as<uint8_t>() + offset;
-  MT_CUDA_CHECK(cudaMemcpy(base, m.bytes.data(), m.bytes.size(), cudaMemcpyHostToDevice));
-  c.w = {m.type, base, m.n_in, n_out, m.n_mat, m.row_bytes, m.matrix_bytes};
-  return c;
 }
 
 // mmvq of matrix `mat` on the first n_tokens rows of x (host) -> (n_tokens, n_out).
@@ -682,95 +617,6 @@ TEST(MmvqExperts, ANegativeIdLeavesItsSlotUntouched) {
     EXPECT_EQ(y[static_cast<size_t>(n_out + r)], 7.f) << "row " << r;
     EXPECT_NEAR(y[static_cast<size_t>(r)], exact_dot(m, 1, r, kx).y, 1e-3) << "row " << r;
     EXPECT_NEAR(y[static_cast<size_t>(2 * n_out + r)], exact_dot(m, 0, r, kx).y, 1e-3) << "row " << r;
-  }
-}
-
-// One token: the product's own prologue quantizes x (mmvq / mmvq_experts) or makes and
-// quantizes the SwiGLU row (mmvq_experts_swiglu); the results must be the bytes of the
-// separate launches they replace (quantize_act / swiglu_pairs_quant, then the product
-// over the quantized rows).
-bool same_bytes(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-struct PrologueOn {  // the prologue is off by default (measured slower)
-  PrologueOn() { set_mmvq_prologue(true); }
-  ~PrologueOn() { set_mmvq_prologue(false); }
-};
-
-TEST(MmvqPrologue, OneTokenProductsEqualTheQuantizeLaunchByteForByte) {
-  MT_SKIP_WITHOUT_DEVICE();
-  const PrologueOn on;
-  std::mt19937 rng(31);
-  for (QuantType type : kTypes) {
-    if (is_float(type)) continue;
-    const ActQuant mode = act_quant_for(type);
-    for (int64_t n_in : {int64_t{768}, int64_t{4096}}) {
-      SCOPED_TRACE(testing::Message() << type_name(type) << " n_in " << n_in);
-      const HostMatrix m = make_matrix(type, n_in, 300, 4, rng);
-      const DeviceCopy c = upload(m, m.n_out, 0);
-      const int K = 4;
-      const std::vector<float> x = random_rows(K, n_in, rng);
-      const DeviceBuffer dx = to_device(x);
-      DeviceBuffer qs(static_cast<size_t>(K * n_in)), meta(static_cast<size_t>(K * n_in / 32) * sizeof(uint2));
-      quantize_act(dx.as<float>(), K, static_cast<int>(n_in), mode, qs.as<int8_t>(), meta.as<uint2>(), nullptr);
-      // Dense, one token.
-      DeviceBuffer y1(300 * sizeof(float)), y2(300 * sizeof(float));
-      Workspace ws(mmvq_workspace_bytes(c.w, 1, K));
-      mmvq(c.w, 2, dx.as<float>(), 1, y1.as<float>(), ws, nullptr);
-      mmvq_quantized(c.w, 2, qs.as<int8_t>(), meta.as<uint2>(), 1, y2.as<float>(), nullptr);
-      MT_CUDA_CHECK(cudaGetLastError());
-      EXPECT_TRUE(same_bytes(to_host<float>(y1, 300), to_host<float>(y2, 300)));
-      // Routed, one token, both activation layouts; a skipped slot stays untouched.
-      const std::vector<int32_t> ids = {3, 0, -1, 3};
-      const DeviceBuffer dids = to_device(ids);
-      for (bool per_slot : {false, true}) {
-        SCOPED_TRACE(per_slot ? "per slot" : "per token");
-        const std::vector<float> fill(static_cast<size_t>(K * 300), 5.f);
-        const DeviceBuffer r1 = to_device(fill), r2 = to_device(fill);
-        mmvq_experts(c.w, dids.as<int32_t>(), 1, K, dx.as<float>(), per_slot, r1.as<float>(), ws, nullptr);
-        mmvq_experts_quantized(c.w, dids.as<int32_t>(), 1, K, qs.as<int8_t>(), meta.as<uint2>(), per_slot,
-                               r2.as<float>(), nullptr);
-        MT_CUDA_CHECK(cudaGetLastError());
-        const std::vector<float> a = to_host<float>(r1, fill.size()), b = to_host<float>(r2, fill.size());
-        EXPECT_TRUE(same_bytes(a, b));
-        EXPECT_EQ(a[2 * 300], 5.f);
-        EXPECT_NE(a[0], 5.f);
-      }
-    }
-  }
-}
-
-TEST(MmvqPrologue, SwigluDownEqualsSwigluPairsQuantThenTheProduct) {
-  MT_SKIP_WITHOUT_DEVICE();
-  const PrologueOn on;
-  std::mt19937 rng(37);
-  for (QuantType type : kTypes) {
-    if (is_float(type)) continue;
-    const ActQuant mode = act_quant_for(type);
-    for (int ff : {768, 1536}) {
-      SCOPED_TRACE(testing::Message() << type_name(type) << " ff " << ff);
-      const int K = 8, n_out = 520;
-      const HostMatrix m = make_matrix(type, ff, n_out, 6, rng);
-      const DeviceCopy c = upload(m, m.n_out, 0);
-      ASSERT_TRUE(mmvq_swiglu_supported(c.w, 1, K));
-      std::vector<float> gu = random_rows(K, 2 * ff, rng);
-      gu[5] = 40.f, gu[6] = -40.f;  // silu at its saturated ends
-      const std::vector<int32_t> ids = {0, 5, 2, -1, 2, 1, 4, 3};
-      const DeviceBuffer dgu = to_device(gu), dids = to_device(ids);
-      DeviceBuffer act(static_cast<size_t>(K * ff) * sizeof(float)), qs(static_cast<size_t>(K * ff)),
-          meta(static_cast<size_t>(K * ff / 32) * sizeof(uint2));
-      swiglu_pairs_quant(dgu.as<float>(), K, ff, act.as<float>(), mode, qs.as<int8_t>(), meta.as<uint2>(), nullptr);
-      const std::vector<float> fill(static_cast<size_t>(K * n_out), -3.f);
-      const DeviceBuffer r1 = to_device(fill), r2 = to_device(fill);
-      mmvq_experts_swiglu(c.w, dids.as<int32_t>(), 1, K, dgu.as<float>(), r1.as<float>(), nullptr);
-      mmvq_experts_quantized(c.w, dids.as<int32_t>(), 1, K, qs.as<int8_t>(), meta.as<uint2>(), true, r2.as<float>(),
-                             nullptr);
-      MT_CUDA_CHECK(cudaGetLastError());
-      const std::vector<float> a = to_host<float>(r1, fill.size()), b = to_host<float>(r2, fill.size());
-      EXPECT_TRUE(same_bytes(a, b));
-      EXPECT_EQ(a[3 * n_out], -3.f);
-      EXPECT_NE(a[0], -3.f);
-    }
   }
 }
 

@@ -259,16 +259,26 @@ TEST(CudaTiering, SplitMissesGreedyTokensEqualTheResidentRun) {
 // MOETIER_CUDA_HYBRID_AHEAD=1: the CPU rows' copy and the next layer's launches are queued
 // behind a device wait on a host flag before the CPU computes them; the tokens must not
 // change (hybrid with and without the split, the prompt through the hybrid step too).
-TEST(CudaTiering, HybridAheadGreedyTokensEqualTheResidentRun) {
-  MT_SKIP_WITHOUT_DEVICE();
-  struct AheadOn {  // read when a sequence is made; unset whatever the test's outcome
-    AheadOn() { setenv("MOETIER_CUDA_HYBRID_AHEAD", "1", 1); }
-    ~AheadOn() { unsetenv("MOETIER_CUDA_HYBRID_AHEAD"); }
-  } ahead;
+// An environment switch on for a scope (read when a sequence is made), unset whatever the
+// test's outcome.
+struct ScopedEnvOn {
+  const char* name;
+  explicit ScopedEnvOn(const char* n) : name(n) { setenv(name, "1", 1); }
+  ~ScopedEnvOn() { unsetenv(name); }
+};
+// Hybrid on kjv-moe with and without the split, and the split with the frequency policy's
+// staged misses on a q4_k_m qwen2moe with a shared expert (written to `qwen2moe_file`).
+void check_hybrid_variants(const std::string& qwen2moe_file) {
   check_model(kjv_path(), kjv_prompt(), false, MoeMode::kHybrid);
   check_model(kjv_path(), kjv_prompt(), false, MoeMode::kHybrid, false, true, /*split=*/true);
-  check_model(skewed_qwen2moe("tiering-ahead-qwen2moe.gguf"), synth_prompt(), true, MoeMode::kHybrid, false, true,
-              /*split=*/true, CachePolicy::kFrequency);
+  check_model(skewed_qwen2moe(qwen2moe_file), synth_prompt(), true, MoeMode::kHybrid, false, true, /*split=*/true,
+              CachePolicy::kFrequency);
+}
+
+TEST(CudaTiering, HybridAheadGreedyTokensEqualTheResidentRun) {
+  MT_SKIP_WITHOUT_DEVICE();
+  const ScopedEnvOn ahead("MOETIER_CUDA_HYBRID_AHEAD");
+  check_hybrid_variants("tiering-ahead-qwen2moe.gguf");
 }
 
 // MOETIER_CUDA_HYBRID_GRAPHS=1: a decode step's launches between the MoE layers' host
@@ -278,14 +288,8 @@ TEST(CudaTiering, HybridAheadGreedyTokensEqualTheResidentRun) {
 // dense block and latent attention teacher-forced as the families test does).
 TEST(CudaTiering, HybridSegmentGraphsGreedyTokensEqualTheResidentRun) {
   MT_SKIP_WITHOUT_DEVICE();
-  struct GraphsOn {  // read when a sequence is made; unset whatever the test's outcome
-    GraphsOn() { setenv("MOETIER_CUDA_HYBRID_GRAPHS", "1", 1); }
-    ~GraphsOn() { unsetenv("MOETIER_CUDA_HYBRID_GRAPHS"); }
-  } graphs;
-  check_model(kjv_path(), kjv_prompt(), false, MoeMode::kHybrid);
-  check_model(kjv_path(), kjv_prompt(), false, MoeMode::kHybrid, false, true, /*split=*/true);
-  check_model(skewed_qwen2moe("tiering-graphs-qwen2moe.gguf"), synth_prompt(), true, MoeMode::kHybrid, false, true,
-              /*split=*/true, CachePolicy::kFrequency);
+  const ScopedEnvOn graphs("MOETIER_CUDA_HYBRID_GRAPHS");
+  check_hybrid_variants("tiering-graphs-qwen2moe.gguf");
   synth::SynthConfig c = synth::tiny_for(Arch::kDeepseek2);
   c.quant = *synth::parse_quant_mix("q4_k_m");
   const std::string path = mt::test::temp_path("tiering-graphs-deepseek2.gguf");
