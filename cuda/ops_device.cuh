@@ -41,6 +41,49 @@ __device__ __forceinline__ void rope_cos_sin(uint32_t pos, int k, float theta_sc
   *s = sf;
 }
 
+// One call's RoPE: rotated dims, theta_scale = freq_base^(-2 / n_rot) (the CPU's float
+// expression), the scales and YaRN's terms (rope_cos_sin), halves (neox) or pairs.
+struct RopeArgs {
+  int n_rot;
+  float theta_scale, freq_scale, attn_factor, yarn_ext, yarn_lo, yarn_hi, yarn_mscale;
+  bool neox;
+};
+
+// Element e of one head (live when e < D) as attention's prep computes it: rms-normed by
+// norm_w when set (the head's square sum in double, as rms_norm_kernel), then rotated at
+// pos when rope is set. Every thread of the block calls it (blockDim >= D); head_sh (D
+// floats) and scratch (32) are the block's; it ends with a barrier, so they may be
+// reused at once.
+__device__ __forceinline__ float head_norm_rope(float v, int e, int D, const float* norm_w, float eps,
+                                                const RopeArgs* rope, uint32_t pos, float* head_sh, double* scratch) {
+  const bool live = e < D;
+  if (norm_w != nullptr) {  // uniform over the block
+    const double vd = v;
+    const double sum = block_sum(live ? vd * vd : 0.0, scratch);
+    const float mean = static_cast<float>(sum / static_cast<double>(D));
+    const float scale = 1.0f / sqrtf(mean + eps);
+    if (live) v = v * scale * norm_w[e];
+  }
+  if (rope != nullptr && rope->n_rot > 0) {  // uniform over the block
+    if (live) head_sh[e] = v;
+    __syncthreads();
+    const int half = rope->n_rot / 2;
+    if (live && e < rope->n_rot) {
+      const bool first = rope->neox ? e < half : (e % 2 == 0);
+      const int k = rope->neox ? (first ? e : e - half) : e / 2;
+      const int i0 = rope->neox ? k : 2 * k;
+      const int i1 = rope->neox ? k + half : 2 * k + 1;
+      float cf, sf;
+      rope_cos_sin(pos, k, rope->theta_scale, rope->freq_scale, rope->attn_factor, rope->yarn_ext, rope->yarn_lo,
+                   rope->yarn_hi, rope->yarn_mscale, &cf, &sf);
+      const float x0 = head_sh[i0], x1 = head_sh[i1];
+      v = first ? __fsub_rn(__fmul_rn(x0, cf), __fmul_rn(x1, sf)) : __fadd_rn(__fmul_rn(x0, sf), __fmul_rn(x1, cf));
+    }
+    __syncthreads();
+  }
+  return v;
+}
+
 // One Q8_0 block by a warp (lane j: element x of the block): d = amax / 127 (NaN counts as
 // 0), code = roundf(x / d) clamped to +-127, 0 where 1 / d is not finite. Returns the
 // code; *d_out = d (before its rounding to half).

@@ -160,29 +160,9 @@ __global__ void attn_prep_kernel(AttnPrepArgs a, float theta_scale) {
     if (bias != nullptr) v += bias[h * D + e];  // add_bias: y += b
   }
   const float* norm_w = is_q ? a.q_norm : (is_k ? a.k_norm : nullptr);
-  if (norm_w != nullptr) {  // uniform over the block
-    const double vd = v;
-    const double sum = detail::block_sum(live ? vd * vd : 0.0, scratch);
-    const float mean = static_cast<float>(sum / static_cast<double>(D));
-    const float scale = 1.0f / sqrtf(mean + a.eps);
-    if (live) v = v * scale * norm_w[e];
-  }
-  if ((is_q || is_k) && a.n_rot > 0) {  // uniform over the block
-    if (live) head_sh[e] = v;
-    __syncthreads();
-    const int half = a.n_rot / 2;
-    if (live && e < a.n_rot) {
-      const bool first = a.neox ? e < half : (e % 2 == 0);
-      const int k = a.neox ? (first ? e : e - half) : e / 2;
-      const int i0 = a.neox ? k : 2 * k;
-      const int i1 = a.neox ? k + half : 2 * k + 1;
-      float cf, sf;
-      detail::rope_cos_sin(pos, k, theta_scale, a.freq_scale, a.attn_factor, a.yarn_ext, a.yarn_lo, a.yarn_hi,
-                           a.yarn_mscale, &cf, &sf);
-      const float x0 = head_sh[i0], x1 = head_sh[i1];
-      v = first ? __fsub_rn(__fmul_rn(x0, cf), __fmul_rn(x1, sf)) : __fadd_rn(__fmul_rn(x0, sf), __fmul_rn(x1, cf));
-    }
-  }
+  const detail::RopeArgs rope{a.n_rot, theta_scale, a.freq_scale, a.attn_factor, a.yarn_ext,
+                              a.yarn_lo, a.yarn_hi, a.yarn_mscale, a.neox};
+  v = detail::head_norm_rope(v, e, D, norm_w, a.eps, is_q || is_k ? &rope : nullptr, pos, head_sh, scratch);
   if (is_q) {
     if (live) a.q_out[(static_cast<int64_t>(t) * a.n_head + h) * D + e] = v;
     return;

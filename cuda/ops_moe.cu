@@ -21,6 +21,7 @@
 #include "cuda/mmvq_float.cuh"
 #include "cuda/ops.h"
 #include "cuda/ops_reduce.cuh"
+#include "cuda/ops_topk.cuh"
 
 namespace mt::cuda {
 namespace {
@@ -28,44 +29,8 @@ namespace {
 constexpr int kRouterWarps = 4;  // tokens per block
 constexpr int kMaxExperts = 512;
 constexpr int kMaxTopK = 32;     // rank r's weight lives in lane r
-constexpr float kRemoved = -1.0f;  // probabilities are >= 0; a picked expert gets this
 constexpr int kFusedWarps = mmvq_detail::kSplitThreads / 32;  // router_fused: tokens routed by its last CTA
 static_assert(kFusedWarps >= kMmvqMaxTokens, "router_fused routes a token per warp of one CTA");
-
-// One token by one warp (every lane present): row (n_expert logits, read past L1: the
-// fused form reads rows other CTAs wrote) -> p (this warp's n_expert floats of shared
-// memory) = softmax; the top K to ids / weights (K entries each), renormalized if asked.
-__device__ __forceinline__ void topk_warp(const float* row, float* p, int n_expert, int K, bool renormalize,
-                                          int32_t* ids, float* weights) {
-  const int lane = threadIdx.x & 31;
-  detail::softmax_warp(row, p, n_expert);
-
-  float picked_sum = 0.0f;  // in rank order, as the CPU
-  float my_w = 0.0f;        // lane r: the weight of rank r
-  int my_id = 0;
-  for (int r = 0; r < K; ++r) {
-    float bv = -2.0f;  // below kRemoved: a lane whose entries are all picked still loses
-    int bi = INT_MAX;
-    for (int e = lane; e < n_expert; e += 32) {
-      if (p[e] > bv) {  // ascending e: the first of equal values (lowest id) stays
-        bv = p[e];
-        bi = e;
-      }
-    }
-    detail::warp_argmax(bv, bi);
-    if (bi < n_expert && lane == (bi & 31)) p[bi] = kRemoved;
-    if (lane == r) {
-      my_w = bv;
-      my_id = bi < n_expert ? bi : 0;  // only NaN logits leave no winner
-    }
-    picked_sum += bv;
-  }
-  if (lane < K) {
-    if (renormalize) my_w /= fmaxf(picked_sum, 6.103515625e-5f);
-    ids[lane] = my_id;
-    weights[lane] = my_w;
-  }
-}
 
 // logits (T, n_expert) -> ids, weights (T, K).
 __global__ void __launch_bounds__(kRouterWarps * 32)
@@ -75,7 +40,7 @@ __global__ void __launch_bounds__(kRouterWarps * 32)
   const int warp = threadIdx.x >> 5;
   const int t = blockIdx.x * kRouterWarps + warp;
   if (t >= n_tokens) return;  // the whole warp: the kernel has no block barrier
-  topk_warp(logits + static_cast<int64_t>(t) * n_expert, probs[warp], n_expert, K, renormalize,
+  detail::topk_warp(logits + static_cast<int64_t>(t) * n_expert, probs[warp], n_expert, K, renormalize,
             ids + static_cast<int64_t>(t) * K, weights + static_cast<int64_t>(t) * K);
 }
 
@@ -96,7 +61,7 @@ __global__ void __launch_bounds__(mmvq_detail::kSplitThreads)
   __threadfence();    // every other CTA's logits are seen after its count
   const int warp = threadIdx.x >> 5;
   if (warp < NT) {
-    topk_warp(p.y + static_cast<int64_t>(warp) * p.n_out, probs[warp], static_cast<int>(p.n_out), K, renormalize,
+    detail::topk_warp(p.y + static_cast<int64_t>(warp) * p.n_out, probs[warp], static_cast<int>(p.n_out), K, renormalize,
               ids + static_cast<int64_t>(warp) * K, weights + static_cast<int64_t>(warp) * K);
   }
   if (threadIdx.x == 0) *counter = 0;

@@ -1,0 +1,53 @@
+// The softmax top-k of one token's router logits by one warp, shared by the router
+// kernels (cuda/ops_moe.cu) and the persistent decode step (cuda/decode_persistent.cu), so
+// both pick the same experts with the same weights: K rounds of a warp arg-max over the
+// probabilities (ties: lower id), renormalized by their sum in rank order if asked.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <climits>
+#include <cstdint>
+
+#include "cuda/ops_reduce.cuh"
+
+namespace mt::cuda::detail {
+
+inline constexpr float kTopkRemoved = -1.0f;  // probabilities are >= 0; a picked expert gets this
+
+// One token by one warp (every lane present): row (n_expert logits, read past L1: the
+// fused form reads rows other CTAs wrote) -> p (this warp's n_expert floats of shared
+// memory) = softmax; the top K to ids / weights (K entries each), renormalized if asked.
+__device__ __forceinline__ void topk_warp(const float* row, float* p, int n_expert, int K, bool renormalize,
+                                          int32_t* ids, float* weights) {
+  const int lane = threadIdx.x & 31;
+  softmax_warp(row, p, n_expert);
+
+  float picked_sum = 0.0f;  // in rank order, as the CPU
+  float my_w = 0.0f;        // lane r: the weight of rank r
+  int my_id = 0;
+  for (int r = 0; r < K; ++r) {
+    float bv = -2.0f;  // below kTopkRemoved: a lane whose entries are all picked still loses
+    int bi = INT_MAX;
+    for (int e = lane; e < n_expert; e += 32) {
+      if (p[e] > bv) {  // ascending e: the first of equal values (lowest id) stays
+        bv = p[e];
+        bi = e;
+      }
+    }
+    warp_argmax(bv, bi);
+    if (bi < n_expert && lane == (bi & 31)) p[bi] = kTopkRemoved;
+    if (lane == r) {
+      my_w = bv;
+      my_id = bi < n_expert ? bi : 0;  // only NaN logits leave no winner
+    }
+    picked_sum += bv;
+  }
+  if (lane < K) {
+    if (renormalize) my_w /= fmaxf(picked_sum, 6.103515625e-5f);
+    ids[lane] = my_id;
+    weights[lane] = my_w;
+  }
+}
+
+}  // namespace mt::cuda::detail
