@@ -74,8 +74,44 @@ uint64_t round_up(uint64_t v, uint64_t m) { return (v + m - 1) / m * m; }
 uint64_t q8_1_qs_bytes(int rows, int64_t n_in) { return static_cast<uint64_t>(rows) * static_cast<uint64_t>(n_in); }
 uint64_t q8_1_meta_bytes(int rows, int64_t n_in) { return q8_1_qs_bytes(rows, n_in) / 32 * sizeof(uint2); }
 
+// An experiment's environment switch (`name`=1 turns it on), read at its first use;
+// set() overrides it for the process (tests, A/B runs).
+class EnvSwitch {
+ public:
+  explicit EnvSwitch(const char* name) : name_(name) {}
+  bool on() {
+    if (on_.load(std::memory_order_relaxed) < 0) {
+      const char* env = std::getenv(name_);
+      on_.store(env != nullptr && std::string(env) == "1" ? 1 : 0, std::memory_order_relaxed);
+    }
+    return on_.load(std::memory_order_relaxed) == 1;
+  }
+  void set(bool on) { on_.store(on ? 1 : 0, std::memory_order_relaxed); }
+
+ private:
+  const char* name_;
+  std::atomic<int> on_{-1};  // -1: not read from the environment yet
+};
+
+// The activation prologue (cuda/mmvq_kernels.h ActPrologue) for a one-token product of
+// quantized weights whose grid is small (every CTA quantizes the row again): off unless
+// MOETIER_CUDA_MMVQ_PROLOGUE=1. Measured on the H200 (qwen3-30b-a3b tg128, 2026-12-02) it
+// costs more than the launch it saves: q4_k_m 297.8 vs 303.7 t/s, q4_0 255 vs 320-324
+// (each CTA's quantization of a 4096-wide row sits before its first dot, and every CTA
+// reads the row from L2 again); docs/PERFORMANCE.md.
+EnvSwitch g_prologue("MOETIER_CUDA_MMVQ_PROLOGUE");
+// MOETIER_CUDA_MMVQ_ROWS4=1: 4 rows per lane group for the one-token products of the
+// 32-weight-task types. Off: measured slower on the H200 (q4_0 qwen3-30b-a3b tg128 ~298 vs
+// ~320 t/s: half the CTAs per product); docs/PERFORMANCE.md.
+EnvSwitch g_rows4("MOETIER_CUDA_MMVQ_ROWS4");
+// MOETIER_CUDA_MMVQ_WIDE=1: short rows (fewer than 32 tasks) one task per lane (built, not
+// yet measured: off).
+EnvSwitch g_wide("MOETIER_CUDA_MMVQ_WIDE");
+
 MmvqArgs base_args(const DeviceMatrix& w, float* y) {
   MmvqArgs a;
+  a.rows4 = g_rows4.on();
+  a.wide_lanes = g_wide.on();
   a.w = w.data;
   a.row_bytes = w.row_bytes;
   a.matrix_bytes = w.matrix_bytes;
@@ -112,27 +148,9 @@ void set_activations(MmvqArgs& a, QuantType type, const float* x, int rows, Work
   a.xmeta = q.meta;
 }
 
-// The activation prologue (cuda/mmvq_kernels.h ActPrologue) for a one-token product of
-// quantized weights whose grid is small (every CTA quantizes the row again): off unless
-// MOETIER_CUDA_MMVQ_PROLOGUE=1. Measured on the H200 (qwen3-30b-a3b tg128, 2026-12-02) it
-// costs more than the launch it saves: q4_k_m 297.8 vs 303.7 t/s, q4_0 255 vs 320-324
-// (each CTA's quantization of a 4096-wide row sits before its first dot, and every CTA
-// reads the row from L2 again); docs/PERFORMANCE.md.
-constexpr int64_t kMaxPrologueRows = 65536;  // n_out x slots
-std::atomic<int>& prologue_switch() {  // -1: not read from the environment yet
-  static std::atomic<int> on{-1};
-  return on;
-}
-bool prologue_on() {
-  std::atomic<int>& on = prologue_switch();
-  if (on.load(std::memory_order_relaxed) < 0) {
-    const char* env = std::getenv("MOETIER_CUDA_MMVQ_PROLOGUE");
-    on.store(env != nullptr && std::string(env) == "1" ? 1 : 0, std::memory_order_relaxed);
-  }
-  return on.load(std::memory_order_relaxed) == 1;
-}
+constexpr int64_t kMaxPrologueRows = 65536;  // n_out x slots (the prologue: see g_prologue)
 bool prologue_fits(const DeviceMatrix& w, int n_slots) {
-  return prologue_on() && quantizes_activations(w.type) && w.n_in <= kMaxPrologueIn &&
+  return g_prologue.on() && quantizes_activations(w.type) && w.n_in <= kMaxPrologueIn &&
          w.n_in % (act_quant_for(w.type) == ActQuant::kQ8_K ? 256 : 32) == 0 &&
          w.n_out * n_slots <= kMaxPrologueRows;
 }
@@ -146,7 +164,9 @@ void set_prologue(MmvqArgs& a, QuantType type, const float* x, ActPrologue kind)
 
 bool supports(QuantType type) { return launcher(type) != nullptr; }
 
-void set_mmvq_prologue(bool on) { prologue_switch().store(on ? 1 : 0, std::memory_order_relaxed); }
+void set_mmvq_prologue(bool on) { g_prologue.set(on); }
+void set_mmvq_rows4(bool on) { g_rows4.set(on); }
+void set_mmvq_wide(bool on) { g_wide.set(on); }
 
 bool quantizes_activations(QuantType type) { return supports(type) && !is_float(type); }
 

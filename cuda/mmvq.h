@@ -53,6 +53,13 @@ void mmvq_experts_quantized(const DeviceMatrix& w, const int32_t* ids, int n_tok
 // the prologue's sizes, MOETIER_CUDA_MMVQ_PROLOGUE=1.
 // Overrides MOETIER_CUDA_MMVQ_PROLOGUE for the process (tests, A/B runs).
 void set_mmvq_prologue(bool on);
+// Overrides MOETIER_CUDA_MMVQ_ROWS4 (one-token products of the 32-weight-task types with 4
+// rows per lane group instead of 2; the same bytes) for the process.
+void set_mmvq_rows4(bool on);
+// Overrides MOETIER_CUDA_MMVQ_WIDE (one-token rows of fewer than 32 tasks with a lane per
+// task; the same bytes: a narrow group's lane adds its two tasks as the wide tree's first
+// level does) for the process.
+void set_mmvq_wide(bool on);
 
 bool mmvq_swiglu_supported(const DeviceMatrix& w, int n_tokens, int K);
 void mmvq_experts_swiglu(const DeviceMatrix& w, const int32_t* ids, int n_tokens, int K, const float* gu, float* y,

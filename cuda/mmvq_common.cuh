@@ -455,9 +455,8 @@ inline dim3 mmvq_grid(const MmvqArgs& a, int lanes, int rows_per_group) {
   return dim3(static_cast<unsigned>((a.n_out + rows_per_cta - 1) / rows_per_cta), static_cast<unsigned>(a.n_slots));
 }
 
-template <class Tr, int A, int NT, bool kPro>
+template <class Tr, int A, int NT, bool kPro, int R = kRows>
 void launch_quant_lanes(const MmvqArgs& a, cudaStream_t stream) {
-  constexpr int R = kRows;
   const size_t smem = kPro ? prologue_smem_bytes(a.n_in) : 0;
   if constexpr (NT == 1) {
     if (a.lanes == 8) {
@@ -478,10 +477,24 @@ template <class Tr>
 void launch_quant(const MmvqArgs& args, cudaStream_t stream) {
   MmvqArgs a = args;
   const int n_tasks = a.n_in / Tr::kElems * Tr::kTasks;
-  a.lanes = a.n_tokens > 1 || n_tasks >= 32 ? 32 : n_tasks >= 16 ? 16 : 8;
+  if (a.wide_lanes) {
+    a.lanes = a.n_tokens > 1 || n_tasks > 16 ? 32 : n_tasks > 8 ? 16 : 8;
+  } else {
+    a.lanes = a.n_tokens > 1 || n_tasks >= 32 ? 32 : n_tasks >= 16 ? 16 : 8;
+  }
   const bool natural = a.align >= Tr::kAlign;
   with_tokens(a.n_tokens, [&](auto nt) {
     constexpr int NT = decltype(nt)::value;
+    if constexpr (NT == 1 && Tr::kTasks == 1) {
+      if (a.rows4 && a.prologue == ActPrologue::kNone) {
+        if (natural) {
+          launch_quant_lanes<Tr, Tr::kAlign, 1, false, 4>(a, stream);
+        } else {
+          launch_quant_lanes<Tr, 1, 1, false, 4>(a, stream);
+        }
+        return;
+      }
+    }
     if constexpr (NT == 1) {
       if (a.prologue != ActPrologue::kNone) {
         if (natural) {

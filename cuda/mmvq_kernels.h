@@ -80,6 +80,14 @@ struct MmvqArgs {
   bool x_aligned16 = false;  // x is 16-byte aligned (float weights' vector path)
   ActPrologue prologue = ActPrologue::kNone;  // quantized weights, one token: x quantized in the launch
   ActQuant pro_mode = ActQuant::kQ8_0;        // its mode (act_quant_for the weight type)
+  // One token, 32-weight-task types (Q4_0 ... MXFP4): each lane group takes 4 rows instead
+  // of 2, four blocks' loads in flight per task (MOETIER_CUDA_MMVQ_ROWS4=1; same bytes;
+  // measured slower, off).
+  bool rows4 = false;
+  // One token, rows of fewer than 32 tasks (MoE down projections): lanes per row group the
+  // next power of two >= the tasks (every lane one task) instead of the largest <= them
+  // (MOETIER_CUDA_MMVQ_WIDE=1).
+  bool wide_lanes = false;
 };
 
 // Defined (explicitly specialised) in cuda/mmvq_float.cu, mmvq_simple.cu, mmvq_k.cu.

@@ -1,0 +1,107 @@
+// The MMVQ layout switches give the default kernels' bytes. MOETIER_CUDA_MMVQ_ROWS4:
+// one-token products of the 32-weight-task types with 4 rows per lane group (each row's
+// tasks go to the same lanes in the same order), dense and routed, with rows that do not
+// fill the last group. MOETIER_CUDA_MMVQ_WIDE: short rows (fewer than 32 tasks) with a
+// lane per task (a narrow group's lane adds its two tasks in the order the wide group's
+// first reduction level does).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "cuda/mmvq.h"
+#include "cuda_test_util.h"
+#include "mmvq_test_util.h"
+
+namespace mt::cuda {
+namespace {
+
+using test::DeviceCopy;
+using test::HostMatrix;
+using test::make_matrix;
+using test::random_rows;
+using test::to_device;
+using test::to_host;
+using test::upload;
+
+bool same_bytes(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// One token's products of matrix 1 of c with a switch off and on: [on][dense, routed]
+// outputs (routed: slots 3, 0, -1, 2, K = 4, rows of x per token or per slot; the skipped
+// slot keeps its fill of 5).
+struct SwitchedOutputs {
+  std::vector<float> out[2][2];
+};
+SwitchedOutputs run_switched(const DeviceCopy& c, const std::vector<float>& x, bool per_slot, void (*set)(bool)) {
+  const int K = 4;
+  const int64_t n_out = c.w.n_out;
+  const DeviceBuffer dx = to_device(x);
+  Workspace ws(mmvq_workspace_bytes(c.w, 1, K));
+  const std::vector<int32_t> ids = {3, 0, -1, 2};
+  const DeviceBuffer dids = to_device(ids);
+  SwitchedOutputs r;
+  for (int on = 0; on < 2; ++on) {
+    set(on == 1);
+    DeviceBuffer y(n_out * sizeof(float));
+    mmvq(c.w, 1, dx.as<float>(), 1, y.as<float>(), ws, nullptr);
+    const std::vector<float> fill(static_cast<size_t>(K * n_out), 5.f);
+    const DeviceBuffer yr = to_device(fill);
+    mmvq_experts(c.w, dids.as<int32_t>(), 1, K, dx.as<float>(), per_slot, yr.as<float>(), ws, nullptr);
+    MT_CUDA_CHECK(cudaGetLastError());
+    r.out[on][0] = to_host<float>(y, static_cast<size_t>(n_out));
+    r.out[on][1] = to_host<float>(yr, fill.size());
+  }
+  set(false);
+  return r;
+}
+
+TEST(MmvqRows4, OneTokenProductsEqualTheTwoRowKernelsByteForByte) {
+  MT_SKIP_WITHOUT_DEVICE();
+  std::mt19937 rng(47);
+  for (QuantType type : {QuantType::Q4_0, QuantType::Q4_1, QuantType::Q5_0, QuantType::Q5_1, QuantType::Q8_0,
+                         QuantType::IQ4_NL, QuantType::MXFP4}) {
+    for (int64_t n_in : {int64_t{768}, int64_t{2048}}) {
+      SCOPED_TRACE(testing::Message() << type_name(type) << " n_in " << n_in);
+      const int64_t n_out = 301;  // the last lane group has one row
+      const HostMatrix m = make_matrix(type, n_in, n_out, 4, rng);
+      for (size_t offset : {size_t{0}, size_t{2}}) {  // natural alignment, and the byte-safe loads
+        const DeviceCopy c = upload(m, n_out, offset);
+        const std::vector<float> x = random_rows(4, n_in, rng);
+        const SwitchedOutputs r = run_switched(c, x, false, set_mmvq_rows4);
+        EXPECT_TRUE(same_bytes(r.out[0][0], r.out[1][0])) << "dense, offset " << offset;
+        EXPECT_TRUE(same_bytes(r.out[0][1], r.out[1][1])) << "routed, offset " << offset;
+        EXPECT_EQ(r.out[1][1][2 * n_out], 5.f);  // the skipped slot untouched
+        // Not a product of zeros: row 0 against the dequantized reference, loosely.
+        double ref = 0;
+        for (int64_t i = 0; i < n_in; ++i) ref += static_cast<double>(m.rows[static_cast<size_t>(n_out * n_in + i)]) * x[static_cast<size_t>(i)];
+        EXPECT_NEAR(r.out[1][0][0], ref, 0.05 * std::fabs(ref) + 0.05);
+      }
+    }
+  }
+}
+
+TEST(MmvqWide, ShortRowsEqualTheNarrowLanesByteForByte) {
+  MT_SKIP_WITHOUT_DEVICE();
+  std::mt19937 rng(53);
+  for (QuantType type : test::kTypes) {
+    if (test::is_float(type)) continue;
+    for (int64_t n_in : {int64_t{256}, int64_t{512}, int64_t{768}}) {  // K-quants 4 / 8 / 12 tasks, Q4_0 8 / 16 / 24
+      SCOPED_TRACE(testing::Message() << type_name(type) << " n_in " << n_in);
+      const int64_t n_out = 257;
+      const HostMatrix m = make_matrix(type, n_in, n_out, 4, rng);
+      const DeviceCopy c = upload(m, n_out, 0);
+      const SwitchedOutputs r = run_switched(c, random_rows(4, n_in, rng), true, set_mmvq_wide);
+      EXPECT_TRUE(same_bytes(r.out[0][0], r.out[1][0])) << "dense";
+      EXPECT_TRUE(same_bytes(r.out[0][1], r.out[1][1])) << "routed";
+      EXPECT_EQ(r.out[1][1][2 * n_out], 5.f);
+      EXPECT_NE(r.out[1][0][0], 0.f);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace mt::cuda
