@@ -46,10 +46,11 @@ CudaSequence::CudaSequence(CudaModel::Impl& m, uint32_t n_ctx, QuantType kv_type
   auto env_on = [](const char* name) { return std::getenv(name) != nullptr && std::string(std::getenv(name)) == "1"; };
   fused_router_ = env_on("MOETIER_CUDA_FUSED_ROUTER");
   fused_attention_merge_ = env_on("MOETIER_CUDA_FUSED_ATTN");
-  single_chunk_attention_ = env_on("MOETIER_CUDA_ATTN_SINGLE");  // not yet measured: off
+  single_chunk_attention_ = env_on("MOETIER_CUDA_ATTN_SINGLE");  // measured slower (286 vs 302 t/s): off
   if (const char* ub = std::getenv("MOETIER_CUDA_UBATCH"); ub != nullptr && std::atoi(ub) > 0) {
     micro_batch_ = static_cast<uint32_t>(std::atoi(ub));
   }
+  persistent_.reset(make_persistent());  // (after the pinned step buffers and the caches)
   // MLA: the per-head ids of the largest micro-batch, once (a captured graph reads them).
   if (m.hp.mla) build_mla_ids(std::max({micro_batch_, CudaModel::kStreamMicroBatch, static_cast<uint32_t>(kMmvqMaxTokens)}));
 }
@@ -94,8 +95,12 @@ Status CudaSequence::feed(std::span<const int32_t> tokens, bool all_logits, std:
     const uint32_t n = std::min(micro, T - c0);
     const bool last = c0 + n == T;
     const uint32_t rows = all_logits ? n : (last ? 1 : 0);
-    const bool one = n == 1 && rows == 1 && trace == nullptr;
-    if (!one || (!eval_token_graph(tokens[c0], logits) && !eval_token_hybrid_graph(tokens[c0], logits))) {
+    // One decode token: the persistent step (routing traced there too), else a graph.
+    const bool one = n == 1 && rows == 1;
+    const bool done = one && (eval_token_persistent(tokens[c0], logits, trace) ||
+                              (trace == nullptr && (eval_token_graph(tokens[c0], logits) ||
+                                                    eval_token_hybrid_graph(tokens[c0], logits))));
+    if (!done) {
       eval_chunk(tokens.subspan(c0, n), rows, logits, trace);
     }
     pos_ += n;

@@ -116,6 +116,15 @@ class CudaSequence final : public Evaluator {
   // The last position (+ 1) of the span of kGraphSpan positions a decode graph at pos_ serves.
   uint32_t graph_cap() const { return std::min(n_ctx_, (pos_ / kGraphSpan + 1) * kGraphSpan); }
 
+  // sequence_persistent.cpp: MOETIER_CUDA_PERSISTENT=1, a decode token in one cooperative
+  // launch (cuda/decode_persistent.h); null when off or out of the kernel's scope.
+  struct Persistent;
+  struct PersistentDeleter {
+    void operator()(Persistent* p) const;
+  };
+  Persistent* make_persistent();
+  bool eval_token_persistent(int32_t token, std::vector<float>* logits, Trace* trace);
+
   // sequence_step.cpp
   void enqueue(const Step& st);
   void take_step_buffers(Pass& p);
@@ -256,8 +265,9 @@ class CudaSequence final : public Evaluator {
   PendingCpu pending_;
   bool fused_router_ = false;           // MOETIER_CUDA_FUSED_ROUTER=1: router product and top-k in one launch
   bool fused_attention_merge_ = false;  // MOETIER_CUDA_FUSED_ATTN=1: decode attention merge in the partials
-  bool single_chunk_attention_ = false; // MOETIER_CUDA_ATTN_SINGLE=1: short contexts in one chunk, one launch
+  bool single_chunk_attention_ = false; // MOETIER_CUDA_ATTN_SINGLE=1: short contexts in one chunk, one launch (slower)
   static constexpr uint32_t kAttnSingleChunkMax = 256;
+  std::unique_ptr<Persistent, PersistentDeleter> persistent_;
 };
 
 }  // namespace detail

@@ -28,6 +28,7 @@
 
 #include "cuda/cuda_model.h"
 #include "cuda_test_util.h"
+#include "routing_trace.h"
 #include "model/model.h"
 #include "synth/synth.h"
 #include "test_util.h"
@@ -35,17 +36,7 @@
 namespace mt::cuda {
 namespace {
 
-class Routing : public Trace {
- public:
-  void routing(uint32_t layer, uint32_t pos, std::span<const int32_t> e, std::span<const float> w) override {
-    sel[{layer, pos}] = {std::vector<int32_t>(e.begin(), e.end()), std::vector<float>(w.begin(), w.end())};
-  }
-  void tensor(const char* name, uint32_t layer, uint32_t pos, std::span<const float> row) override {
-    if (std::string(name) == "ffn_moe_probs") probs[{layer, pos}].assign(row.begin(), row.end());  // the CPU's scores
-  }
-  std::map<std::pair<uint32_t, uint32_t>, std::pair<std::vector<int32_t>, std::vector<float>>> sel;
-  std::map<std::pair<uint32_t, uint32_t>, std::vector<float>> probs;
-};
+using test::Routing;
 
 // A 40-token prompt, then 8 decode steps: logits of every position, in order.
 std::vector<float> run(Evaluator& e, const std::vector<int32_t>& ids, Trace* trace) {
