@@ -371,12 +371,20 @@ resab)  # issue 6 (machine warm after prep): the CUDA tests of FILTER, then full
   BUILD_TARGETS=${BUILD_TARGETS:-mt_cuda_tests moetier} build
   run res_tests ./build-gpu/mt_cuda_tests --gtest_filter="${FILTER:-Mmvq*:CudaFused*:CudaModel*}"
   grep -E "OK \]|FAILED|Failure|max rel|argmax" "$OUT/res_tests.log" | tail -50
+  # MEMCHECK_PERSIST=1: compute-sanitizer over the persistent decode of a tiny model
+  if [ -n "${MEMCHECK_PERSIST:-}" ]; then
+    $M synth --arch qwen3moe --quant q4_k_m -o "$OUT/san-persist.gguf" >/dev/null
+    MOETIER_CUDA_PERSISTENT=1 run memcheck_persist "$SAN" --tool memcheck --error-exitcode 1 $M run \
+      -m "$OUT/san-persist.gguf" --device cuda -n 20 --temp 0
+    tail -3 "$OUT/memcheck_persist.log"
+  fi
   for q in ${QUANTS:-q4_k_m q4_0}; do
     F=/tmp/q30-$q.gguf
     [ -f "$F" ] || continue
     # RES_VARIANTS (each run twice, alternating): base (the defaults), single
     # (MOETIER_CUDA_ATTN_SINGLE=1), prologue (MOETIER_CUDA_MMVQ_PROLOGUE=1), fattn
-    # (MOETIER_CUDA_FUSED_ATTN=1), frouter (MOETIER_CUDA_FUSED_ROUTER=1)
+    # (MOETIER_CUDA_FUSED_ATTN=1), frouter (MOETIER_CUDA_FUSED_ROUTER=1), persist
+    # (MOETIER_CUDA_PERSISTENT=1), rows4 (MOETIER_CUDA_MMVQ_ROWS4=1), wide (MOETIER_CUDA_MMVQ_WIDE=1)
     for round in 1 2; do
       for v in ${RES_VARIANTS:-base single}; do
         case $v in
@@ -385,6 +393,9 @@ resab)  # issue 6 (machine warm after prep): the CUDA tests of FILTER, then full
           prologue) envs="MOETIER_CUDA_MMVQ_PROLOGUE=1" ;;
           fattn) envs="MOETIER_CUDA_FUSED_ATTN=1" ;;
           frouter) envs="MOETIER_CUDA_FUSED_ROUTER=1" ;;
+          persist) envs="MOETIER_CUDA_PERSISTENT=1" ;;
+          rows4) envs="MOETIER_CUDA_MMVQ_ROWS4=1" ;;
+          wide) envs="MOETIER_CUDA_MMVQ_WIDE=1" ;;
         esac
         # shellcheck disable=SC2086
         run "tg_${q}_${v}_$round" env $envs $M bench -m "$F" --device cuda -p 0 -n 128 -r 3
