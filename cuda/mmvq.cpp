@@ -3,13 +3,14 @@
 // runtime weight type into a launcher template argument.
 #include "cuda/mmvq.h"
 
-#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <string>
 
 #include "core/check.h"
+#include "cuda/env_switch.h"
 #include "cuda/mmvq_kernels.h"
+#include "cuda/pdl.h"
 #include "quant/types.h"
 
 namespace mt::cuda {
@@ -74,25 +75,6 @@ uint64_t round_up(uint64_t v, uint64_t m) { return (v + m - 1) / m * m; }
 uint64_t q8_1_qs_bytes(int rows, int64_t n_in) { return static_cast<uint64_t>(rows) * static_cast<uint64_t>(n_in); }
 uint64_t q8_1_meta_bytes(int rows, int64_t n_in) { return q8_1_qs_bytes(rows, n_in) / 32 * sizeof(uint2); }
 
-// An experiment's environment switch (`name`=1 turns it on), read at its first use;
-// set() overrides it for the process (tests, A/B runs).
-class EnvSwitch {
- public:
-  explicit EnvSwitch(const char* name) : name_(name) {}
-  bool on() {
-    if (on_.load(std::memory_order_relaxed) < 0) {
-      const char* env = std::getenv(name_);
-      on_.store(env != nullptr && std::string(env) == "1" ? 1 : 0, std::memory_order_relaxed);
-    }
-    return on_.load(std::memory_order_relaxed) == 1;
-  }
-  void set(bool on) { on_.store(on ? 1 : 0, std::memory_order_relaxed); }
-
- private:
-  const char* name_;
-  std::atomic<int> on_{-1};  // -1: not read from the environment yet
-};
-
 // The activation prologue (cuda/mmvq_kernels.h ActPrologue) for a one-token product of
 // quantized weights whose grid is small (every CTA quantizes the row again): off unless
 // MOETIER_CUDA_MMVQ_PROLOGUE=1. Measured on the H200 (qwen3-30b-a3b tg128, 2026-12-02) it
@@ -112,6 +94,7 @@ MmvqArgs base_args(const DeviceMatrix& w, float* y) {
   MmvqArgs a;
   a.rows4 = g_rows4.on();
   a.wide_lanes = g_wide.on();
+  a.prefetch = pdl_on();
   a.w = w.data;
   a.row_bytes = w.row_bytes;
   a.matrix_bytes = w.matrix_bytes;

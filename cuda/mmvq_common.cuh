@@ -38,6 +38,7 @@
 #include "cuda/act_quant.cuh"
 #include "cuda/check.h"
 #include "cuda/mmvq_kernels.h"
+#include "cuda/pdl.h"
 #include "quant/fp16.h"
 
 #define MT_HD __host__ __device__ __forceinline__
@@ -409,6 +410,15 @@ __global__ void __launch_bounds__(kThreads) mmvq_quant_kernel(const MmvqArgs p) 
   const int lane = static_cast<int>(threadIdx.x) & 31;
   const int64_t row0 = ((static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32) * (32 / L) + lane / L) * R;
   const int sub = lane % L;
+  // (cuda/pdl.h) A dense product's rows go to L2 while the kernel before still runs; a
+  // routed one's matrix is known only from the ids that kernel writes.
+  if (p.prefetch && p.ids == nullptr && row0 < p.n_out) {
+    const int64_t rows = p.n_out - row0 < R ? p.n_out - row0 : R;
+    prefetch_l2(p.w + static_cast<uint64_t>(p.mat) * p.matrix_bytes + static_cast<uint64_t>(row0) * p.row_bytes,
+                static_cast<uint64_t>(rows) * p.row_bytes, sub, L);
+  }
+  pdl_wait();
+  pdl_trigger();
   SlotView v;
   if (!slot_view(p, row0, R, sub == 0, v)) return;
   if constexpr (kPro) {
@@ -460,15 +470,15 @@ void launch_quant_lanes(const MmvqArgs& a, cudaStream_t stream) {
   const size_t smem = kPro ? prologue_smem_bytes(a.n_in) : 0;
   if constexpr (NT == 1) {
     if (a.lanes == 8) {
-      mmvq_quant_kernel<Tr, A, 1, 8, R, kPro><<<mmvq_grid(a, 8, R), kThreads, smem, stream>>>(a);
+      launch_dependent(mmvq_quant_kernel<Tr, A, 1, 8, R, kPro>, mmvq_grid(a, 8, R), dim3(kThreads), smem, stream, a);
       return;
     }
     if (a.lanes == 16) {
-      mmvq_quant_kernel<Tr, A, 1, 16, R, kPro><<<mmvq_grid(a, 16, R), kThreads, smem, stream>>>(a);
+      launch_dependent(mmvq_quant_kernel<Tr, A, 1, 16, R, kPro>, mmvq_grid(a, 16, R), dim3(kThreads), smem, stream, a);
       return;
     }
   }
-  mmvq_quant_kernel<Tr, A, NT, 32, R, kPro><<<mmvq_grid(a, 32, R), kThreads, smem, stream>>>(a);
+  launch_dependent(mmvq_quant_kernel<Tr, A, NT, 32, R, kPro>, mmvq_grid(a, 32, R), dim3(kThreads), smem, stream, a);
 }
 
 // The quantized-weight launcher: Tr::kAlign where the matrix allows it, else byte-safe

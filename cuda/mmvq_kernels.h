@@ -88,6 +88,9 @@ struct MmvqArgs {
   // next power of two >= the tasks (every lane one task) instead of the largest <= them
   // (MOETIER_CUDA_MMVQ_WIDE=1).
   bool wide_lanes = false;
+  // A dense product launched dependent (cuda/pdl.h): each row group prefetches its rows
+  // to L2 before it waits for the kernel before.
+  bool prefetch = false;
 };
 
 // Defined (explicitly specialised) in cuda/mmvq_float.cu, mmvq_simple.cu, mmvq_k.cu.

@@ -26,6 +26,7 @@
 #include "core/check.h"
 #include "cuda/ops.h"
 #include "cuda/ops_attention.cuh"
+#include "cuda/pdl.h"
 #include "cuda/ops_reduce.cuh"
 
 namespace mt::cuda::detail {
@@ -202,6 +203,8 @@ __device__ __forceinline__ ChunkSpan chunk_span(const AttnGeom& g, uint32_t n_kv
 template <QuantType KV, int EPL>
 __global__ void __launch_bounds__(kThreads)
     attn_decode_grouped(AttnGeom g, int chunk_len, int n_chunks, float2* ml, float* acc) {
+  pdl_wait();  // (cuda/pdl.h: launched dependent)
+  pdl_trigger();
   constexpr int D = 32 * EPL;
   // q (kGB, D) and scores (kGB, kMaxChunk) first; after the last read of both, the
   // warps' accumulators (kWarps, kGB, D) over the same memory.
@@ -323,6 +326,8 @@ __global__ void __launch_bounds__(kThreads)
 template <QuantType KV>
 __global__ void __launch_bounds__(kThreads)
     attn_decode_per_head(AttnGeom g, int chunk_len, int n_chunks, float2* ml, float* acc) {
+  pdl_wait();  // (cuda/pdl.h: launched dependent)
+  pdl_trigger();
   __shared__ float q_sh[kMaxHeadDim];
   __shared__ float s_sh[kMaxChunk];
   __shared__ float scratch[32];
@@ -380,6 +385,8 @@ __global__ void __launch_bounds__(kThreads)
 // Grid (n_head, n_tokens): block (h, t) merges that head's chunks (merge_stats, merge_element).
 __global__ void __launch_bounds__(kThreads) attn_decode_combine(const float2* ml, const float* acc, int n_chunks,
                                                                 int n_head, int D, const float* sinks, float* out) {
+  pdl_wait();  // (cuda/pdl.h: launched dependent)
+  pdl_trigger();
   const int h = blockIdx.x, t = blockIdx.y;
   const int64_t base = (static_cast<int64_t>(t) * n_head + h) * n_chunks;
   const float2 st = merge_stats(ml, base, n_chunks, sinks != nullptr ? sinks[h] : -INFINITY);
@@ -398,12 +405,12 @@ void launch_partial(const AttnGeom& g, const DecodeSplit& s, float2* ml, float* 
   const uint64_t bits = reinterpret_cast<uintptr_t>(g.k) | reinterpret_cast<uintptr_t>(g.v) | g.row_bytes;
   const bool aligned = bits % align == 0;
   switch (aligned ? g.D : 0) {
-    case 64: attn_decode_grouped<KV, 2><<<grouped, kThreads, 0, stream>>>(g, s.chunk_len, s.n_chunks, ml, acc); break;
-    case 128: attn_decode_grouped<KV, 4><<<grouped, kThreads, 0, stream>>>(g, s.chunk_len, s.n_chunks, ml, acc); break;
-    case 256: attn_decode_grouped<KV, 8><<<grouped, kThreads, 0, stream>>>(g, s.chunk_len, s.n_chunks, ml, acc); break;
+    case 64: launch_dependent(attn_decode_grouped<KV, 2>, grouped, dim3(kThreads), 0, stream, g, s.chunk_len, s.n_chunks, ml, acc); break;
+    case 128: launch_dependent(attn_decode_grouped<KV, 4>, grouped, dim3(kThreads), 0, stream, g, s.chunk_len, s.n_chunks, ml, acc); break;
+    case 256: launch_dependent(attn_decode_grouped<KV, 8>, grouped, dim3(kThreads), 0, stream, g, s.chunk_len, s.n_chunks, ml, acc); break;
     default:
-      attn_decode_per_head<KV><<<dim3(chunks, static_cast<unsigned>(g.n_head), tokens), kThreads, 0, stream>>>(
-          g, s.chunk_len, s.n_chunks, ml, acc);
+      launch_dependent(attn_decode_per_head<KV>, dim3(chunks, static_cast<unsigned>(g.n_head), tokens), dim3(kThreads), 0,
+                       stream, g, s.chunk_len, s.n_chunks, ml, acc);
   }
   MT_CUDA_CHECK_LAUNCH();
 }
@@ -445,8 +452,8 @@ void attention_decode(QuantType kv_type, const AttnGeom& g, Workspace& ws, cudaS
     default: MT_CHECK_MSG(false, "attention: KV cache type must be f16, q8_0 or f32");
   }
   if (g.counters != nullptr) return;  // merged by the partial kernel's last CTAs
-  attn_decode_combine<<<dim3(static_cast<unsigned>(g.n_head), static_cast<unsigned>(g.n_tokens)), kThreads, 0,
-                        stream>>>(ml, acc, s.n_chunks, g.n_head, g.D, g.sinks, g.out);
+  launch_dependent(attn_decode_combine, dim3(static_cast<unsigned>(g.n_head), static_cast<unsigned>(g.n_tokens)),
+                   dim3(kThreads), 0, stream, ml, acc, s.n_chunks, g.n_head, g.D, g.sinks, g.out);
   MT_CUDA_CHECK_LAUNCH();
 }
 

@@ -13,6 +13,7 @@
 #include "cuda/act_quant.cuh"
 #include "cuda/ops.h"
 #include "cuda/ops_device.cuh"
+#include "cuda/pdl.h"
 #include "cuda/ops_reduce.cuh"
 
 namespace mt::cuda {
@@ -64,6 +65,8 @@ template <bool kWide>
 __global__ void __launch_bounds__(kWide ? kWideThreads : kRowThreads)
     add_rms_norm_quant_kernel(float* x, const float* y, MoeCombineIn c, const float* w, float eps, int n, float* out,
                               ActQuant mode, int8_t* qs, uint2* meta) {
+  pdl_wait();  // (cuda/pdl.h: launched dependent)
+  pdl_trigger();
   extern __shared__ float row_sh[];  // (n)
   __shared__ double scratch[32];
   __shared__ float scratch_f[32];
@@ -144,6 +147,8 @@ __global__ void __launch_bounds__(kWide ? kWideThreads : kRowThreads)
 // Grid (n_head + 2 * n_head_kv, n_tokens), one thread per element of a head (blockDim a
 // multiple of 32 >= D). Block y = token t, x = a q head, a k head or a v head.
 __global__ void attn_prep_kernel(AttnPrepArgs a, float theta_scale) {
+  pdl_wait();  // (cuda/pdl.h: launched dependent)
+  pdl_trigger();
   __shared__ double scratch[32];
   __shared__ float head_sh[kMaxHead];
   const int t = blockIdx.y, e = threadIdx.x, D = a.head_dim;
@@ -241,9 +246,11 @@ void launch_row_norm(float* x, const float* y, const MoeCombineIn& c, const floa
   const size_t smem = static_cast<size_t>(n) * sizeof(float);
   const int threads = wide_row_threads(rows, n);
   if (threads > kRowThreads) {
-    add_rms_norm_quant_kernel<true><<<rows, threads, smem, stream>>>(x, y, c, w, eps, n, out, mode, qs, meta);
+    launch_dependent(add_rms_norm_quant_kernel<true>, dim3(rows), dim3(threads), smem, stream, x, y, c, w, eps, n, out, mode, qs,
+                     meta);
   } else {
-    add_rms_norm_quant_kernel<false><<<rows, kRowThreads, smem, stream>>>(x, y, c, w, eps, n, out, mode, qs, meta);
+    launch_dependent(add_rms_norm_quant_kernel<false>, dim3(rows), dim3(kRowThreads), smem, stream, x, y, c, w, eps, n, out, mode,
+                     qs, meta);
   }
   MT_CUDA_CHECK_LAUNCH();
 }
@@ -312,7 +319,7 @@ void attn_prep(const AttnPrepArgs& a, cudaStream_t stream) {
   const float theta_scale = a.n_rot > 0 ? std::pow(a.freq_base, -2.0f / static_cast<float>(a.n_rot)) : 1.0f;
   const int threads = (a.head_dim + 31) / 32 * 32;
   const dim3 grid(static_cast<unsigned>(a.n_head + 2 * a.n_head_kv), static_cast<unsigned>(a.n_tokens));
-  attn_prep_kernel<<<grid, threads, 0, stream>>>(a, theta_scale);
+  launch_dependent(attn_prep_kernel, grid, dim3(threads), 0, stream, a, theta_scale);
   MT_CUDA_CHECK_LAUNCH();
 }
 

@@ -20,6 +20,7 @@
 #include "cuda/dispatch.h"
 #include "cuda/mmvq_float.cuh"
 #include "cuda/ops.h"
+#include "cuda/pdl.h"
 #include "cuda/ops_reduce.cuh"
 #include "cuda/ops_topk.cuh"
 
@@ -36,6 +37,8 @@ static_assert(kFusedWarps >= kMmvqMaxTokens, "router_fused routes a token per wa
 __global__ void __launch_bounds__(kRouterWarps * 32)
     router_topk_kernel(const float* logits, int n_tokens, int n_expert, int K, bool renormalize, int32_t* ids,
                        float* weights) {
+  pdl_wait();  // (cuda/pdl.h: launched dependent)
+  pdl_trigger();
   __shared__ float probs[kRouterWarps][kMaxExperts];
   const int warp = threadIdx.x >> 5;
   const int t = blockIdx.x * kRouterWarps + warp;
@@ -105,8 +108,8 @@ void router_topk(const float* logits, int n_tokens, int n_expert, int K, bool re
   MT_CHECK(K > 0 && K <= n_expert && K <= kMaxTopK);
   if (n_tokens <= 0) return;
   const int blocks = (n_tokens + kRouterWarps - 1) / kRouterWarps;
-  router_topk_kernel<<<blocks, kRouterWarps * 32, 0, stream>>>(logits, n_tokens, n_expert, K, renormalize, ids,
-                                                               weights);
+  launch_dependent(router_topk_kernel, dim3(blocks), dim3(kRouterWarps * 32), 0, stream, logits, n_tokens, n_expert, K,
+                   renormalize, ids, weights);
   MT_CUDA_CHECK_LAUNCH();
 }
 

@@ -384,7 +384,8 @@ resab)  # issue 6 (machine warm after prep): the CUDA tests of FILTER, then full
     # RES_VARIANTS (each run twice, alternating): base (the defaults), single
     # (MOETIER_CUDA_ATTN_SINGLE=1), prologue (MOETIER_CUDA_MMVQ_PROLOGUE=1), fattn
     # (MOETIER_CUDA_FUSED_ATTN=1), frouter (MOETIER_CUDA_FUSED_ROUTER=1), persist
-    # (MOETIER_CUDA_PERSISTENT=1), rows4 (MOETIER_CUDA_MMVQ_ROWS4=1), wide (MOETIER_CUDA_MMVQ_WIDE=1)
+    # (MOETIER_CUDA_PERSISTENT=1), rows4 (MOETIER_CUDA_MMVQ_ROWS4=1), wide (MOETIER_CUDA_MMVQ_WIDE=1), pdl
+    # (MOETIER_CUDA_PDL=1), pdlwide (both)
     for round in 1 2; do
       for v in ${RES_VARIANTS:-base single}; do
         case $v in
@@ -396,6 +397,8 @@ resab)  # issue 6 (machine warm after prep): the CUDA tests of FILTER, then full
           persist) envs="MOETIER_CUDA_PERSISTENT=1" ;;
           rows4) envs="MOETIER_CUDA_MMVQ_ROWS4=1" ;;
           wide) envs="MOETIER_CUDA_MMVQ_WIDE=1" ;;
+          pdl) envs="MOETIER_CUDA_PDL=1" ;;
+          pdlwide) envs="MOETIER_CUDA_PDL=1 MOETIER_CUDA_MMVQ_WIDE=1" ;;
         esac
         # shellcheck disable=SC2086
         run "tg_${q}_${v}_$round" env $envs $M bench -m "$F" --device cuda -p 0 -n 128 -r 3
