@@ -9,7 +9,9 @@
 // second (GB = 1e9 bytes). The reference is cudaMemcpyAsync device to device of the same
 // byte count, counted as read + write traffic, the practical HBM limit. Calls are
 // captured 16 to a CUDA graph (as a decode step runs them, with no launch gaps); each
-// figure is the median over --reps graph launches, after one warm-up, per call.
+// figure is the median over --reps graph launches, after one warm-up, per call. Small
+// --mib values show a product's fixed cost (the decode step's products are 1-16 MiB);
+// MOETIER_CUDA_PDL=1 launches them dependent (cuda/pdl.h).
 #include <CLI/CLI.hpp>
 #include <cuda_runtime.h>
 #include <nlohmann/json.hpp>
@@ -26,6 +28,7 @@
 #include "cuda/memory.h"
 #include "cuda/mmvq.h"
 #include "quant/reference.h"
+#include "quant/types.h"
 
 namespace {
 
@@ -39,6 +42,7 @@ struct Flags {
   int reps = 20;
   bool experts = false;
   bool json = false;
+  std::vector<std::string> types;  // empty: every type
 };
 
 constexpr int kCallsPerGraph = 16;
@@ -174,16 +178,27 @@ int main(int argc, char** argv) {
   app.add_option("--reps", f.reps, "timed graph launches per figure (default 20)")->check(CLI::Range(1, 10000));
   app.add_flag("--experts", f.experts, "routed: mmvq_experts, K = 8 of 2048 -> 768 experts");
   app.add_flag("--json", f.json, "JSON instead of a table");
+  app.add_option("--types", f.types, "only these types (names as in GGUF: q4_K,q4_0,...)")->delimiter(',');
   CLI11_PARSE(app, argc, argv);
+  const QuantType types[] = {QuantType::Q4_K, QuantType::Q5_K, QuantType::Q6_K,   QuantType::Q2_K, QuantType::Q3_K,
+                             QuantType::IQ4_XS, QuantType::Q4_0, QuantType::Q4_1, QuantType::Q5_0, QuantType::Q5_1,
+                             QuantType::Q8_0, QuantType::IQ4_NL, QuantType::MXFP4, QuantType::BF16, QuantType::F16,
+                             QuantType::F32};
+  std::vector<QuantType> chosen(std::begin(types), std::end(types));
+  if (!f.types.empty()) chosen.clear();
+  for (const std::string& name : f.types) {
+    const auto t = mt::type_from_name(name);
+    if (!t || std::find(std::begin(types), std::end(types), *t) == std::end(types)) {
+      std::fprintf(stderr, "moetier_cuda_mmvq: --types: '%s' is not one of the benchmarked weight types\n", name.c_str());
+      return 2;
+    }
+    chosen.push_back(*t);
+  }
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
     std::fprintf(stderr, "moetier_cuda_mmvq: %s\n", mt::cuda::describe_devices().c_str());
     return 1;
   }
-  const QuantType types[] = {QuantType::Q4_K, QuantType::Q5_K, QuantType::Q6_K,   QuantType::Q2_K, QuantType::Q3_K,
-                             QuantType::IQ4_XS, QuantType::Q4_0, QuantType::Q4_1, QuantType::Q5_0, QuantType::Q5_1,
-                             QuantType::Q8_0, QuantType::IQ4_NL, QuantType::MXFP4, QuantType::BF16, QuantType::F16,
-                             QuantType::F32};
   std::mt19937 rng(1);
   std::vector<Result> results;
   if (!f.json) {
@@ -192,7 +207,7 @@ int main(int argc, char** argv) {
     std::printf("| type | n_in | n_out | matrices | MiB read | us | mmvq GB/s | copy GB/s | mmvq / copy |\n");
     std::printf("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
   }
-  for (QuantType type : types) {
+  for (QuantType type : chosen) {
     const Result r = run_type(type, f, rng);
     results.push_back(r);
     if (!f.json) {

@@ -37,7 +37,10 @@
 #                              BUDGETS, SKEWS), after the tiering tests (NO_TESTS=1: none)
 #   tools/gpu/check.sh resab   (after prep with PREP_Q40=1) the CUDA tests of FILTER, fully
 #                              resident decode under the switches of RES_VARIANTS, pp512 /
-#                              pp4096, llama-bench on the same files (QUANTS, NO_LLAMA, NO_PP)
+#                              pp4096, llama-bench on the same files (QUANTS, NO_LLAMA, NO_PP,
+#                              LLAMA_ARGS: its tests, default -p 512,4096 -n 128 -r 3)
+#   tools/gpu/check.sh chain   a product's fixed cost: moetier_cuda_mmvq at 1-256 MiB (CHAIN_MIB),
+#                              dense and routed, plain and dependent launches (CHAIN_TYPES)
 #   tools/gpu/check.sh cpu     the whole CPU test suite with this machine's compiler
 #   tools/gpu/check.sh all     test, then bench
 # Carry .gpu-carry (made here by tools/gpu/prepare.sh): the Debian packages of the header
@@ -409,10 +412,24 @@ resab)  # issue 6 (machine warm after prep): the CUDA tests of FILTER, then full
       for pp in 512 4096; do run "pp${pp}_$q" $M bench -m "$F" --device cuda -p $pp -n 0 -r 2; tail -1 "$OUT/pp${pp}_$q.log"; done
     fi
     L=/tmp/llama.cpp/build/bin/llama-bench
-    [ -x $L ] && [ -z "${NO_LLAMA:-}" ] && { run "llama_$q" $L -m "$F" -ngl 99 -fa 1 -p 512,4096 -n 128 -r 3; tail -5 "$OUT/llama_$q.log"; }
+    # shellcheck disable=SC2086
+    [ -x $L ] && [ -z "${NO_LLAMA:-}" ] && { run "llama_$q" $L -m "$F" -ngl 99 -fa 1 ${LLAMA_ARGS:--p 512,4096 -n 128 -r 3}; tail -5 "$OUT/llama_$q.log"; }
   done
   F=/tmp/q30-q4_k_m.gguf
   [ -n "${PROFILE:-}" ] && { MOETIER_CUDA_PROFILE=1 run profile_tg_graph $M bench -m "$F" --device cuda -p 0 -n 64 -r 1; tail -30 "$OUT/profile_tg_graph.log"; }
+  ;;
+chain)  # a product's fixed cost: moetier_cuda_mmvq over small matrices (the decode step's
+  # products are 1-16 MiB), dense and routed, launched plain and dependent (MOETIER_CUDA_PDL)
+  BUILD_TARGETS=${BUILD_TARGETS:-moetier_cuda_mmvq} build
+  for pdl in 0 1; do
+    for mib in ${CHAIN_MIB:-1 2 4 8 16 64 256}; do
+      run "chain_pdl${pdl}_$mib" env MOETIER_CUDA_PDL=$pdl ./build-gpu/moetier_cuda_mmvq --mib "$mib" --types "${CHAIN_TYPES:-q4_K,q4_0}"
+      echo "pdl $pdl $mib MiB: $(grep '^| q' "$OUT/chain_pdl${pdl}_$mib.log" | tr -s ' ' | tr '\n' ' ')"
+    done
+    # routed: K = 8 experts of 2048 -> 768 per call (the decode shape) from a 256 MiB pool
+    run "chain_exp_pdl$pdl" env MOETIER_CUDA_PDL=$pdl ./build-gpu/moetier_cuda_mmvq --experts --types "${CHAIN_TYPES:-q4_K,q4_0}"
+    echo "pdl $pdl routed: $(grep '^| q' "$OUT/chain_exp_pdl$pdl.log" | tr -s ' ' | tr '\n' ' ')"
+  done
   ;;
 cpu)
   build
