@@ -18,6 +18,14 @@ __global__ void __launch_bounds__(kThreads) mmvq_float_kernel(const MmvqArgs p) 
   constexpr int R = F::kRows;
   const int lane = static_cast<int>(threadIdx.x) & 31;
   const int64_t row0 = (static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32) * R;
+  // (cuda/pdl.h) a dense product's rows to L2 while the kernel before still runs
+  if (p.prefetch && p.ids == nullptr && row0 < p.n_out) {
+    const int64_t rows = p.n_out - row0 < R ? p.n_out - row0 : R;
+    prefetch_l2(p.w + static_cast<uint64_t>(p.mat) * p.matrix_bytes + static_cast<uint64_t>(row0) * p.row_bytes,
+                static_cast<uint64_t>(rows) * p.row_bytes, lane, 32);
+  }
+  pdl_wait();
+  pdl_trigger();
   if (row0 >= p.n_out) return;  // whole warps
   SlotView v;
   if (!slot_view(p, row0, R, lane == 0, v)) return;
@@ -71,6 +79,12 @@ __global__ void __launch_bounds__(kThreads) mmvq_float_kernel(const MmvqArgs p) 
 // The split form (cuda/mmvq_float.cuh split_row): grid (n_out), a CTA per row.
 template <class W, int NT>
 __global__ void __launch_bounds__(kSplitThreads) mmvq_float_split_kernel(const MmvqArgs p) {
+  if (p.prefetch) {  // (dense only) its row to L2 while the kernel before still runs (cuda/pdl.h)
+    prefetch_l2(p.w + static_cast<uint64_t>(p.mat) * p.matrix_bytes + static_cast<uint64_t>(blockIdx.x) * p.row_bytes,
+                p.row_bytes, static_cast<int>(threadIdx.x), kSplitThreads);
+  }
+  pdl_wait();
+  pdl_trigger();
   split_row<W, NT>(p, blockIdx.x);
 }
 
@@ -84,13 +98,14 @@ void launch_float(const MmvqArgs& a, cudaStream_t stream) {
   with_tokens(a.n_tokens, [&](auto nt) {
     constexpr int NT = decltype(nt)::value;
     if (split) {
-      mmvq_float_split_kernel<W, NT><<<static_cast<unsigned>(a.n_out), kSplitThreads, 0, stream>>>(a);
+      launch_dependent(mmvq_float_split_kernel<W, NT>, dim3(static_cast<unsigned>(a.n_out)), dim3(kSplitThreads), 0, stream, a);
     } else if (vec) {
-      mmvq_float_kernel<W, 16, NT><<<mmvq_grid(a, 32, FloatType<W>::kRows), kThreads, 0, stream>>>(a);
+      launch_dependent(mmvq_float_kernel<W, 16, NT>, mmvq_grid(a, 32, FloatType<W>::kRows), dim3(kThreads), 0, stream, a);
     } else if (natural) {
-      mmvq_float_kernel<W, kNatural, NT><<<mmvq_grid(a, 32, FloatType<W>::kRows), kThreads, 0, stream>>>(a);
+      launch_dependent(mmvq_float_kernel<W, kNatural, NT>, mmvq_grid(a, 32, FloatType<W>::kRows), dim3(kThreads), 0, stream,
+                       a);
     } else {
-      mmvq_float_kernel<W, 1, NT><<<mmvq_grid(a, 32, FloatType<W>::kRows), kThreads, 0, stream>>>(a);
+      launch_dependent(mmvq_float_kernel<W, 1, NT>, mmvq_grid(a, 32, FloatType<W>::kRows), dim3(kThreads), 0, stream, a);
     }
   });
   MT_CUDA_CHECK(cudaGetLastError());
