@@ -189,7 +189,8 @@ int main(int argc, char** argv) {
   for (const std::string& name : f.types) {
     const auto t = mt::type_from_name(name);
     if (!t || std::find(std::begin(types), std::end(types), *t) == std::end(types)) {
-      std::fprintf(stderr, "moetier_cuda_mmvq: --types: '%s' is not one of the benchmarked weight types\n", name.c_str());
+      std::fprintf(stderr, "moetier_cuda_mmvq: --types: '%s' is not one of the benchmarked weight types\n",
+                   name.c_str());
       return 2;
     }
     chosen.push_back(*t);

@@ -35,8 +35,8 @@ using mmvq_detail::kRows;
 using mmvq_detail::MmvqType;
 
 constexpr int kWarps = kPersistentThreads / 32;
-constexpr int kNormThreads = 256;
-constexpr int kCombinePer = 4;     // residual elements a thread combines at a time in phase A  // the norms' square sums in add_rms_norm_quant_kernel's order
+constexpr int kNormThreads = 256;  // the norms' square sums in add_rms_norm_quant_kernel's order
+constexpr int kCombinePer = 4;  // residual elements a thread combines at a time in phase A
 
 template <class B>
 struct Tag {

@@ -97,15 +97,16 @@ void launch_float(const MmvqArgs& a, cudaStream_t stream) {
   const bool split = vec && a.ids == nullptr && a.n_slots == 1 && a.n_out <= kSplitMaxRows;
   with_tokens(a.n_tokens, [&](auto nt) {
     constexpr int NT = decltype(nt)::value;
+    const dim3 grid = mmvq_grid(a, 32, FloatType<W>::kRows), block(kThreads);
     if (split) {
-      launch_dependent(mmvq_float_split_kernel<W, NT>, dim3(static_cast<unsigned>(a.n_out)), dim3(kSplitThreads), 0, stream, a);
+      launch_dependent(mmvq_float_split_kernel<W, NT>, dim3(static_cast<unsigned>(a.n_out)), dim3(kSplitThreads), 0,
+                       stream, a);
     } else if (vec) {
-      launch_dependent(mmvq_float_kernel<W, 16, NT>, mmvq_grid(a, 32, FloatType<W>::kRows), dim3(kThreads), 0, stream, a);
+      launch_dependent(mmvq_float_kernel<W, 16, NT>, grid, block, 0, stream, a);
     } else if (natural) {
-      launch_dependent(mmvq_float_kernel<W, kNatural, NT>, mmvq_grid(a, 32, FloatType<W>::kRows), dim3(kThreads), 0, stream,
-                       a);
+      launch_dependent(mmvq_float_kernel<W, kNatural, NT>, grid, block, 0, stream, a);
     } else {
-      launch_dependent(mmvq_float_kernel<W, 1, NT>, mmvq_grid(a, 32, FloatType<W>::kRows), dim3(kThreads), 0, stream, a);
+      launch_dependent(mmvq_float_kernel<W, 1, NT>, grid, block, 0, stream, a);
     }
   });
   MT_CUDA_CHECK(cudaGetLastError());
