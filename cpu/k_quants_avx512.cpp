@@ -7,6 +7,11 @@
 // are multiplied by the int16 sub-block scales and summed to int32 with vpdpwssd under
 // VNNI, madd + add without; both are exact, so the two levels give the same numbers.
 // A register holds 4 sub-blocks of 16 (one per 128-bit lane) or 2 of 32 (one per half).
+// Q2_K / Q3_K scale each block's int32 lanes by d_w * d_a into a float vector. The types
+// with a tile kernel (gemm_avx512.cpp: Q4_K, Q5_K, Q6_K, IQ4_XS) sum each block's lanes to
+// one exact int32 and accumulate acc = fma(S, d_w * d_a, acc) (then acc = fma(-M, dmin_w *
+// d_a, acc)) in one float, the tile's per-pair arithmetic: a token's dot is bit-identical
+// alone and inside a batch (tests/unit/linear_test.cpp).
 #include "cpu/register.h"
 
 #if defined(__x86_64__)
@@ -19,6 +24,7 @@
 #endif
 #include <immintrin.h>
 
+#include <cmath>
 #include <cstdint>
 
 #include "core/check.h"
@@ -139,14 +145,14 @@ float dot_q45_k(int64_t n, const void* wv, const void* av) {
   const auto* a = static_cast<const BlockQ8_K*>(av);
   const __m512i low4 = _mm512_set1_epi8(0xF);
   const __m512i nibble_shift = halves16(0, 4);  // low nibbles in the low half, high in the high
-  __m512 acc = _mm512_setzero_ps();
+  float acc = 0.f;
   for (int64_t i = 0; i < n / kQKK; ++i) {
     const __m128i scale_min = to_vector(unpack_k4_scales(w[i].scales));
     const __m512i scales = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(scale_min));
-    // sum(min_j * (bsum_2j + bsum_2j+1)) in 4 int32 lanes.
+    // sum(min_j * (bsum_2j + bsum_2j+1)), exact.
     const __m128i bsum_pairs = _mm_hadd_epi16(load128(a[i].bsums), load128(a[i].bsums + 8));
-    const __m512i summ =
-        _mm512_zextsi128_si512(_mm_madd_epi16(_mm_cvtepu8_epi16(_mm_srli_si128(scale_min, 8)), bsum_pairs));
+    const int32_t summ = _mm512_reduce_add_epi32(
+        _mm512_zextsi128_si512(_mm_madd_epi16(_mm_cvtepu8_epi16(_mm_srli_si128(scale_min, 8)), bsum_pairs)));
     __m512i sumi = _mm512_setzero_si512();
     for (int c = 0; c < 4; ++c) {  // sub-blocks 2c (low nibbles, low half) and 2c + 1 (high)
       const __m512i q = both_halves(load256(w[i].qs + 32 * c));
@@ -159,10 +165,10 @@ float dot_q45_k(int64_t n, const void* wv, const void* av) {
       sumi = dot_add<kVnni>(sumi, codes, a[i].qs + 64 * c, scales_32(scales, c));
     }
     const float da = a[i].d;
-    acc = _mm512_fmadd_ps(_mm512_set1_ps(da * half_to_float(w[i].d)), _mm512_cvtepi32_ps(sumi), acc);
-    acc = _mm512_fnmadd_ps(_mm512_set1_ps(da * half_to_float(w[i].dmin)), _mm512_cvtepi32_ps(summ), acc);
+    acc = std::fma(static_cast<float>(_mm512_reduce_add_epi32(sumi)), half_to_float(w[i].d) * da, acc);
+    acc = std::fma(-static_cast<float>(summ), half_to_float(w[i].dmin) * da, acc);
   }
-  return _mm512_reduce_add_ps(acc);
+  return acc;
 }
 
 template <bool kVnni>
@@ -172,7 +178,7 @@ float dot_q6_k(int64_t n, const void* wv, const void* av) {
   const auto* a = static_cast<const BlockQ8_K*>(av);
   const __m512i low4 = _mm512_set1_epi8(0xF);
   const __m512i bits45 = _mm512_set1_epi8(0x30);
-  __m512 acc = _mm512_setzero_ps();
+  float acc = 0.f;
   for (int64_t i = 0; i < n / kQKK; ++i) {
     const __m256i scales16 = _mm256_cvtepi8_epi16(load128(w[i].scales));
     const __m512i scales = _mm512_castsi256_si512(scales16);
@@ -190,9 +196,9 @@ float dot_q6_k(int64_t n, const void* wv, const void* av) {
       sumi = dot_add<kVnni>(sumi, codes01, y, scales_16(scales, 2 * half));
       sumi = dot_add<kVnni>(sumi, codes23, y + 64, scales_16(scales, 2 * half + 1));
     }
-    acc = _mm512_fmadd_ps(_mm512_set1_ps(a[i].d * half_to_float(w[i].d)), _mm512_cvtepi32_ps(sumi), acc);
+    acc = std::fma(static_cast<float>(_mm512_reduce_add_epi32(sumi)), half_to_float(w[i].d) * a[i].d, acc);
   }
-  return _mm512_reduce_add_ps(acc);
+  return acc;
 }
 
 template <bool kVnni>
@@ -204,7 +210,7 @@ float dot_iq4_xs(int64_t n, const void* wv, const void* av) {
   const __m512i low4 = _mm512_set1_epi8(0xF);
   // Per 128-bit lane: low nibbles of sub-block 2c, high of 2c, low of 2c + 1, high of 2c + 1.
   const __m512i nibble_shift = _mm512_set_epi64(4 * kOnes, 4 * kOnes, 0, 0, 4 * kOnes, 4 * kOnes, 0, 0);
-  __m512 acc = _mm512_setzero_ps();
+  float acc = 0.f;
   for (int64_t i = 0; i < n / kQKK; ++i) {
     const uint64_t biased = unpack_iq4xs_scales(w[i].scales_l, w[i].scales_h);
     const __m128i scales16 = _mm_sub_epi16(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<int64_t>(biased))),
@@ -220,9 +226,9 @@ float dot_iq4_xs(int64_t n, const void* wv, const void* av) {
       const __m512i p = _mm512_maddubs_epi16(_mm512_abs_epi8(y), signed_v);
       sumi = scaled_add<kVnni>(sumi, p, scales_32(scales, c));
     }
-    acc = _mm512_fmadd_ps(_mm512_set1_ps(a[i].d * half_to_float(w[i].d)), _mm512_cvtepi32_ps(sumi), acc);
+    acc = std::fma(static_cast<float>(_mm512_reduce_add_epi32(sumi)), half_to_float(w[i].d) * a[i].d, acc);
   }
-  return _mm512_reduce_add_ps(acc);
+  return acc;
 }
 
 template <bool kVnni>

@@ -10,8 +10,8 @@
 //   no VNNI: maddubs + madd, only for the types whose u stays small enough for int16
 //            sums (Q8_0 and IQ4_NL, offset 128, keep the AVX2 dots there).
 // A lane group of 4 int32 is then one block: converted to float, scaled by the vector of
-// the 4 blocks' scale products (cpu/scale_tables.h) and accumulated; 8 blocks per
-// iteration in two accumulators, a last partial group padded with zero-scale blocks.
+// the 4 blocks' scale products (cpu/scale_tables.h) and accumulated in one accumulator
+// (the tile's order), a last partial group padded with zero-scale blocks.
 // Float dots (F32, BF16) and quantizers use 16 lanes per vector with masked tails; F16
 // keeps the AVX2 kernels (512-bit fp16 conversions measured slower on AMD Zen 4). The
 // quantizers reproduce quant/'s reference bit for bit, as in cpu/simple_avx2.cpp.
@@ -254,21 +254,17 @@ float dot_blocks(int64_t n, const void* weight, const void* act) {
   const auto* w = static_cast<const typename P::W*>(weight);
   const auto* a = static_cast<const typename P::A*>(act);
   const int64_t nb = n / kQK32;
-  __m512 acc0 = _mm512_setzero_ps();
-  __m512 acc1 = _mm512_setzero_ps();
+  // One accumulator, the tile's (gemm_avx512.cpp q32_tiles) order: a token's dot is
+  // bit-identical alone and inside a batch.
+  __m512 acc = _mm512_setzero_ps();
   __m128 mins = _mm_setzero_ps();
-  int64_t i = 0;
-  for (; i + 8 <= nb; i += 8) {
-    acc0 = quad_step<P, kVnni>(w + i, a + i, 4, acc0, &mins);
-    acc1 = quad_step<P, kVnni>(w + i + 4, a + i + 4, 4, acc1, &mins);
-  }
-  for (; i < nb; i += 4) {
+  for (int64_t i = 0; i < nb; i += 4) {
     const int count = nb - i < 4 ? static_cast<int>(nb - i) : 4;
-    acc0 = quad_step<P, kVnni>(w + i, a + i, count, acc0, &mins);
+    acc = quad_step<P, kVnni>(w + i, a + i, count, acc, &mins);
   }
   __m128 m = _mm_add_ps(mins, _mm_movehl_ps(mins, mins));
   m = _mm_add_ss(m, _mm_movehdup_ps(m));
-  return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1)) + _mm_cvtss_f32(m);
+  return _mm512_reduce_add_ps(acc) + _mm_cvtss_f32(m);
 }
 
 // ---- float dots: 64 elements per iteration in four accumulators, then 16, then a masked tail
