@@ -22,9 +22,12 @@ heads grouped by key head in qwen3next and tiled in qwen35moe) and one gated ful
 layer, a gated shared expert; qwen35moe with an MTP block (loaded, unused). Their sequences
 are 100 tokens long, so the prompt's delta rule crosses a 64-token chunk boundary.
 Checked, per model:
-  * selected experts (as sets) equal llama.cpp's at >= 99% of (layer, position) pairs,
-    and every mismatch is a near tie in llama.cpp's own router scores (k-th vs (k+1)-th
-    probability gap < 1e-3; 5e-3 for sigmoid scores, see TIE_GAP);
+  * selected experts (as sets) equal llama.cpp's at every (layer, position) pair but near
+    ties in llama.cpp's own router scores (k-th vs (k+1)-th probability gap < 1e-3; 5e-3
+    for sigmoid scores, see TIE_GAP), at most 2% of the pairs; after a near-tie flip the
+    later layers of that position ran on a different expert's output and are not compared
+    (laguna q4_k_m on an AVX-512 machine: a flip at layer 2 of position 52 with a gap of
+    3.9e-4 changes layer 3's choice there with a gap of 1.6e-2);
   * logits: max |diff| / max |logit| per position <= 1e-3 (F32/F16/BF16) or 2e-2
     (quantized) at every position whose experts agree in every layer (where a near-tie
     router score made the two engines run a different expert, the logits legitimately
@@ -58,6 +61,9 @@ SYNTH_OF = {"deepseek2-v2": ["--preset", "tiny-deepseek2-v2"]}
 # rounding noise: on deepseek2-q4_k (2026-12-01) the two engines' ffn_moe_probs differ by up
 # to 3.3e-3 at a position whose top-2 gap is 3.6e-3, so those archs use 5e-3.
 TIE_GAP = {"glm4moe": 5e-3, "deepseek2": 5e-3, "laguna": 5e-3}
+# Near-tie mismatches allowed, as a share of the compared pairs: more would mean a router
+# whose scores sit at ties far more often than rounding explains.
+MAX_TIE_SHARE = 0.02
 MOE_LAYERS = {"laguna": 3, "qwen3next": 4, "qwen35moe": 4}  # MoE layers of each synthetic model (others: 2)
 N_TOKENS_OF = {"qwen3next": 100, "qwen35moe": 100}  # others: 64
 os.makedirs(WORK, exist_ok=True)
@@ -104,9 +110,12 @@ for arch in ARCHS:
             failures.append(f"{name}: {len(ours)} logits vs llama.cpp's {len(ref)}")
             continue
         ro, rr = routing(model + ".ours.jsonl"), routing(model + ".ref.jsonl")
-        same, ties, bad, tie_positions = 0, 0, [], set()
-        for key, r in rr.items():
-            o = ro.get(key)
+        same, ties, after, bad, tie_positions = 0, 0, 0, [], set()
+        for key in sorted(rr):  # layer by layer: a flip is seen before what follows it
+            r, o = rr[key], ro.get(key)
+            if key[1] in tie_positions:
+                after += 1  # downstream of a near-tie flip at this position: not comparable
+                continue
             if o is not None and set(o["experts"]) == set(r["experts"]):
                 same += 1
                 continue
@@ -138,16 +147,18 @@ for arch in ARCHS:
         argmax_total += N_TOKENS - len(tie_positions)
         argmax_agree += argmax_ok
         n_pairs = len(rr)
-        share = same / n_pairs if n_pairs else 0.0
+        compared = n_pairs - after
+        tie_share = ties / compared if compared else 1.0
         rows.append(f"{name:18s} logits max rel {worst:.2e} (tol {tol:g}), argmax {argmax_ok}/{N_TOKENS - len(tie_positions)}, "
-                    f"experts {same}/{n_pairs} ({ties} near-tie mismatches; positions {sorted(tie_positions)} "
-                    f"excluded from the logit checks)")
+                    f"experts {same}/{compared} ({ties} near-tie mismatches, {after} later layers of their positions "
+                    f"not compared; positions {sorted(tie_positions)} excluded from the logit checks)")
         if worst > tol:
             failures.append(f"{name}: logits max rel {worst:.3e} > {tol}")
         if not_tie:
             failures.append(f"{name}: argmax differs where llama.cpp's top-2 gap is not a near tie: {not_tie}")
-        if n_pairs != MOE_LAYERS.get(arch, 2) * N_TOKENS or share < 0.99 or bad:
-            failures.append(f"{name}: experts equal at {same}/{n_pairs}; not near ties: {bad[:3]}")
+        if n_pairs != MOE_LAYERS.get(arch, 2) * N_TOKENS or tie_share > MAX_TIE_SHARE or bad:
+            failures.append(f"{name}: experts equal at {same}/{compared} of {n_pairs} pairs ({ties} near ties); "
+                            f"not near ties: {bad[:3]}")
 
 print("\n".join(rows))
 print(f"argmax agreement over all models: {argmax_agree}/{argmax_total} = {argmax_agree / max(1, argmax_total):.4f}")
