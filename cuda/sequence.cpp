@@ -7,6 +7,7 @@
 
 #include "core/log.h"
 #include "cuda/check.h"
+#include "cuda/pdl.h"
 
 namespace mt::cuda::detail {
 
@@ -44,6 +45,7 @@ CudaSequence::CudaSequence(CudaModel::Impl& m, uint32_t n_ctx, QuantType kv_type
   // fused into the partial kernels cost 7% (282.5 vs 303.2 t/s) and the fused router
   // gained nothing (303.2 vs 305.5 with both off); docs/PERFORMANCE.md.
   auto env_on = [](const char* name) { return std::getenv(name) != nullptr && std::string(std::getenv(name)) == "1"; };
+  (void)pdl_on();  // the switch and the device's level read once, before any graph capture
   fused_router_ = env_on("MOETIER_CUDA_FUSED_ROUTER");
   fused_attention_merge_ = env_on("MOETIER_CUDA_FUSED_ATTN");
   single_chunk_attention_ = env_on("MOETIER_CUDA_ATTN_SINGLE");  // measured slower (286 vs 302 t/s): off
