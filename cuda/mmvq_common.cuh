@@ -350,6 +350,17 @@ __device__ __forceinline__ bool slot_view(const MmvqArgs& p, int64_t row0, int r
   return true;
 }
 
+// (cuda/pdl.h) A dense product launched dependent: rows row0 .. row0 + rows - 1 of its
+// matrix (those below n_out) to L2 while the kernel before still runs, by a group of
+// `lanes` threads (this one `lane`). A routed product's matrix is known only from the ids
+// that kernel writes: nothing to prefetch.
+__device__ __forceinline__ void prefetch_dense_rows(const MmvqArgs& p, int64_t row0, int rows, int lane, int lanes) {
+  if (!p.prefetch || p.ids != nullptr || row0 >= p.n_out) return;
+  const int64_t n = p.n_out - row0 < rows ? p.n_out - row0 : rows;
+  prefetch_l2(p.w + static_cast<uint64_t>(p.mat) * p.matrix_bytes + static_cast<uint64_t>(row0) * p.row_bytes,
+              static_cast<uint64_t>(n) * p.row_bytes, lane, lanes);
+}
+
 // The activation prologue (kPro; one token per CTA): the CTA first quantizes its
 // activation row into shared memory (sq: n_in int8, sm: n_in / 32 metas) in
 // MmvqArgs::pro_mode, from the f32 row (kRow) or from the [gate | up] row through SwiGLU
@@ -410,15 +421,8 @@ __global__ void __launch_bounds__(kThreads) mmvq_quant_kernel(const MmvqArgs p) 
   const int lane = static_cast<int>(threadIdx.x) & 31;
   const int64_t row0 = ((static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32) * (32 / L) + lane / L) * R;
   const int sub = lane % L;
-  // (cuda/pdl.h) A dense product's rows go to L2 while the kernel before still runs; a
-  // routed one's matrix is known only from the ids that kernel writes.
-  if (p.prefetch && p.ids == nullptr && row0 < p.n_out) {
-    const int64_t rows = p.n_out - row0 < R ? p.n_out - row0 : R;
-    prefetch_l2(p.w + static_cast<uint64_t>(p.mat) * p.matrix_bytes + static_cast<uint64_t>(row0) * p.row_bytes,
-                static_cast<uint64_t>(rows) * p.row_bytes, sub, L);
-  }
-  pdl_wait();
-  pdl_trigger();
+  prefetch_dense_rows(p, row0, R, sub, L);
+  pdl_start();
   SlotView v;
   if (!slot_view(p, row0, R, sub == 0, v)) return;
   if constexpr (kPro) {

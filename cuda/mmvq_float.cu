@@ -18,14 +18,8 @@ __global__ void __launch_bounds__(kThreads) mmvq_float_kernel(const MmvqArgs p) 
   constexpr int R = F::kRows;
   const int lane = static_cast<int>(threadIdx.x) & 31;
   const int64_t row0 = (static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32) * R;
-  // (cuda/pdl.h) a dense product's rows to L2 while the kernel before still runs
-  if (p.prefetch && p.ids == nullptr && row0 < p.n_out) {
-    const int64_t rows = p.n_out - row0 < R ? p.n_out - row0 : R;
-    prefetch_l2(p.w + static_cast<uint64_t>(p.mat) * p.matrix_bytes + static_cast<uint64_t>(row0) * p.row_bytes,
-                static_cast<uint64_t>(rows) * p.row_bytes, lane, 32);
-  }
-  pdl_wait();
-  pdl_trigger();
+  prefetch_dense_rows(p, row0, R, lane, 32);
+  pdl_start();
   if (row0 >= p.n_out) return;  // whole warps
   SlotView v;
   if (!slot_view(p, row0, R, lane == 0, v)) return;
@@ -79,12 +73,8 @@ __global__ void __launch_bounds__(kThreads) mmvq_float_kernel(const MmvqArgs p) 
 // The split form (cuda/mmvq_float.cuh split_row): grid (n_out), a CTA per row.
 template <class W, int NT>
 __global__ void __launch_bounds__(kSplitThreads) mmvq_float_split_kernel(const MmvqArgs p) {
-  if (p.prefetch) {  // (dense only) its row to L2 while the kernel before still runs (cuda/pdl.h)
-    prefetch_l2(p.w + static_cast<uint64_t>(p.mat) * p.matrix_bytes + static_cast<uint64_t>(blockIdx.x) * p.row_bytes,
-                p.row_bytes, static_cast<int>(threadIdx.x), kSplitThreads);
-  }
-  pdl_wait();
-  pdl_trigger();
+  prefetch_dense_rows(p, blockIdx.x, 1, static_cast<int>(threadIdx.x), kSplitThreads);
+  pdl_start();
   split_row<W, NT>(p, blockIdx.x);
 }
 

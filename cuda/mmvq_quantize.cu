@@ -36,8 +36,7 @@ constexpr int kThreads32 = 256;  // 8 blocks of 32 per CTA
 
 __global__ void __launch_bounds__(kThreads32)
     quantize_q8_0_kernel(const float* __restrict__ x, int n_in, int8_t* __restrict__ qs, uint2* __restrict__ meta) {
-  pdl_wait();  // (cuda/pdl.h: launched dependent)
-  pdl_trigger();
+  pdl_start();  // (cuda/pdl.h: launched dependent)
   const int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads32 + threadIdx.x;
   if (i >= n_in) return;  // n_in % 32 == 0: whole warps leave
   const int64_t at = static_cast<int64_t>(blockIdx.y) * n_in + i;
@@ -53,8 +52,7 @@ constexpr int kPerLane = 8;
 template <bool kVec>
 __global__ void __launch_bounds__(32 * kWarpsK)
     quantize_q8_k_kernel(const float* __restrict__ x, int n_in, int8_t* __restrict__ qs, uint2* __restrict__ meta) {
-  pdl_wait();  // (cuda/pdl.h: launched dependent)
-  pdl_trigger();
+  pdl_start();  // (cuda/pdl.h: launched dependent)
   const int lane = static_cast<int>(threadIdx.x) & 31;
   const int64_t block = static_cast<int64_t>(blockIdx.x) * kWarpsK + threadIdx.x / 32;  // 256-block of the row
   if (block * 256 >= n_in) return;  // n_in % 256 == 0: whole warps leave

@@ -203,8 +203,7 @@ __device__ __forceinline__ ChunkSpan chunk_span(const AttnGeom& g, uint32_t n_kv
 template <QuantType KV, int EPL>
 __global__ void __launch_bounds__(kThreads)
     attn_decode_grouped(AttnGeom g, int chunk_len, int n_chunks, float2* ml, float* acc) {
-  pdl_wait();  // (cuda/pdl.h: launched dependent)
-  pdl_trigger();
+  pdl_start();  // (cuda/pdl.h: launched dependent)
   constexpr int D = 32 * EPL;
   // q (kGB, D) and scores (kGB, kMaxChunk) first; after the last read of both, the
   // warps' accumulators (kWarps, kGB, D) over the same memory.
@@ -326,8 +325,7 @@ __global__ void __launch_bounds__(kThreads)
 template <QuantType KV>
 __global__ void __launch_bounds__(kThreads)
     attn_decode_per_head(AttnGeom g, int chunk_len, int n_chunks, float2* ml, float* acc) {
-  pdl_wait();  // (cuda/pdl.h: launched dependent)
-  pdl_trigger();
+  pdl_start();  // (cuda/pdl.h: launched dependent)
   __shared__ float q_sh[kMaxHeadDim];
   __shared__ float s_sh[kMaxChunk];
   __shared__ float scratch[32];
@@ -385,8 +383,7 @@ __global__ void __launch_bounds__(kThreads)
 // Grid (n_head, n_tokens): block (h, t) merges that head's chunks (merge_stats, merge_element).
 __global__ void __launch_bounds__(kThreads) attn_decode_combine(const float2* ml, const float* acc, int n_chunks,
                                                                 int n_head, int D, const float* sinks, float* out) {
-  pdl_wait();  // (cuda/pdl.h: launched dependent)
-  pdl_trigger();
+  pdl_start();  // (cuda/pdl.h: launched dependent)
   const int h = blockIdx.x, t = blockIdx.y;
   const int64_t base = (static_cast<int64_t>(t) * n_head + h) * n_chunks;
   const float2 st = merge_stats(ml, base, n_chunks, sinks != nullptr ? sinks[h] : -INFINITY);

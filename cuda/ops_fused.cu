@@ -65,8 +65,7 @@ template <bool kWide>
 __global__ void __launch_bounds__(kWide ? kWideThreads : kRowThreads)
     add_rms_norm_quant_kernel(float* x, const float* y, MoeCombineIn c, const float* w, float eps, int n, float* out,
                               ActQuant mode, int8_t* qs, uint2* meta) {
-  pdl_wait();  // (cuda/pdl.h: launched dependent)
-  pdl_trigger();
+  pdl_start();  // (cuda/pdl.h: launched dependent)
   extern __shared__ float row_sh[];  // (n)
   __shared__ double scratch[32];
   __shared__ float scratch_f[32];
@@ -147,8 +146,7 @@ __global__ void __launch_bounds__(kWide ? kWideThreads : kRowThreads)
 // Grid (n_head + 2 * n_head_kv, n_tokens), one thread per element of a head (blockDim a
 // multiple of 32 >= D). Block y = token t, x = a q head, a k head or a v head.
 __global__ void attn_prep_kernel(AttnPrepArgs a, float theta_scale) {
-  pdl_wait();  // (cuda/pdl.h: launched dependent)
-  pdl_trigger();
+  pdl_start();  // (cuda/pdl.h: launched dependent)
   __shared__ double scratch[32];
   __shared__ float head_sh[kMaxHead];
   const int t = blockIdx.y, e = threadIdx.x, D = a.head_dim;

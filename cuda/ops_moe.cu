@@ -37,8 +37,7 @@ static_assert(kFusedWarps >= kMmvqMaxTokens, "router_fused routes a token per wa
 __global__ void __launch_bounds__(kRouterWarps * 32)
     router_topk_kernel(const float* logits, int n_tokens, int n_expert, int K, bool renormalize, int32_t* ids,
                        float* weights) {
-  pdl_wait();  // (cuda/pdl.h: launched dependent)
-  pdl_trigger();
+  pdl_start();  // (cuda/pdl.h: launched dependent)
   __shared__ float probs[kRouterWarps][kMaxExperts];
   const int warp = threadIdx.x >> 5;
   const int t = blockIdx.x * kRouterWarps + warp;

@@ -9,7 +9,8 @@
 // The rule that keeps it correct: a kernel launched with launch_dependent() calls
 // pdl_wait() in every CTA before it reads anything an earlier kernel wrote or writes
 // anything an earlier kernel reads (so a chain of them is ordered as plain launches are);
-// pdl_trigger() may come anywhere (here: right after the wait). Off without
+// pdl_trigger() may come anywhere. Here every such kernel calls pdl_start() (the wait,
+// then the trigger) first, after at most an L2 prefetch of its weights. Off without
 // MOETIER_CUDA_PDL=1 or on a device below compute capability 9.0: then the attribute is
 // not set and both calls are no-ops.
 #pragma once
@@ -43,6 +44,12 @@ __device__ __forceinline__ void pdl_trigger() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
+}
+// What every kernel launched dependent here does first (after any prefetch of bytes no
+// earlier kernel writes): wait for the kernel before, then let the next one launch.
+__device__ __forceinline__ void pdl_start() {
+  pdl_wait();
+  pdl_trigger();
 }
 // An L2 prefetch of the bytes [p, p + n) (the lanes of a group of `lanes` take every
 // lanes-th 128-byte line from `lane`).

@@ -24,10 +24,9 @@
 #include "cuda/mmvq.h"
 #include "cuda/ops.h"
 #include "cuda_test_util.h"
+#include "tiny_model.h"
 #include "model/model.h"
 #include "quant/reference.h"
-#include "synth/synth.h"
-#include "test_util.h"
 
 namespace mt::cuda {
 namespace {
@@ -637,12 +636,8 @@ TEST(CudaFused, GraphDecodeEqualsPlainLaunches) {
   for (Arch arch : {Arch::kQwen3Moe, Arch::kQwen2Moe}) {
     const std::string arch_name(arch_info(arch).name);
     SCOPED_TRACE(arch_name);
-    synth::SynthConfig c = synth::tiny_for(arch);
-    c.quant = *synth::parse_quant_mix("q4_k_m");
-    const std::string path = mt::test::temp_path("graph-" + arch_name + ".gguf");
-    ASSERT_TRUE(synth::write_model(c, {path, false}).ok());
-    auto host = Model::load(path, {0, false});
-    ASSERT_TRUE(host.ok());
+    auto host = test::load_tiny(arch, "q4_k_m", "graph");
+    ASSERT_TRUE(host.ok()) << host.status().to_string();
     auto gpu = CudaModel::load(**host);
     ASSERT_TRUE(gpu.ok()) << gpu.status().to_string();
     const uint32_t V = (*host)->hparams().n_vocab;

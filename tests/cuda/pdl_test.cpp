@@ -15,9 +15,7 @@
 #include "cuda/cuda_model.h"
 #include "cuda/pdl.h"
 #include "cuda_test_util.h"
-#include "model/model.h"
-#include "synth/synth.h"
-#include "test_util.h"
+#include "tiny_model.h"
 
 namespace mt::cuda {
 namespace {
@@ -32,12 +30,8 @@ TEST(CudaPdl, DecodeWritesTheSameLogitsAsPlainLaunches) {
                         Case{Arch::kLlama, "q4_k_m"}, Case{Arch::kQwen3Moe, "f16"}}) {
     const std::string name = std::string(arch_info(c.arch).name) + "-" + c.quant;
     SCOPED_TRACE(name);
-    synth::SynthConfig cfg = synth::tiny_for(c.arch);
-    cfg.quant = *synth::parse_quant_mix(c.quant);
-    const std::string path = mt::test::temp_path("pdl-" + name + ".gguf");
-    ASSERT_TRUE(synth::write_model(cfg, {path, false}).ok());
-    auto host = Model::load(path, {0, false});
-    ASSERT_TRUE(host.ok());
+    auto host = test::load_tiny(c.arch, c.quant, "pdl");
+    ASSERT_TRUE(host.ok()) << host.status().to_string();
     auto gpu = CudaModel::load(**host);
     ASSERT_TRUE(gpu.ok()) << gpu.status().to_string();
     const uint32_t V = (*host)->hparams().n_vocab;

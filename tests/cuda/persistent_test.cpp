@@ -20,11 +20,10 @@
 #include "cuda/cuda_model.h"
 #include "cuda/decode_persistent.h"
 #include "cuda_test_util.h"
+#include "tiny_model.h"
 #include "routing_trace.h"
 #include "model/layers.h"
 #include "model/model.h"
-#include "synth/synth.h"
-#include "test_util.h"
 
 namespace mt::cuda {
 namespace {
@@ -128,12 +127,8 @@ TEST(CudaPersistent, DecodeMatchesTheLaunchedStepOverTwoAttentionChunks) {
                         Case{Arch::kQwen3Moe, "f16", 1e-3}, Case{Arch::kQwen3Moe, "bf16", 5e-3}}) {
     const std::string name = std::string(arch_info(c.arch).name) + "-" + c.quant;
     SCOPED_TRACE(name);
-    synth::SynthConfig cfg = synth::tiny_for(c.arch);
-    cfg.quant = *synth::parse_quant_mix(c.quant);
-    const std::string path = mt::test::temp_path("persistent-" + name + ".gguf");
-    ASSERT_TRUE(synth::write_model(cfg, {path, false}).ok());
-    auto host = Model::load(path, {0, false});
-    ASSERT_TRUE(host.ok());
+    auto host = test::load_tiny(c.arch, c.quant, "persistent");
+    ASSERT_TRUE(host.ok()) << host.status().to_string();
     const Compared r = compare(**host, 300);
     EXPECT_EQ(r.launches, 300u) << "the persistent step did not run";
     EXPECT_LE(r.worst, c.tol);
@@ -159,12 +154,8 @@ TEST(CudaPersistent, RealQwen3MoeMatchesTheLaunchedStep) {
 // sequence logs why and decodes with the launched step, byte for byte.
 TEST(CudaPersistent, OutOfScopeModelFallsBackToTheLaunchedStep) {
   MT_SKIP_WITHOUT_DEVICE();
-  synth::SynthConfig cfg = synth::tiny_for(Arch::kOlmoe);
-  cfg.quant = *synth::parse_quant_mix("q4_k_m");
-  const std::string path = mt::test::temp_path("persistent-olmoe.gguf");
-  ASSERT_TRUE(synth::write_model(cfg, {path, false}).ok());
-  auto host = Model::load(path, {0, false});
-  ASSERT_TRUE(host.ok());
+  auto host = test::load_tiny(Arch::kOlmoe, "q4_k_m", "persistent");
+  ASSERT_TRUE(host.ok()) << host.status().to_string();
   const Compared r = compare(**host, 40);
   EXPECT_EQ(r.launches, 0u);
   EXPECT_EQ(r.worst, 0.0);

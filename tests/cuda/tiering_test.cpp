@@ -16,6 +16,7 @@
 #include "cuda/expert_cache.h"
 #include "cuda/tiering.h"
 #include "cuda_test_util.h"
+#include "tiny_model.h"
 #include "experts/stats.h"
 #include "model/model.h"
 #include "synth/synth.h"
@@ -304,12 +305,8 @@ TEST(CudaTiering, StreamModeGreedyTokensEqualTheResidentRun) {
 
 TEST(CudaTiering, AForcedPinRefusalLeavesTheLayerPageableAndTheOutputCorrect) {
   MT_SKIP_WITHOUT_DEVICE();
-  synth::SynthConfig c = synth::tiny_for(Arch::kQwen3Moe);
-  c.quant = *synth::parse_quant_mix("q4_k_m");
-  const std::string path = mt::test::temp_path("tiering-pinfail.gguf");
-  ASSERT_TRUE(synth::write_model(c, {path, false}).ok());
-  auto host = Model::load(path, {0, false});
-  ASSERT_TRUE(host.ok());
+  auto host = test::load_tiny(Arch::kQwen3Moe, "q4_k_m", "tiering-pinfail");
+  ASSERT_TRUE(host.ok()) << host.status().to_string();
   std::vector<int32_t> prompt(12);
   for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>((i * 17 + 3) % 200);
   std::vector<int32_t> ref;
