@@ -89,11 +89,14 @@ EnvSwitch g_rows4("MOETIER_CUDA_MMVQ_ROWS4");
 // MOETIER_CUDA_MMVQ_WIDE=1: short rows (fewer than 32 tasks) one task per lane (built, not
 // yet measured: off).
 EnvSwitch g_wide("MOETIER_CUDA_MMVQ_WIDE");
+// MOETIER_CUDA_MMVQ_WIDE16=1: the same up to 16 lanes (K-quant rows of 9-15 tasks get 16
+// lanes; Q4_0's 24-task rows keep 16).
+EnvSwitch g_wide16("MOETIER_CUDA_MMVQ_WIDE16");
 
 MmvqArgs base_args(const DeviceMatrix& w, float* y) {
   MmvqArgs a;
   a.rows4 = g_rows4.on();
-  a.wide_lanes = g_wide.on();
+  a.wide_lanes = g_wide.on() ? 32 : g_wide16.on() ? 16 : 0;
   a.prefetch = pdl_on();
   a.w = w.data;
   a.row_bytes = w.row_bytes;
@@ -150,6 +153,7 @@ bool supports(QuantType type) { return launcher(type) != nullptr; }
 void set_mmvq_prologue(bool on) { g_prologue.set(on); }
 void set_mmvq_rows4(bool on) { g_rows4.set(on); }
 void set_mmvq_wide(bool on) { g_wide.set(on); }
+void set_mmvq_wide16(bool on) { g_wide16.set(on); }
 
 bool quantizes_activations(QuantType type) { return supports(type) && !is_float(type); }
 

@@ -60,6 +60,8 @@ void set_mmvq_rows4(bool on);
 // task; the same bytes: a narrow group's lane adds its two tasks as the wide tree's first
 // level does) for the process.
 void set_mmvq_wide(bool on);
+// Overrides MOETIER_CUDA_MMVQ_WIDE16 (the same, up to 16 lanes per row group).
+void set_mmvq_wide16(bool on);
 
 bool mmvq_swiglu_supported(const DeviceMatrix& w, int n_tokens, int K);
 void mmvq_experts_swiglu(const DeviceMatrix& w, const int32_t* ids, int n_tokens, int K, const float* gu, float* y,

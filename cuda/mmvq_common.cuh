@@ -491,11 +491,9 @@ template <class Tr>
 void launch_quant(const MmvqArgs& args, cudaStream_t stream) {
   MmvqArgs a = args;
   const int n_tasks = a.n_in / Tr::kElems * Tr::kTasks;
-  if (a.wide_lanes) {
-    a.lanes = a.n_tokens > 1 || n_tasks > 16 ? 32 : n_tasks > 8 ? 16 : 8;
-  } else {
-    a.lanes = a.n_tokens > 1 || n_tasks >= 32 ? 32 : n_tasks >= 16 ? 16 : 8;
-  }
+  const int narrow = a.n_tokens > 1 || n_tasks >= 32 ? 32 : n_tasks >= 16 ? 16 : 8;
+  const int wide = a.n_tokens > 1 || n_tasks > 16 ? 32 : n_tasks > 8 ? 16 : 8;
+  a.lanes = wide <= a.wide_lanes ? wide : narrow;
   const bool natural = a.align >= Tr::kAlign;
   with_tokens(a.n_tokens, [&](auto nt) {
     constexpr int NT = decltype(nt)::value;

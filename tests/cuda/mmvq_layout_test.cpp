@@ -47,9 +47,11 @@ SwitchedOutputs run_switched(const DeviceCopy& c, const std::vector<float>& x, b
   for (int on = 0; on < 2; ++on) {
     set(on == 1);
     DeviceBuffer y(n_out * sizeof(float));
+    ws.reset();  // each product's scratch reused by the next (one stream: in order)
     mmvq(c.w, 1, dx.as<float>(), 1, y.as<float>(), ws, nullptr);
     const std::vector<float> fill(static_cast<size_t>(K * n_out), 5.f);
     const DeviceBuffer yr = to_device(fill);
+    ws.reset();
     mmvq_experts(c.w, dids.as<int32_t>(), 1, K, dx.as<float>(), per_slot, yr.as<float>(), ws, nullptr);
     MT_CUDA_CHECK(cudaGetLastError());
     r.out[on][0] = to_host<float>(y, static_cast<size_t>(n_out));
@@ -94,11 +96,14 @@ TEST(MmvqWide, ShortRowsEqualTheNarrowLanesByteForByte) {
       const int64_t n_out = 257;
       const HostMatrix m = make_matrix(type, n_in, n_out, 4, rng);
       const DeviceCopy c = upload(m, n_out, 0);
-      const SwitchedOutputs r = run_switched(c, random_rows(4, n_in, rng), true, set_mmvq_wide);
-      EXPECT_TRUE(same_bytes(r.out[0][0], r.out[1][0])) << "dense";
-      EXPECT_TRUE(same_bytes(r.out[0][1], r.out[1][1])) << "routed";
-      EXPECT_EQ(r.out[1][1][2 * n_out], 5.f);
-      EXPECT_NE(r.out[1][0][0], 0.f);
+      const std::vector<float> x = random_rows(4, n_in, rng);
+      for (auto set : {set_mmvq_wide, set_mmvq_wide16}) {
+        const SwitchedOutputs r = run_switched(c, x, true, set);
+        EXPECT_TRUE(same_bytes(r.out[0][0], r.out[1][0])) << "dense, " << (set == set_mmvq_wide ? "wide" : "wide16");
+        EXPECT_TRUE(same_bytes(r.out[0][1], r.out[1][1])) << "routed, " << (set == set_mmvq_wide ? "wide" : "wide16");
+        EXPECT_EQ(r.out[1][1][2 * n_out], 5.f);
+        EXPECT_NE(r.out[1][0][0], 0.f);
+      }
     }
   }
 }
