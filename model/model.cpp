@@ -77,7 +77,6 @@ uint64_t available_memory_bytes() {
 
 }  // namespace
 
-void Model::FreeDeleter::operator()(uint8_t* p) const { std::free(p); }
 
 StatusOr<std::unique_ptr<Model>> Model::load(const std::string& path, const LoadOptions& options) {
   std::unique_ptr<Model> m(new Model());

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "core/malloc_ptr.h"
 #include "core/parallel.h"
 #include "core/status.h"
 #include "gguf/reader.h"
@@ -74,10 +75,7 @@ class Model {
   std::vector<LayerVectors> vectors_;
   std::vector<float> output_norm_;
   std::unique_ptr<ThreadPool> pool_;
-  struct FreeDeleter {
-    void operator()(uint8_t* p) const;
-  };
-  std::vector<std::unique_ptr<uint8_t, FreeDeleter>> interleaved_;  // storage of interleaved matrices
+  std::vector<MallocPtr<uint8_t>> interleaved_;  // storage of interleaved matrices
 };
 
 // One sequence on the CPU: its KV cache and the next position.

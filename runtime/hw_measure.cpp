@@ -8,6 +8,7 @@
 #include <memory>
 #include <thread>
 
+#include "core/malloc_ptr.h"
 #include "cpu/kernels.h"
 
 namespace mt {
@@ -28,9 +29,6 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) uint64_t sum_words(
   return s0 + s1 + s2 + s3;
 }
 
-struct FreeDeleter {
-  void operator()(void* p) const { std::free(p); }
-};
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -82,7 +80,7 @@ std::vector<int> thread_points(int max_threads) {
 
 StatusOr<std::vector<HostReadPoint>> measure_host_read(const MeasureOptions& o, int max_threads) {
   const uint64_t bytes = (std::max<uint64_t>(o.read_bytes, 1) + 4095) / 4096 * 4096;
-  std::unique_ptr<uint64_t, FreeDeleter> buf(static_cast<uint64_t*>(std::aligned_alloc(4096, bytes)));
+  MallocPtr<uint64_t> buf(static_cast<uint64_t*>(std::aligned_alloc(4096, bytes)));
   if (!buf) return out_of_range("cannot allocate " + std::to_string(bytes >> 20) + " MiB to measure memory bandwidth");
   const size_t n_words = bytes / sizeof(uint64_t);
   {

@@ -7,6 +7,7 @@
 #include <memory>
 #include <random>
 
+#include "core/malloc_ptr.h"
 #include "cpu/kernels.h"
 #include "cpu/repack.h"
 #include "model/linear.h"
@@ -21,10 +22,7 @@ constexpr int64_t kEmbd = 2048, kFf = 768;  // a 30B-A3B-class expert
 constexpr int64_t kPrefillTokens = 64;
 constexpr int64_t kPoolRows = 32;           // distinct rows, copied over every matrix
 
-struct FreeDeleter {
-  void operator()(void* p) const { std::free(p); }
-};
-using Bytes = std::unique_ptr<uint8_t, FreeDeleter>;
+using Bytes = MallocPtr<uint8_t>;
 
 // A 3-D expert tensor (n_in, n_out, n_matrices) of copies of kPoolRows rows quantized from
 // random normals, interleaved as the model would (cpu/repack.h) where the ISA has a kernel.

@@ -22,39 +22,34 @@ struct AnalyzeFlags {
   bool json = false;
 };
 
-int fail(const Status& s) {
-  std::fprintf(stderr, "moetier analyze-routing: %s\n", s.to_string().c_str());
-  return 1;
-}
-
 int run(const AnalyzeFlags& f) {
   if (f.expert_bytes.empty() == f.model.empty()) {
-    return fail(invalid_argument("give exactly one of --expert-bytes and -m"));
+    return fail("analyze-routing", invalid_argument("give exactly one of --expert-bytes and -m"));
   }
   GranuleParams params;
   params.experts_per_chunk = f.chunk_sizes;
   auto granule = parse_size(f.granule, "--granule");
-  if (!granule.ok()) return fail(granule.status());
+  if (!granule.ok()) return fail("analyze-routing", granule.status());
   params.granule_bytes = *granule;
   if (!f.expert_bytes.empty()) {
     auto b = parse_size(f.expert_bytes, "--expert-bytes");
-    if (!b.ok()) return fail(b.status());
-    if (*b == 0) return fail(invalid_argument("--expert-bytes must be positive"));
+    if (!b.ok()) return fail("analyze-routing", b.status());
+    if (*b == 0) return fail("analyze-routing", invalid_argument("--expert-bytes must be positive"));
     params.expert_bytes = *b;
   } else {
     auto file = gguf::GgufFile::open(f.model);
-    if (!file.ok()) return fail(file.status());
+    if (!file.ok()) return fail("analyze-routing", file.status());
     auto geo = read_expert_geometry(*file);
-    if (!geo.ok()) return fail(geo.status());
-    if (geo->layers.empty()) return fail(invalid_argument(f.model + " has no expert layers"));
+    if (!geo.ok()) return fail("analyze-routing", geo.status());
+    if (geo->layers.empty()) return fail("analyze-routing", invalid_argument(f.model + " has no expert layers"));
     params.expert_bytes_by_layer.assign(geo->layers.back().layer + 1, 0);
     for (const LayerExpertGeometry& l : geo->layers) params.expert_bytes_by_layer[l.layer] = l.bytes_per_expert();
     params.n_expert = geo->n_expert;
   }
   auto trace = read_routing_trace(f.trace);
-  if (!trace.ok()) return fail(trace.status());
+  if (!trace.ok()) return fail("analyze-routing", trace.status());
   auto curve = granule_curve(*trace, params);
-  if (!curve.ok()) return fail(curve.status());
+  if (!curve.ok()) return fail("analyze-routing", curve.status());
   std::fputs(f.json ? granule_curve_json(*curve).c_str() : granule_curve_table(*curve).c_str(), stdout);
   return 0;
 }

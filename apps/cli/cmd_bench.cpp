@@ -69,11 +69,6 @@ struct TestResult {
   std::string name() const { return n_prompt > 0 ? "pp" + std::to_string(n_prompt) : "tg" + std::to_string(n_gen); }
 };
 
-int fail(const Status& s) {
-  std::fprintf(stderr, "moetier bench: %s\n", s.to_string().c_str());
-  return 1;
-}
-
 // Bytes of weights one generated token reads. Expert bytes per layer come from the
 // expert geometry (the same numbers the host bank is sized with).
 StatusOr<uint64_t> active_bytes_per_token(const Model& model) {
@@ -254,16 +249,16 @@ void print_markdown(const ModelFacts& m, const BenchFlags& f, int threads, const
 }
 
 int run(const BenchFlags& f) {
-  if (f.model.empty()) return fail(invalid_argument("-m FILE is required"));
-  if (f.n_prompt < 0 || f.n_gen < 0) return fail(invalid_argument("-p and -n must be >= 0"));
-  if (f.n_prompt == 0 && f.n_gen == 0) return fail(invalid_argument("nothing to run: -p and -n are both 0"));
-  if (f.reps < 1) return fail(invalid_argument("-r must be >= 1"));
-  if (f.threads < 0) return fail(invalid_argument("-t must be >= 0"));
-  if (f.membw_gbps < 0) return fail(invalid_argument("--membw must be > 0"));
+  if (f.model.empty()) return fail("bench", invalid_argument("-m FILE is required"));
+  if (f.n_prompt < 0 || f.n_gen < 0) return fail("bench", invalid_argument("-p and -n must be >= 0"));
+  if (f.n_prompt == 0 && f.n_gen == 0) return fail("bench", invalid_argument("nothing to run: -p and -n are both 0"));
+  if (f.reps < 1) return fail("bench", invalid_argument("-r must be >= 1"));
+  if (f.threads < 0) return fail("bench", invalid_argument("-t must be >= 0"));
+  if (f.membw_gbps < 0) return fail("bench", invalid_argument("--membw must be > 0"));
 
   const bool tiered = !f.tiering.expert_cache.empty();
   auto engine = Engine::load(f.model, f.threads, !f.no_interleave, f.device, tiered);
-  if (!engine.ok()) return fail(engine.status());
+  if (!engine.ok()) return fail("bench", engine.status());
   const Model* model = &(*engine)->model();
   const HParams& hp = model->hparams();
   if (static_cast<uint64_t>(f.n_prompt) + static_cast<uint64_t>(f.n_gen) > hp.n_ctx_train && hp.n_ctx_train > 0) {
@@ -275,7 +270,7 @@ int run(const BenchFlags& f) {
   m.model_bytes = model->file().file_size();
   for (const gguf::TensorInfo& t : model->file().tensors()) m.n_params += t.n_elements();
   auto active = active_bytes_per_token(*model);
-  if (!active.ok()) return fail(active.status());
+  if (!active.ok()) return fail("bench", active.status());
   m.active_bytes_per_token = *active;
   const int threads = model->pool().size();
 
@@ -283,19 +278,19 @@ int run(const BenchFlags& f) {
   BankOptions banks;
   if (tiered) {
     auto setup = make_tiering_setup(model->file(), f.tiering);
-    if (!setup.ok()) return fail(setup.status());
+    if (!setup.ok()) return fail("bench", setup.status());
     tiering = std::move(*setup);
     auto b = resolve_bank_flags(f.banks, (*engine)->on_gpu());
-    if (!b.ok()) return fail(b.status());
+    if (!b.ok()) return fail("bench", b.status());
     banks = *b;
-    if (Status st = apply_device_defaults(f.tiering, banks.gpu, tiering); !st.ok()) return fail(st);
+    if (Status st = apply_device_defaults(f.tiering, banks.gpu, tiering); !st.ok()) return fail("bench", st);
   }
   Bench bench(**engine, f, tiered ? &tiering : nullptr, banks);
   std::vector<TestResult> results;
   for (auto [p, n] : {std::pair{f.n_prompt, 0}, std::pair{0, f.n_gen}}) {
     if (p + n == 0) continue;
     auto r = bench.run_test(p, n);
-    if (!r.ok()) return fail(r.status());
+    if (!r.ok()) return fail("bench", r.status());
     results.push_back(std::move(*r));
   }
   if (f.output == "json") {

@@ -27,11 +27,6 @@ struct HwProfileFlags {
   bool quick = false;
 };
 
-int fail(const Status& s) {
-  std::fprintf(stderr, "moetier hwprofile: %s\n", s.to_string().c_str());
-  return 1;
-}
-
 void print_summary(const HwProfile& p) {
   std::fprintf(stderr, "cpu: %s, %u threads\n", p.cpu.c_str(), p.threads);
   std::fprintf(stderr, "host read:");
@@ -51,12 +46,12 @@ void print_summary(const HwProfile& p) {
 
 int run(const HwProfileFlags& f) {
   if (f.threads < 0 || f.threads > kMaxThreads) {
-    return fail(invalid_argument("-t must be in 0.." + std::to_string(kMaxThreads)));
+    return fail("hwprofile", invalid_argument("-t must be in 0.." + std::to_string(kMaxThreads)));
   }
   std::ofstream out;
   if (!f.output.empty()) {  // before measuring: a bad path fails at once
     out.open(f.output, std::ios::binary | std::ios::trunc);
-    if (!out) return fail(io_error("cannot create '" + f.output + "'"));
+    if (!out) return fail("hwprofile", io_error("cannot create '" + f.output + "'"));
   }
   MeasureOptions o = f.quick ? quick_measure_options() : MeasureOptions{};
   o.threads = f.threads;
@@ -72,14 +67,14 @@ int run(const HwProfileFlags& f) {
   }
   StatusOr<HwProfile> p = measure_hw_profile(o);
   if (tty) std::fprintf(stderr, "\r\033[K");
-  if (!p.ok()) return fail(p.status());
+  if (!p.ok()) return fail("hwprofile", p.status());
   const std::string json = hw_profile_to_json(*p) + "\n";
   if (f.output.empty()) {
     std::fputs(json.c_str(), stdout);
   } else {
     out << json;
     out.close();
-    if (!out) return fail(io_error("cannot write '" + f.output + "'"));
+    if (!out) return fail("hwprofile", io_error("cannot write '" + f.output + "'"));
   }
   print_summary(*p);
   return 0;

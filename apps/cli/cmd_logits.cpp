@@ -14,6 +14,11 @@
 
 namespace mt::cli {
 
+int fail(const char* command, const Status& s) {
+  std::fprintf(stderr, "moetier %s: %s\n", command, s.to_string().c_str());
+  return 1;
+}
+
 void write_routing_line(FILE* f, uint32_t layer, uint32_t pos, uint64_t step, std::span<const int32_t> experts,
                         std::span<const float> weights) {
   std::fprintf(f, "{\"layer\": %u, \"pos\": %u, \"step\": %llu, \"experts\": [", layer, pos,
@@ -75,45 +80,40 @@ StatusOr<std::vector<int32_t>> parse_ids(const std::string& s) {
   return ids;
 }
 
-int fail(const Status& s) {
-  std::fprintf(stderr, "moetier logits: %s\n", s.to_string().c_str());
-  return 1;
-}
-
 int run(const LogitsFlags& f) {
-  if (f.ids.empty() == f.prompt.empty()) return fail(invalid_argument("give exactly one of --ids and --prompt"));
+  if (f.ids.empty() == f.prompt.empty()) return fail("logits", invalid_argument("give exactly one of --ids and --prompt"));
   auto kv_type = type_from_name(f.kv_type);
-  if (!kv_type) return fail(invalid_argument("--kv-type: unknown type '" + f.kv_type + "'"));
+  if (!kv_type) return fail("logits", invalid_argument("--kv-type: unknown type '" + f.kv_type + "'"));
   auto engine = Engine::load(f.model, f.threads, !f.no_interleave, f.device);
-  if (!engine.ok()) return fail(engine.status());
+  if (!engine.ok()) return fail("logits", engine.status());
   const Model* model = &(*engine)->model();
   StatusOr<std::vector<int32_t>> ids = std::vector<int32_t>{};
   if (!f.prompt.empty()) {
     auto tokenizer = Tokenizer::from_gguf(model->file());
-    if (!tokenizer.ok()) return fail(tokenizer.status());
+    if (!tokenizer.ok()) return fail("logits", tokenizer.status());
     ids = tokenizer->encode(f.prompt, true, false);
-    if (ids->empty()) return fail(invalid_argument("--prompt tokenizes to nothing"));
+    if (ids->empty()) return fail("logits", invalid_argument("--prompt tokenizes to nothing"));
     std::fprintf(stderr, "moetier logits: prompt -> %zu tokens\n", ids->size());
   } else {
     ids = parse_ids(f.ids);
-    if (!ids.ok()) return fail(ids.status());
+    if (!ids.ok()) return fail("logits", ids.status());
   }
   auto session = (*engine)->new_sequence(static_cast<uint32_t>(ids->size()), *kv_type);
-  if (!session.ok()) return fail(session.status());
+  if (!session.ok()) return fail("logits", session.status());
 
   std::unique_ptr<FILE, int (*)(FILE*)> routing(nullptr, fclose);
   if (!f.routing.empty()) {
     routing.reset(std::fopen(f.routing.c_str(), "w"));
-    if (!routing) return fail(io_error("cannot create '" + f.routing + "'"));
+    if (!routing) return fail("logits", io_error("cannot create '" + f.routing + "'"));
   }
   RoutingWriter writer(routing.get(), f.dump);
   std::vector<float> logits;
-  if (!f.dump.empty() && (*engine)->on_gpu()) return fail(unimplemented("--dump: intermediates are dumped by the CPU path only"));
+  if (!f.dump.empty() && (*engine)->on_gpu()) return fail("logits", unimplemented("--dump: intermediates are dumped by the CPU path only"));
   Status s = (*session)->feed(*ids, true, &logits, routing || !f.dump.empty() ? &writer : nullptr);
-  if (!s.ok()) return fail(s);
+  if (!s.ok()) return fail("logits", s);
   std::ofstream out(f.output, std::ios::binary);
   out.write(reinterpret_cast<const char*>(logits.data()), static_cast<std::streamsize>(logits.size() * sizeof(float)));
-  if (!out) return fail(io_error("cannot write '" + f.output + "'"));
+  if (!out) return fail("logits", io_error("cannot write '" + f.output + "'"));
   std::fprintf(stderr, "moetier logits: [%zu x %u] f32 -> %s\n", ids->size(), model->hparams().n_vocab, f.output.c_str());
   return 0;
 }

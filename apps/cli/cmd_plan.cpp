@@ -33,11 +33,6 @@ struct PlanFlags {
   bool json = false;
 };
 
-int fail(const Status& s) {
-  std::fprintf(stderr, "moetier plan: %s\n", s.to_string().c_str());
-  return 1;
-}
-
 // Device memory of the GPU this build would run on; 0 without one. The one place a
 // backend's query (cudaMemGetInfo in a CUDA build) plugs in.
 uint64_t detected_device_bytes() {
@@ -71,67 +66,67 @@ int run(const PlanFlags& fl) {
   PlanInputs in;
   if (fl.kv == "f16") in.kv = KvType::kF16;
   else if (fl.kv == "q8_0") in.kv = KvType::kQ8_0;
-  else return fail(invalid_argument("--kv: unknown KV cache type '" + fl.kv + "' (f16, q8_0)"));
+  else return fail("plan", invalid_argument("--kv: unknown KV cache type '" + fl.kv + "' (f16, q8_0)"));
   auto mode = parse_mode(fl.mode);
-  if (!mode.ok()) return fail(mode.status());
+  if (!mode.ok()) return fail("plan", mode.status());
   in.mode = *mode;
-  if (fl.batch == 0) return fail(invalid_argument("--batch must be at least 1"));
-  if (fl.ctx && *fl.ctx == 0) return fail(invalid_argument("--ctx must be at least 1"));
+  if (fl.batch == 0) return fail("plan", invalid_argument("--batch must be at least 1"));
+  if (fl.ctx && *fl.ctx == 0) return fail("plan", invalid_argument("--ctx must be at least 1"));
 
   in.device_bytes = detected_device_bytes();
   if (!fl.vram.empty()) {
     auto v = parse_size(fl.vram, "--vram");
-    if (!v.ok()) return fail(v.status());
+    if (!v.ok()) return fail("plan", v.status());
     in.device_bytes = *v;
   }
   auto ram = fl.ram.empty() ? host_memory_total() : parse_size(fl.ram, "--ram");
-  if (!ram.ok()) return fail(ram.status());
-  if (*ram == 0) return fail(invalid_argument("--ram must be positive"));
+  if (!ram.ok()) return fail("plan", ram.status());
+  if (*ram == 0) return fail("plan", invalid_argument("--ram must be positive"));
   in.host_bytes = *ram;
   if (!fl.pin_budget.empty() && fl.pin_budget != "auto") {
     auto b = parse_size(fl.pin_budget, "--pin-budget");
-    if (!b.ok()) return fail(b.status());
+    if (!b.ok()) return fail("plan", b.status());
     in.pin_budget = *b;
   }
   if (fl.expert_cache != "auto") {
     auto c = parse_size(fl.expert_cache, "--expert-cache");
-    if (!c.ok()) return fail(c.status());
+    if (!c.ok()) return fail("plan", c.status());
     in.expert_cache_bytes = *c;
   }
   in.hw = default_hw_profile();
   if (!fl.hw_profile.empty()) {
     auto hw = read_hw_profile(fl.hw_profile);
-    if (!hw.ok()) return fail(hw.status());
+    if (!hw.ok()) return fail("plan", hw.status());
     in.hw = *hw;
   }
   std::optional<PopularityProfile> popularity;
   if (!fl.popularity.empty()) {
     auto pop = read_popularity(fl.popularity);
-    if (!pop.ok()) return fail(pop.status());
+    if (!pop.ok()) return fail("plan", pop.status());
     popularity = std::move(*pop);
     in.popularity = &*popularity;
   }
   if (fl.threads) {
-    if (*fl.threads == 0) return fail(invalid_argument("-t must be at least 1"));
+    if (*fl.threads == 0) return fail("plan", invalid_argument("-t must be at least 1"));
     in.cpu_threads = *fl.threads;
   }
 
   auto file = gguf::GgufFile::open(fl.path);
-  if (!file.ok()) return fail(file.status());
+  if (!file.ok()) return fail("plan", file.status());
   auto geometry = read_expert_geometry(*file);
-  if (!geometry.ok()) return fail(geometry.status());
+  if (!geometry.ok()) return fail("plan", geometry.status());
   if (geometry->layers.empty()) {
-    return fail(invalid_argument(fl.path + " has no routed expert tensors (a dense model): nothing to plan"));
+    return fail("plan", invalid_argument(fl.path + " has no routed expert tensors (a dense model): nothing to plan"));
   }
   auto sizes = read_model_sizes(*file);
-  if (!sizes.ok()) return fail(sizes.status());
+  if (!sizes.ok()) return fail("plan", sizes.status());
   in.geometry = std::move(*geometry);
   in.model = *sizes;
   in.batch = fl.batch;
   in.ctx = fl.ctx.value_or(std::min(sizes->context_length, kDefaultMaxCtx));
 
   auto plan = make_plan(in);
-  if (!plan.ok()) return fail(plan.status());
+  if (!plan.ok()) return fail("plan", plan.status());
   if (!fl.ctx) {
     plan->notes.push_back("ctx: the model's " + std::to_string(sizes->context_length) + " capped at " +
                           std::to_string(kDefaultMaxCtx) + " (--ctx to change)");

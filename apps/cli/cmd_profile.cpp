@@ -41,11 +41,6 @@ class CountingTrace : public Trace {
   uint32_t n_expert_;
 };
 
-int fail(const Status& s) {
-  std::fprintf(stderr, "moetier profile: %s\n", s.to_string().c_str());
-  return 1;
-}
-
 // The non-blank lines of the prompts file, with their line numbers.
 StatusOr<std::vector<std::pair<size_t, std::string>>> read_prompts(const std::string& path) {
   std::ifstream in(path);
@@ -74,23 +69,23 @@ void print_summary(const PopularityProfile& p) {
 
 int run(const ProfileFlags& f) {
   auto prompts = read_prompts(f.prompts);
-  if (!prompts.ok()) return fail(prompts.status());
+  if (!prompts.ok()) return fail("profile", prompts.status());
   auto model = Model::load(f.model, {f.threads, true});
-  if (!model.ok()) return fail(model.status());
+  if (!model.ok()) return fail("profile", model.status());
   auto tokenizer = Tokenizer::from_gguf((*model)->file());
-  if (!tokenizer.ok()) return fail(tokenizer.status());
+  if (!tokenizer.ok()) return fail("profile", tokenizer.status());
   const HParams& hp = (*model)->hparams();
-  if (hp.n_expert == 0) return fail(invalid_argument(f.model + " has no experts to profile"));
+  if (hp.n_expert == 0) return fail("profile", invalid_argument(f.model + " has no experts to profile"));
   std::optional<ChatFormat> format;
   if (f.chat) {
     auto tmpl = (*model)->file().get_string("tokenizer.chat_template");
     auto fmt = detect_chat_format(tmpl.ok() ? *tmpl : std::string_view{});
-    if (!fmt.ok()) return fail(fmt.status());
+    if (!fmt.ok()) return fail("profile", fmt.status());
     format = *fmt;
   }
   const uint32_t n_ctx = f.n_ctx ? f.n_ctx : hp.n_ctx_train;
   std::ofstream out(f.output, std::ios::binary);
-  if (!out) return fail(io_error("cannot create '" + f.output + "'"));
+  if (!out) return fail("profile", io_error("cannot create '" + f.output + "'"));
 
   PopularityProfile profile;
   profile.model = std::filesystem::path(f.model).filename().string();
@@ -104,15 +99,15 @@ int run(const ProfileFlags& f) {
     const std::string where = f.prompts + ":" + std::to_string(line) + ": ";
     std::vector<int32_t> ids = format ? tokenizer->encode(apply_chat_format(*format, "", text), true, true)
                                       : tokenizer->encode(text, true, false);
-    if (ids.empty()) return fail(invalid_argument(where + "the prompt tokenizes to nothing"));
+    if (ids.empty()) return fail("profile", invalid_argument(where + "the prompt tokenizes to nothing"));
     if (ids.size() > n_ctx) {
-      return fail(out_of_range(where + std::to_string(ids.size()) + " tokens exceed the context of " +
+      return fail("profile", out_of_range(where + std::to_string(ids.size()) + " tokens exceed the context of " +
                                std::to_string(n_ctx) + " (--ctx)"));
     }
     auto session = Session::create(**model, static_cast<uint32_t>(ids.size()));
-    if (!session.ok()) return fail(session.status());
+    if (!session.ok()) return fail("profile", session.status());
     Status s = session->feed(ids, false, &logits, &counter);
-    if (!s.ok()) return fail(Status(s.code(), where + s.message()));
+    if (!s.ok()) return fail("profile", Status(s.code(), where + s.message()));
     profile.tokens += ids.size();
     progress.update(i + 1);
   }
@@ -120,7 +115,7 @@ int run(const ProfileFlags& f) {
 
   out << popularity_to_json(profile);
   out.close();
-  if (!out) return fail(io_error("cannot write '" + f.output + "'"));
+  if (!out) return fail("profile", io_error("cannot write '" + f.output + "'"));
   std::fprintf(stderr, "profile: %zu prompts, %llu tokens, %u experts top-%u -> %s\n", prompts->size(),
                static_cast<unsigned long long>(profile.tokens), hp.n_expert, hp.n_expert_used, f.output.c_str());
   print_summary(profile);

@@ -95,47 +95,42 @@ std::string default_model() {
   return std::string(MOETIER_SOURCE_DIR) + "/models/kjv-moe-f16.gguf";
 }
 
-int fail(const Status& s) {
-  std::fprintf(stderr, "moetier run: %s\n", s.to_string().c_str());
-  return 1;
-}
-
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 int run(RunFlags f) {
   if (f.model.empty()) f.model = default_model();
-  if (f.n_predict < 0) return fail(invalid_argument("-n must be >= 0"));
+  if (f.n_predict < 0) return fail("run", invalid_argument("-n must be >= 0"));
   Status valid = validate(f.sampling);
-  if (!valid.ok()) return fail(valid);
+  if (!valid.ok()) return fail("run", valid);
   auto kv_type = type_from_name(f.kv_type);
-  if (!kv_type) return fail(invalid_argument("--kv-type: unknown type '" + f.kv_type + "'"));
+  if (!kv_type) return fail("run", invalid_argument("--kv-type: unknown type '" + f.kv_type + "'"));
 
   const auto t_load = std::chrono::steady_clock::now();
   const bool tiered = !f.tiering.expert_cache.empty();
   auto engine = Engine::load(f.model, f.threads, !f.no_interleave, f.device, tiered);
-  if (!engine.ok()) return fail(engine.status());
+  if (!engine.ok()) return fail("run", engine.status());
   const Model* model = &(*engine)->model();
   auto tokenizer = Tokenizer::from_gguf(model->file());
-  if (!tokenizer.ok()) return fail(tokenizer.status());
+  if (!tokenizer.ok()) return fail("run", tokenizer.status());
   const HParams& hp = model->hparams();
-  if (tokenizer->n_vocab() != hp.n_vocab) return fail(data_loss("tokenizer and model disagree on the vocabulary size"));
+  if (tokenizer->n_vocab() != hp.n_vocab) return fail("run", data_loss("tokenizer and model disagree on the vocabulary size"));
 
   std::string text = f.prompt;
   bool parse_special = false;
   if (f.chat) {
     auto tmpl = model->file().get_string("tokenizer.chat_template");
     auto format = detect_chat_format(tmpl.ok() ? *tmpl : std::string_view{});
-    if (!format.ok()) return fail(format.status());
+    if (!format.ok()) return fail("run", format.status());
     text = apply_chat_format(*format, f.system, f.prompt);
     parse_special = true;
   }
   std::vector<int32_t> prompt = tokenizer->encode(text, true, parse_special);
-  if (prompt.empty()) return fail(invalid_argument("the prompt is empty"));
+  if (prompt.empty()) return fail("run", invalid_argument("the prompt is empty"));
   const uint32_t n_ctx = f.n_ctx ? f.n_ctx : std::min<uint32_t>(hp.n_ctx_train, 4096);
   if (prompt.size() + static_cast<size_t>(f.n_predict) > n_ctx) {
-    return fail(out_of_range("prompt (" + std::to_string(prompt.size()) + " tokens) + -n " + std::to_string(f.n_predict) +
+    return fail("run", out_of_range("prompt (" + std::to_string(prompt.size()) + " tokens) + -n " + std::to_string(f.n_predict) +
                              " exceed the context of " + std::to_string(n_ctx) + " (-c)"));
   }
   // Experts tiered (--expert-cache) through the GPU's device cache, or on the CPU through
@@ -146,29 +141,29 @@ int run(RunFlags f) {
   const std::vector<LayerTiming>* timing = nullptr;
   if (tiered) {
     auto setup = make_tiering_setup(model->file(), f.tiering);
-    if (!setup.ok()) return fail(setup.status());
+    if (!setup.ok()) return fail("run", setup.status());
     tiering = std::move(*setup);
     auto banks = resolve_bank_flags(f.banks, (*engine)->on_gpu());
-    if (!banks.ok()) return fail(banks.status());
-    if (Status st = apply_device_defaults(f.tiering, banks->gpu, tiering); !st.ok()) return fail(st);
+    if (!banks.ok()) return fail("run", banks.status());
+    if (Status st = apply_device_defaults(f.tiering, banks->gpu, tiering); !st.ok()) return fail("run", st);
     if ((*engine)->on_gpu()) {
       Status tiered_ok = (*engine)->tier_gpu(tiering, banks->pin_budget, banks->pin_limit, banks->stream_threshold);
-      if (!tiered_ok.ok()) return fail(tiered_ok);
+      if (!tiered_ok.ok()) return fail("run", tiered_ok);
       scheduler = (*engine)->gpu_scheduler();
       timing = (*engine)->gpu_timing();
     } else {
       auto state = make_offload(model->weights(), tiering.geometry, tiering.plan, tiering.cache, tiering.scheduler,
                                 banks->pin_budget, banks->pin_limit);
-      if (!state.ok()) return fail(state.status());
+      if (!state.ok()) return fail("run", state.status());
       offload = std::move(*state);
       scheduler = offload->scheduler.get();
       timing = &offload->device->timings();
     }
   } else if (f.stats || !f.stats_json.empty()) {
-    return fail(invalid_argument("--stats and --stats-json report the expert cache: give --expert-cache"));
+    return fail("run", invalid_argument("--stats and --stats-json report the expert cache: give --expert-cache"));
   }
   auto sequence = (*engine)->new_sequence(n_ctx, *kv_type);
-  if (!sequence.ok()) return fail(sequence.status());
+  if (!sequence.ok()) return fail("run", sequence.status());
   Evaluator* session = sequence->get();
   if (offload) static_cast<Session*>(session)->set_offload(&offload->offload);
   const double load_s = seconds_since(t_load);
@@ -180,7 +175,7 @@ int run(RunFlags f) {
   std::unique_ptr<FILE, int (*)(FILE*)> record(nullptr, fclose);
   if (!f.record_routing.empty()) {
     record.reset(std::fopen(f.record_routing.c_str(), "w"));
-    if (!record) return fail(io_error("cannot create '" + f.record_routing + "'"));
+    if (!record) return fail("run", io_error("cannot create '" + f.record_routing + "'"));
   }
   UsageTrace usage(record.get());
 
@@ -189,7 +184,7 @@ int run(RunFlags f) {
   std::vector<float> logits;
   const auto t_prompt = std::chrono::steady_clock::now();
   Status s = session->feed(prompt, false, &logits, &usage);
-  if (!s.ok()) return fail(s);
+  if (!s.ok()) return fail("run", s);
   const double prompt_s = seconds_since(t_prompt);
 
   const auto t_gen = std::chrono::steady_clock::now();
@@ -214,7 +209,7 @@ int run(RunFlags f) {
     }
     if (generated == f.n_predict) break;
     s = session->feed({&next, 1}, false, &logits, &usage);
-    if (!s.ok()) return fail(s);
+    if (!s.ok()) return fail("run", s);
   }
   if (!stopped) {
     auto rest = stops.push(decoder.flush());
@@ -246,10 +241,10 @@ int run(RunFlags f) {
   }
   if (scheduler != nullptr && !f.stats_json.empty()) {
     std::unique_ptr<FILE, int (*)(FILE*)> out(std::fopen(f.stats_json.c_str(), "w"), fclose);
-    if (!out) return fail(io_error("cannot create '" + f.stats_json + "'"));
+    if (!out) return fail("run", io_error("cannot create '" + f.stats_json + "'"));
     const std::string j =
         stats_json(*scheduler, tiering.policy, tiering.budget, timing) + "\n";
-    if (std::fwrite(j.data(), 1, j.size(), out.get()) != j.size()) return fail(io_error("cannot write '" + f.stats_json + "'"));
+    if (std::fwrite(j.data(), 1, j.size(), out.get()) != j.size()) return fail("run", io_error("cannot write '" + f.stats_json + "'"));
   }
   return 0;
 }

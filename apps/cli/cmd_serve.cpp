@@ -42,11 +42,6 @@ struct ServeFlags {
   std::string pin_budget = "0";
 };
 
-int fail(const Status& s) {
-  std::fprintf(stderr, "moetier serve: %s\n", s.to_string().c_str());
-  return 1;
-}
-
 std::vector<server::ExpertGroupLabel> expert_groups(const gguf::GgufFile& file) {
   std::vector<server::ExpertGroupLabel> out;
   auto geometry = read_expert_geometry(file);
@@ -106,14 +101,14 @@ int serve(const ServeFlags& f) {
   SignalWatcher signals;
   release_freed_memory();
   auto kv_type = type_from_name(f.kv_type);
-  if (!kv_type) return fail(invalid_argument("--kv-type: unknown type '" + f.kv_type + "'"));
-  if (f.max_running == 0) return fail(invalid_argument("--max-running must be >= 1"));
+  if (!kv_type) return fail("serve", invalid_argument("--kv-type: unknown type '" + f.kv_type + "'"));
+  if (f.max_running == 0) return fail("serve", invalid_argument("--max-running must be >= 1"));
   auto model = Model::load(f.model, {f.threads, !f.no_interleave});
-  if (!model.ok()) return fail(model.status());
+  if (!model.ok()) return fail("serve", model.status());
   const HParams& hp = (*model)->hparams();
   auto tokenizer = Tokenizer::from_gguf((*model)->file());
-  if (!tokenizer.ok()) return fail(tokenizer.status());
-  if (tokenizer->n_vocab() != hp.n_vocab) return fail(data_loss("tokenizer and model disagree on the vocabulary size"));
+  if (!tokenizer.ok()) return fail("serve", tokenizer.status());
+  if (tokenizer->n_vocab() != hp.n_vocab) return fail("serve", data_loss("tokenizer and model disagree on the vocabulary size"));
   const server::ChatPrompt chat = server::ChatPrompt::from_model((*model)->file(), *tokenizer);
 
   ServingOptions options;
@@ -124,12 +119,12 @@ int serve(const ServeFlags& f) {
   std::string tiering_note;
   if (!f.tiering.expert_cache.empty()) {
     auto setup = make_tiering_setup((*model)->file(), f.tiering);
-    if (!setup.ok()) return fail(setup.status());
-    if (Status st = apply_device_defaults(f.tiering, false, *setup); !st.ok()) return fail(st);
+    if (!setup.ok()) return fail("serve", setup.status());
+    if (Status st = apply_device_defaults(f.tiering, false, *setup); !st.ok()) return fail("serve", st);
     auto pins = parse_size(f.pin_budget, "--pin-budget");
-    if (!pins.ok()) return fail(pins.status());
+    if (!pins.ok()) return fail("serve", pins.status());
     auto state = make_offload((*model)->weights(), setup->geometry, setup->plan, setup->cache, setup->scheduler, *pins);
-    if (!state.ok()) return fail(state.status());
+    if (!state.ok()) return fail("serve", state.status());
     offload = std::move(*state);
     options.offload = &offload->offload;
     tiering_note = "; experts tiered (" + f.tiering.moe_mode + ", " + cache_policy_name(setup->policy) + ", cache " +
@@ -147,7 +142,7 @@ int serve(const ServeFlags& f) {
   http_options.expert_groups = expert_groups((*model)->file());
   server::HttpServer http(scheduler, *tokenizer, chat, http_options);
   auto port = http.bind();
-  if (!port.ok()) return fail(port.status());
+  if (!port.ok()) return fail("serve", port.status());
   signals.start(&http);
   std::fprintf(stderr,
                "moetier serve: model '%s' (%s, %u layers, %u experts top-%u) on cpu, %d threads; context %u per "

@@ -25,29 +25,24 @@ struct SimulateFlags {
   TieringFlags tiering;
 };
 
-int fail(const Status& s) {
-  std::fprintf(stderr, "moetier simulate: %s\n", s.to_string().c_str());
-  return 1;
-}
-
 int run(SimulateFlags f) {
-  if (f.trace.empty() == !f.synthetic) return fail(invalid_argument("give exactly one of --trace FILE and --synthetic"));
-  if (f.tiering.expert_cache.empty()) return fail(invalid_argument("--expert-cache SIZE|N% is required"));
+  if (f.trace.empty() == !f.synthetic) return fail("simulate", invalid_argument("give exactly one of --trace FILE and --synthetic"));
+  if (f.tiering.expert_cache.empty()) return fail("simulate", invalid_argument("--expert-cache SIZE|N% is required"));
   auto file = gguf::GgufFile::open(f.model);
-  if (!file.ok()) return fail(file.status());
+  if (!file.ok()) return fail("simulate", file.status());
   auto setup = make_tiering_setup(*file, f.tiering);
-  if (!setup.ok()) return fail(setup.status());
+  if (!setup.ok()) return fail("simulate", setup.status());
   // The defaults of the device replayed for (the admission cap, the split of misses).
-  if (Status st = apply_device_defaults(f.tiering, f.device == "cuda", *setup); !st.ok()) return fail(st);
+  if (Status st = apply_device_defaults(f.tiering, f.device == "cuda", *setup); !st.ok()) return fail("simulate", st);
   auto sizes = read_model_sizes(*file);
-  if (!sizes.ok()) return fail(sizes.status());
+  if (!sizes.ok()) return fail("simulate", sizes.status());
   const ExpertGeometry& g = setup->geometry;
 
   RoutingTrace trace;
   if (f.synthetic) {
-    if (f.synth.n_tokens == 0) return fail(invalid_argument("--tokens must be at least 1"));
+    if (f.synth.n_tokens == 0) return fail("simulate", invalid_argument("--tokens must be at least 1"));
     if (f.synth.skew < 0 || f.synth.locality < 0 || f.synth.locality > 1) {
-      return fail(invalid_argument("--skew must be >= 0 and --locality in [0, 1]"));
+      return fail("simulate", invalid_argument("--skew must be >= 0 and --locality in [0, 1]"));
     }
     f.synth.n_layers = static_cast<uint32_t>(g.layers.size());
     f.synth.n_expert = g.n_expert;
@@ -57,13 +52,13 @@ int run(SimulateFlags f) {
     for (uint32_t& l : trace.layers) l = g.layers[l].layer;
   } else {
     auto t = read_routing_trace(f.trace);
-    if (!t.ok()) return fail(t.status());
+    if (!t.ok()) return fail("simulate", t.status());
     trace = std::move(*t);
   }
   const uint32_t n_blocks = g.layers.back().layer + 1;
   ExpertScheduler scheduler(g, setup->plan, n_blocks, setup->cache, setup->scheduler);
   auto traffic = replay_trace(trace, scheduler, g.n_expert);
-  if (!traffic.ok()) return fail(traffic.status());
+  if (!traffic.ok()) return fail("simulate", traffic.status());
 
   // Decode speed of each mode from the same cache behaviour.
   const double dense = static_cast<double>(sizes->dense_bytes + sizes->token_embd_row_bytes);

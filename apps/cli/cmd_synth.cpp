@@ -24,16 +24,11 @@ struct SynthFlags {
   bool tie_output = false, fast = false, sparse = false, json = false;
 };
 
-int fail(const Status& s) {
-  std::fprintf(stderr, "moetier synth: %s\n", s.to_string().c_str());
-  return 1;
-}
-
 int run(const SynthFlags& f) {
   synth::SynthConfig c;
   if (!f.preset.empty()) {
     auto p = synth::preset(f.preset);
-    if (!p.ok()) return fail(p.status());
+    if (!p.ok()) return fail("synth", p.status());
     c = *p;
   }
   if (!f.arch.empty()) {
@@ -41,20 +36,20 @@ int run(const SynthFlags& f) {
     if (!a) {
       std::string known;
       for (const ArchInfo& info : all_archs()) known += std::string(known.empty() ? "" : ", ") + std::string(info.name);
-      return fail(invalid_argument("unknown architecture '" + f.arch + "' (known: " + known + ")"));
+      return fail("synth", invalid_argument("unknown architecture '" + f.arch + "' (known: " + known + ")"));
     }
     if (f.preset.empty()) c = synth::tiny_for(*a);
     c.arch = *a;
   }
   if (!f.quant.empty()) {
     auto q = synth::parse_quant_mix(f.quant);
-    if (!q.ok()) return fail(q.status());
+    if (!q.ok()) return fail("synth", q.status());
     c.quant = *q;
   }
   const size_t preset_overrides = c.layer_types.size();
   for (const std::string& spec : f.layer_types) {
     auto o = synth::parse_layer_override(spec);
-    if (!o.ok()) return fail(o.status());
+    if (!o.ok()) return fail("synth", o.status());
     c.layer_types.push_back(*o);
   }
   auto set = [](auto& dst, const auto& src) {
@@ -77,7 +72,7 @@ int run(const SynthFlags& f) {
   c.sparse = f.sparse;
 
   auto summary = synth::write_model(c, {f.output, !f.json});
-  if (!summary.ok()) return fail(summary.status());
+  if (!summary.ok()) return fail("synth", summary.status());
   if (f.json) {
     nlohmann::json j = {{"path", f.output},          {"preset", c.name},
                         {"architecture", std::string(arch_info(c.arch).name)},

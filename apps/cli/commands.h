@@ -10,6 +10,9 @@
 namespace CLI {
 class App;
 }
+namespace mt {
+class Status;
+}
 
 namespace mt::cli {
 
@@ -28,6 +31,9 @@ Runner add_simulate(CLI::App& app);
 Runner add_analyze_routing(CLI::App& app);
 Runner add_serve(CLI::App& app);
 Runner add_tune(CLI::App& app);
+
+// A subcommand's reported error: "moetier <command>: <status>" on stderr; returns 1.
+int fail(const char* command, const Status& s);
 
 // One routing decision as a JSON line, the format of `logits --routing` and
 // `run --record-routing` (experts/routing_trace.h reads it):

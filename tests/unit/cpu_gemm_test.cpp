@@ -19,6 +19,7 @@
 #include "quant/fp16.h"
 #include "quant/reference.h"
 #include "quant/types.h"
+#include "test_util.h"
 
 namespace mt::cpu {
 namespace {
@@ -30,7 +31,7 @@ constexpr int64_t kRowCounts[] = {1, 3, 4, 7, 16, 33};
 constexpr int64_t kTokenCounts[] = {1, 2, 3, 4, 5, 8, 17};
 constexpr float kSentinel = -12345.f;
 
-size_t bytes_of(QuantType type, int64_t n) { return static_cast<size_t>(*row_bytes(type, static_cast<uint64_t>(n))); }
+using test::bytes_of;
 
 // Gaussian floats with a magnitude per 256 elements (some runs zero, some large).
 std::vector<float> random_floats(int64_t n, std::mt19937& rng) {

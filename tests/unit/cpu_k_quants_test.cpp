@@ -18,13 +18,14 @@
 #include "quant/fp16.h"
 #include "quant/reference.h"
 #include "quant/types.h"
+#include "test_util.h"
 
 namespace mt::cpu {
 namespace {
 
 constexpr QuantType kTypes[] = {QuantType::Q2_K, QuantType::Q3_K, QuantType::Q4_K,
                                 QuantType::Q5_K, QuantType::Q6_K, QuantType::IQ4_XS};
-constexpr int64_t kShapes[] = {256, 512, 2048, 4096, 14336};
+constexpr int64_t kKShapes[] = {256, 512, 2048, 4096, 14336};
 
 // How a test row is made. The quantized kinds go through quant/'s quantize_row; the raw
 // kinds write block bytes directly (every code and scale pattern, incl. the extremes that
@@ -52,7 +53,7 @@ class Row {
   size_t offset_;
 };
 
-size_t bytes_of(QuantType type, int64_t n) { return static_cast<size_t>(*row_bytes(type, static_cast<uint64_t>(n))); }
+using test::bytes_of;
 
 // Floats with a magnitude drawn per 256-block (some blocks all zero) shaped by `kind`.
 std::vector<float> random_floats(int64_t n, RowKind kind, std::mt19937& rng) {
@@ -185,7 +186,7 @@ template <typename Fn>
 void for_each_case(Fn&& fn) {
   uint32_t seed = 1;
   for (QuantType type : kTypes) {
-    for (int64_t n : kShapes) {
+    for (int64_t n : kKShapes) {
       for (RowKind kind : kRowKinds) fn(type, n, make_case(type, n, kind, seed++));
     }
   }

@@ -16,12 +16,12 @@
 namespace mt::cpu {
 namespace {
 
-struct Case {
+struct RepackCase {
   QuantType type;
   int64_t n, rows, tokens;
 };
 
-class RepackTest : public ::testing::TestWithParam<Case> {};
+class RepackTest : public ::testing::TestWithParam<RepackCase> {};
 
 std::vector<float> random_floats(size_t n, std::mt19937& rng, float scale) {
   std::normal_distribution<float> g(0.f, scale);
@@ -31,7 +31,7 @@ std::vector<float> random_floats(size_t n, std::mt19937& rng, float scale) {
 }
 
 TEST_P(RepackTest, MatchesScalarDot) {
-  const Case c = GetParam();
+  const RepackCase c = GetParam();
   std::mt19937 rng(static_cast<uint32_t>(c.n * 131 + c.rows * 7 + c.tokens));
   const QuantType type = c.type;
   const size_t wrow = *row_bytes(type, static_cast<uint64_t>(c.n));
@@ -88,12 +88,12 @@ TEST_P(RepackTest, MatchesScalarDot) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, RepackTest,
-                         ::testing::Values(Case{QuantType::Q4_K, 256, 8, 1}, Case{QuantType::Q4_K, 256, 8, 5},
-                                           Case{QuantType::Q4_K, 2048, 16, 1}, Case{QuantType::Q4_K, 2048, 16, 4},
-                                           Case{QuantType::Q4_K, 2048, 24, 7}, Case{QuantType::Q4_K, 4096, 8, 3},
-                                           Case{QuantType::Q4_K, 1024, 32, 9}, Case{QuantType::Q6_K, 256, 8, 1},
-                                           Case{QuantType::Q6_K, 256, 8, 5}, Case{QuantType::Q6_K, 2048, 16, 1},
-                                           Case{QuantType::Q6_K, 2048, 24, 7}, Case{QuantType::Q6_K, 1024, 32, 9}));
+                         ::testing::Values(RepackCase{QuantType::Q4_K, 256, 8, 1}, RepackCase{QuantType::Q4_K, 256, 8, 5},
+                                           RepackCase{QuantType::Q4_K, 2048, 16, 1}, RepackCase{QuantType::Q4_K, 2048, 16, 4},
+                                           RepackCase{QuantType::Q4_K, 2048, 24, 7}, RepackCase{QuantType::Q4_K, 4096, 8, 3},
+                                           RepackCase{QuantType::Q4_K, 1024, 32, 9}, RepackCase{QuantType::Q6_K, 256, 8, 1},
+                                           RepackCase{QuantType::Q6_K, 256, 8, 5}, RepackCase{QuantType::Q6_K, 2048, 16, 1},
+                                           RepackCase{QuantType::Q6_K, 2048, 24, 7}, RepackCase{QuantType::Q6_K, 1024, 32, 9}));
 
 TEST(Repack, LayoutsExistForQ4KAndQ6K) {
   EXPECT_TRUE(has_interleaved_layout(QuantType::Q4_K));

@@ -32,7 +32,7 @@ constexpr QuantType kWeightTypes[] = {QuantType::F32,  QuantType::F16,  QuantTyp
                                       QuantType::IQ4_NL, QuantType::MXFP4};
 constexpr QuantType kActivationTypes[] = {QuantType::Q8_0, QuantType::Q8_1, QuantType::Q8_K,
                                           QuantType::F16,  QuantType::BF16, QuantType::F32};
-constexpr int64_t kShapes[] = {32, 64, 256, 4096, 4096 + 32};
+constexpr int64_t kSimpleShapes[] = {32, 64, 256, 4096, 4096 + 32};
 constexpr int64_t kFloatOnlyShapes[] = {1, 7, 33, 100, 4096 + 5};  // block size 1 allows any n
 
 // Every level this CPU can run, scalar first.
@@ -45,7 +45,7 @@ std::vector<Isa> isas() {
 std::vector<int64_t> shapes_for(QuantType type) {
   std::vector<int64_t> out;
   const int64_t block = type_traits(type).block_elems;
-  for (int64_t n : kShapes) {
+  for (int64_t n : kSimpleShapes) {
     if (n % block == 0) out.push_back(n);
   }
   if (block == 1) out.insert(out.end(), std::begin(kFloatOnlyShapes), std::end(kFloatOnlyShapes));
@@ -54,11 +54,11 @@ std::vector<int64_t> shapes_for(QuantType type) {
 
 // A quantized row in uint32_t storage (aligned for every block struct), plus `offset`
 // leading bytes so a row can start at an odd address.
-struct Row {
+struct AlignedRow {
   std::vector<uint32_t> storage;
   size_t offset = 0;
   size_t bytes = 0;
-  Row(QuantType type, int64_t n, size_t off = 0) : offset(off), bytes(*row_bytes(type, static_cast<uint64_t>(n))) {
+  AlignedRow(QuantType type, int64_t n, size_t off = 0) : offset(off), bytes(*row_bytes(type, static_cast<uint64_t>(n))) {
     storage.assign((bytes + offset + 3) / 4 + 1, 0xA5A5A5A5u);
   }
   void* data() { return reinterpret_cast<uint8_t*>(storage.data()) + offset; }
@@ -85,7 +85,7 @@ std::vector<float> random_floats(int64_t n, uint32_t seed) {
   return x;
 }
 
-std::vector<float> dequantized(QuantType type, const Row& row, int64_t n) {
+std::vector<float> dequantized(QuantType type, const AlignedRow& row, int64_t n) {
   std::vector<float> out(static_cast<size_t>(n));
   dequantize_row(type, row.data(), out.data(), n);
   return out;
@@ -94,7 +94,7 @@ std::vector<float> dequantized(QuantType type, const Row& row, int64_t n) {
 // Q4_1 / Q5_1 against Q8_1: the dot uses the activation's s = fp16(d * sum q) where the
 // dequantized activation has d * q; per block the difference is |m| * (s's fp16 rounding:
 // half an ulp, at least 2^-25 for subnormals). Zero for every other type.
-double q8_1_sum_bound(QuantType weight, const Row& w, const Row& a, int64_t n) {
+double q8_1_sum_bound(QuantType weight, const AlignedRow& w, const AlignedRow& a, int64_t n) {
   if (weight != QuantType::Q4_1 && weight != QuantType::Q5_1) return 0.0;
   const auto* ab = static_cast<const BlockQ8_1*>(a.data());
   double bound = 0.0;
@@ -111,8 +111,8 @@ double q8_1_sum_bound(QuantType weight, const Row& w, const Row& a, int64_t n) {
 struct DotCase {
   QuantType weight;
   int64_t n;
-  Row w;
-  Row a;
+  AlignedRow w;
+  AlignedRow a;
   double reference = 0.0;  // sum of dequantized weight x dequantized activation, in double
   double magnitude = 0.0;  // sum of |dequantized weight x dequantized activation|
   double extra = 0.0;      // q8_1_sum_bound
@@ -163,10 +163,10 @@ void expect_quantizers_exact(const std::vector<float>& x, const std::string& wha
   const int64_t n = static_cast<int64_t>(x.size());
   for (QuantType act : kActivationTypes) {
     if (n % type_traits(act).block_elems != 0) continue;
-    Row want(act, n);
+    AlignedRow want(act, n);
     quantize_row(act, x.data(), want.data(), n);
     for (Isa isa : isas()) {
-      Row got(act, n);
+      AlignedRow got(act, n);
       kernels_for(isa).quantize[static_cast<int>(act)](x.data(), got.data(), n);
       EXPECT_EQ(got.byte_vector(), want.byte_vector()) << label(isa, act, n) << " " << what;
       EXPECT_EQ(got.storage.back(), 0xA5A5A5A5u) << label(isa, act, n) << " wrote past the row";
@@ -175,7 +175,7 @@ void expect_quantizers_exact(const std::vector<float>& x, const std::string& wha
 }
 
 TEST(CpuSimple, QuantizersMatchReferenceBytes) {
-  for (int64_t n : kShapes) expect_quantizers_exact(random_floats(n, 7 + static_cast<uint32_t>(n)), "random");
+  for (int64_t n : kSimpleShapes) expect_quantizers_exact(random_floats(n, 7 + static_cast<uint32_t>(n)), "random");
   for (int64_t n : kFloatOnlyShapes) expect_quantizers_exact(random_floats(n, 11), "random");
 }
 
@@ -248,7 +248,7 @@ TEST(CpuSimple, ScalarDotsMatchDequantizedReference) {
 
 // Weight blocks of random bytes (every code pattern, Q8_0's -128 included), the scale
 // fields then set to moderate finite values: each ISA against the scalar table.
-void randomize_blocks(QuantType type, Row& w, int64_t n, std::mt19937& rng) {
+void randomize_blocks(QuantType type, AlignedRow& w, int64_t n, std::mt19937& rng) {
   auto* bytes = static_cast<uint8_t*>(w.data());
   for (size_t i = 0; i < w.bytes; ++i) bytes[i] = static_cast<uint8_t>(rng());
   std::uniform_real_distribution<float> scale(-0.05f, 0.05f);

@@ -3,10 +3,17 @@
 
 #include <unistd.h>
 
+#include <cstddef>
+#include <cstdint>
 #include <filesystem>
 #include <string>
 
+#include "quant/types.h"
+
 namespace mt::test {
+
+// The bytes of one row of n values of a type n fits.
+inline size_t bytes_of(QuantType type, int64_t n) { return static_cast<size_t>(*row_bytes(type, static_cast<uint64_t>(n))); }
 
 inline std::string testdata(const std::string& rel) { return std::string(MOETIER_TESTDATA_DIR) + "/" + rel; }
 
