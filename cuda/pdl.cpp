@@ -8,7 +8,9 @@
 namespace mt::cuda {
 namespace {
 
-// MOETIER_CUDA_PDL=1: not yet measured, off.
+// MOETIER_CUDA_PDL=1: off. Measured slower in the decode step on the H200 (q4_k_m tg128
+// 294.6 / 298.3 vs 299.0 / 299.8 t/s, q4_0 312.6 / 311.8 vs 317.6 / 319.4), although one
+// product alone launched dependent saves 0.3-0.7 us; docs/PERFORMANCE.md.
 EnvSwitch g_pdl("MOETIER_CUDA_PDL");
 std::atomic<uint64_t> g_dependent_launches{0};
 
