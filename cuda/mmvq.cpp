@@ -86,12 +86,15 @@ EnvSwitch g_prologue("MOETIER_CUDA_MMVQ_PROLOGUE");
 // 32-weight-task types. Off: measured slower on the H200 (q4_0 qwen3-30b-a3b tg128 ~298 vs
 // ~320 t/s: half the CTAs per product); docs/PERFORMANCE.md.
 EnvSwitch g_rows4("MOETIER_CUDA_MMVQ_ROWS4");
-// MOETIER_CUDA_MMVQ_WIDE=1: short rows (fewer than 32 tasks) one task per lane (built, not
-// yet measured: off).
+// MOETIER_CUDA_MMVQ_WIDE=1: one-token rows of fewer than 32 tasks one task per lane, up to
+// 32 lanes. Off: on the H200 the same as WIDE16 on q4_k_m and nothing on q4_0 (24-task rows
+// to 32 lanes: 316.3 / 317.9 vs 317.6 / 319.4 t/s); docs/PERFORMANCE.md.
 EnvSwitch g_wide("MOETIER_CUDA_MMVQ_WIDE");
-// MOETIER_CUDA_MMVQ_WIDE16=1: the same up to 16 lanes (K-quant rows of 9-15 tasks get 16
-// lanes; Q4_0's 24-task rows keep 16).
-EnvSwitch g_wide16("MOETIER_CUDA_MMVQ_WIDE16");
+// MOETIER_CUDA_MMVQ_WIDE16 (default on; =0 off): the same up to 16 lanes, so the K-quant
+// down rows of a 768-wide expert (12 tasks) get 16 lanes instead of 8 and Q4_0's 24-task
+// rows keep 16. qwen3-30b-a3b q4_k_m tg128 on the H200: 303.08 / 302.94 vs 297.28 / 299.03
+// t/s; every CUDA test passes with it (2026-12-03).
+EnvSwitch g_wide16("MOETIER_CUDA_MMVQ_WIDE16", true);
 
 MmvqArgs base_args(const DeviceMatrix& w, float* y) {
   MmvqArgs a;

@@ -57,10 +57,12 @@ void set_mmvq_prologue(bool on);
 // rows per lane group instead of 2; the same bytes) for the process.
 void set_mmvq_rows4(bool on);
 // Overrides MOETIER_CUDA_MMVQ_WIDE (one-token rows of fewer than 32 tasks with a lane per
-// task; the same bytes: a narrow group's lane adds its two tasks as the wide tree's first
-// level does) for the process.
+// task, up to 32 lanes; off by default) for the process. The sums are those of the narrow
+// lanes in another order: a narrow lane accumulates its tasks one after another, a wide
+// group adds one task per lane in its reduction tree (the last bits differ).
 void set_mmvq_wide(bool on);
-// Overrides MOETIER_CUDA_MMVQ_WIDE16 (the same, up to 16 lanes per row group).
+// Overrides MOETIER_CUDA_MMVQ_WIDE16 (the same, up to 16 lanes per row group; on by
+// default) for the process.
 void set_mmvq_wide16(bool on);
 
 bool mmvq_swiglu_supported(const DeviceMatrix& w, int n_tokens, int K);

@@ -86,8 +86,8 @@ struct MmvqArgs {
   bool rows4 = false;
   // One token, rows of fewer than 32 tasks (MoE down projections): lanes per row group the
   // next power of two >= the tasks (every lane one task) instead of the largest <= them,
-  // where that is at most wide_lanes lanes (0: never; MOETIER_CUDA_MMVQ_WIDE=1: 32,
-  // MOETIER_CUDA_MMVQ_WIDE16=1: 16).
+  // where that is at most wide_lanes lanes (0: never, MOETIER_CUDA_MMVQ_WIDE16=0; 16: the
+  // default; 32: MOETIER_CUDA_MMVQ_WIDE=1).
   int wide_lanes = 0;
   // A dense product launched dependent (cuda/pdl.h): each row group prefetches its rows
   // to L2 before it waits for the kernel before.

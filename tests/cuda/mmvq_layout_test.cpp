@@ -1,11 +1,13 @@
-// The MMVQ layout switches give the default kernels' bytes. MOETIER_CUDA_MMVQ_ROWS4:
+// The MMVQ layout switches. MOETIER_CUDA_MMVQ_ROWS4 gives the default kernels' bytes:
 // one-token products of the 32-weight-task types with 4 rows per lane group (each row's
 // tasks go to the same lanes in the same order), dense and routed, with rows that do not
-// fill the last group. MOETIER_CUDA_MMVQ_WIDE: short rows (fewer than 32 tasks) with a
-// lane per task (a narrow group's lane adds its two tasks in the order the wide group's
-// first reduction level does).
+// fill the last group. MOETIER_CUDA_MMVQ_WIDE16 (the default) and MOETIER_CUDA_MMVQ_WIDE:
+// short rows (fewer than 32 tasks) with a lane per task give the narrow lanes' sums in
+// another order (a narrow lane accumulates two tasks one after the other; measured on the
+// H200: bytes differ for Q6_K, Q3_K, IQ4_XS, Q4_0, Q5_0, Q8_0, IQ4_NL at 768 inputs).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -28,6 +30,27 @@ using test::upload;
 
 bool same_bytes(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// max |a - b| / max |a|: the same sums in another float order stay within a few ulps of
+// the outputs' scale.
+double rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  double diff = 0, scale = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    diff = std::max(diff, std::fabs(static_cast<double>(a[i]) - b[i]));
+    scale = std::max(scale, std::fabs(static_cast<double>(a[i])));
+  }
+  return a.size() == b.size() ? diff / scale : 1.0;
+}
+
+// The lanes of short rows: narrow (both wide switches off) against up to 16 or up to 32.
+void set_narrow_or_wide16(bool on) {
+  set_mmvq_wide(false);
+  set_mmvq_wide16(on);
+}
+void set_narrow_or_wide(bool on) {
+  set_mmvq_wide16(false);
+  set_mmvq_wide(on);
 }
 
 // One token's products of matrix 1 of c with a switch off and on: [on][dense, routed]
@@ -86,7 +109,7 @@ TEST(MmvqRows4, OneTokenProductsEqualTheTwoRowKernelsByteForByte) {
   }
 }
 
-TEST(MmvqWide, ShortRowsEqualTheNarrowLanesByteForByte) {
+TEST(MmvqWide, ShortRowsEqualTheNarrowLanesUpToTheOrderOfTheirSums) {
   MT_SKIP_WITHOUT_DEVICE();
   std::mt19937 rng(53);
   for (QuantType type : test::kTypes) {
@@ -97,15 +120,21 @@ TEST(MmvqWide, ShortRowsEqualTheNarrowLanesByteForByte) {
       const HostMatrix m = make_matrix(type, n_in, n_out, 4, rng);
       const DeviceCopy c = upload(m, n_out, 0);
       const std::vector<float> x = random_rows(4, n_in, rng);
-      for (auto set : {set_mmvq_wide, set_mmvq_wide16}) {
+      for (auto set : {set_narrow_or_wide16, set_narrow_or_wide}) {
+        const char* name = set == set_narrow_or_wide ? "wide" : "wide16";
         const SwitchedOutputs r = run_switched(c, x, true, set);
-        EXPECT_TRUE(same_bytes(r.out[0][0], r.out[1][0])) << "dense, " << (set == set_mmvq_wide ? "wide" : "wide16");
-        EXPECT_TRUE(same_bytes(r.out[0][1], r.out[1][1])) << "routed, " << (set == set_mmvq_wide ? "wide" : "wide16");
-        EXPECT_EQ(r.out[1][1][2 * n_out], 5.f);
-        EXPECT_NE(r.out[1][0][0], 0.f);
+        EXPECT_LE(rel_diff(r.out[0][0], r.out[1][0]), 1e-5) << "dense, " << name;
+        EXPECT_LE(rel_diff(r.out[0][1], r.out[1][1]), 1e-5) << "routed, " << name;
+        EXPECT_EQ(r.out[1][1][2 * n_out], 5.f);  // the skipped slot untouched
+        // Not a product of zeros: row 0 against the dequantized reference, loosely.
+        double ref = 0;
+        for (int64_t i = 0; i < n_in; ++i) ref += static_cast<double>(m.rows[static_cast<size_t>(n_out * n_in + i)]) * x[static_cast<size_t>(i)];
+        EXPECT_NEAR(r.out[1][0][0], ref, 0.05 * std::fabs(ref) + 0.05) << name;
       }
     }
   }
+  set_mmvq_wide(false);  // the defaults back
+  set_mmvq_wide16(true);
 }
 
 }  // namespace

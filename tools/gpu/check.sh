@@ -387,7 +387,7 @@ resab)  # issue 6 (machine warm after prep): the CUDA tests of FILTER, then full
     # RES_VARIANTS (each run twice, alternating): base (the defaults), single
     # (MOETIER_CUDA_ATTN_SINGLE=1), prologue (MOETIER_CUDA_MMVQ_PROLOGUE=1), fattn
     # (MOETIER_CUDA_FUSED_ATTN=1), frouter (MOETIER_CUDA_FUSED_ROUTER=1), persist
-    # (MOETIER_CUDA_PERSISTENT=1), rows4 (MOETIER_CUDA_MMVQ_ROWS4=1), wide (MOETIER_CUDA_MMVQ_WIDE=1), wide16 (MOETIER_CUDA_MMVQ_WIDE16=1), pdl
+    # (MOETIER_CUDA_PERSISTENT=1), rows4 (MOETIER_CUDA_MMVQ_ROWS4=1), wide (MOETIER_CUDA_MMVQ_WIDE=1), wide16 (MOETIER_CUDA_MMVQ_WIDE16=1, the default), narrow (=0), pdl
     # (MOETIER_CUDA_PDL=1), pdlwide (both)
     for round in 1 2; do
       for v in ${RES_VARIANTS:-base single}; do
@@ -400,7 +400,8 @@ resab)  # issue 6 (machine warm after prep): the CUDA tests of FILTER, then full
           persist) envs="MOETIER_CUDA_PERSISTENT=1" ;;
           rows4) envs="MOETIER_CUDA_MMVQ_ROWS4=1" ;;
           wide) envs="MOETIER_CUDA_MMVQ_WIDE=1" ;;
-          wide16) envs="MOETIER_CUDA_MMVQ_WIDE16=1" ;;
+          wide16) envs="MOETIER_CUDA_MMVQ_WIDE16=1" ;;  # the default since 2026-12-03
+          narrow) envs="MOETIER_CUDA_MMVQ_WIDE16=0" ;;
           pdl) envs="MOETIER_CUDA_PDL=1" ;;
           pdlwide) envs="MOETIER_CUDA_PDL=1 MOETIER_CUDA_MMVQ_WIDE=1" ;;
         esac
