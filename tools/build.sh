@@ -37,7 +37,7 @@ case "${1:-release}" in
     ;;
   fuzz)
     cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \
-      -DCMAKE_CXX_COMPILER=clang++ -DMOETIER_FUZZ=ON -DMOETIER_TESTS=OFF -DMOETIER_CUDA=OFF >/dev/null
+      -DCMAKE_CXX_COMPILER=clang++ -DMOETIER_FUZZ=ON -DMOETIER_TESTS=OFF -DMOETIER_CUDA=OFF $UNITY >/dev/null
     cmake --build build-fuzz -j "$JOBS"
     ;;
   *)

@@ -27,7 +27,8 @@ jobs="${FUZZ_JOBS:-1}"
 
 cmake -S "$repo" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
-  -DMOETIER_FUZZ=ON -DMOETIER_CUDA=OFF -DMOETIER_TESTS=OFF >/dev/null
+  -DMOETIER_FUZZ=ON -DMOETIER_CUDA=OFF -DMOETIER_TESTS=OFF \
+  -DCMAKE_UNITY_BUILD="${MOETIER_UNITY:-ON}" -DCMAKE_UNITY_BUILD_BATCH_SIZE=16 >/dev/null  # see tools/build.sh
 cmake --build "$build" --target gguf_fuzz gguf_make_corpus
 
 mkdir -p "$work/corpus" "$work/artifacts"
