@@ -13,7 +13,7 @@
 namespace mt {
 namespace {
 
-constexpr double kMiBf = 1024.0 * 1024.0;
+constexpr double kBytesPerMiB = 1024.0 * 1024.0;
 constexpr Packing kPackings[] = {Packing::kArbitrary, Packing::kHotness};
 
 // One layer under one (E, packing): which chunk each expert is in and what each chunk costs.
@@ -159,9 +159,9 @@ StatusOr<GranuleCurve> granule_curve(const RoutingTrace& trace, const GranulePar
       r.packing = p;
       r.waste = static_cast<double>(all_committed) / static_cast<double>(all_logical);
       const double n = static_cast<double>(layer_steps);
-      r.resident_mib = static_cast<double>(resident) / n / kMiBf;
-      r.transfer_mib = static_cast<double>(transfer) / n / kMiBf;
-      r.needed_mib = static_cast<double>(needed) / n / kMiBf;
+      r.resident_mib = static_cast<double>(resident) / n / kBytesPerMiB;
+      r.transfer_mib = static_cast<double>(transfer) / n / kBytesPerMiB;
+      r.needed_mib = static_cast<double>(needed) / n / kBytesPerMiB;
       r.selectivity = static_cast<double>(needed) / static_cast<double>(transfer);
       r.overfetch = static_cast<double>(transfer) / static_cast<double>(needed);
       c.layer_steps = layer_steps;

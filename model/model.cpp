@@ -77,7 +77,6 @@ uint64_t available_memory_bytes() {
 
 }  // namespace
 
-
 StatusOr<std::unique_ptr<Model>> Model::load(const std::string& path, const LoadOptions& options) {
   std::unique_ptr<Model> m(new Model());
   MT_ASSIGN_OR_RETURN(m->file_, gguf::GgufFile::open(path));

@@ -29,7 +29,6 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) uint64_t sum_words(
   return s0 + s1 + s2 + s3;
 }
 
-
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const size_t n = v.size();

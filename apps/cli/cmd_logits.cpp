@@ -14,11 +14,6 @@
 
 namespace mt::cli {
 
-int fail(const char* command, const Status& s) {
-  std::fprintf(stderr, "moetier %s: %s\n", command, s.to_string().c_str());
-  return 1;
-}
-
 void write_routing_line(FILE* f, uint32_t layer, uint32_t pos, uint64_t step, std::span<const int32_t> experts,
                         std::span<const float> weights) {
   std::fprintf(f, "{\"layer\": %u, \"pos\": %u, \"step\": %llu, \"experts\": [", layer, pos,

@@ -7,6 +7,16 @@
 #include <vector>
 
 #include "apps/cli/commands.h"
+#include "core/status.h"
+
+namespace mt::cli {
+
+int fail(const char* command, const Status& s) {
+  std::fprintf(stderr, "moetier %s: %s\n", command, s.to_string().c_str());
+  return 1;
+}
+
+}  // namespace mt::cli
 
 int main(int argc, char** argv) {
   CLI::App app{"moetier: MoE inference with experts tiered between GPU, host memory and CPU"};
