@@ -11,6 +11,11 @@
 // of the GPU instead of their host overhead being timed. The last
 // column is the kernel's largest difference from the f32 kernel, relative to the largest
 // |output| (a sanity check, not the accuracy test: tests/cuda/attention_tc_test.cpp).
+//
+// --decode: one query token at position n_kv - 1 for each --kv length, as a decode graph
+// calls it (the position read on the device, the split sized for n_kv rounded up to the
+// graph's 256-position span), the grouped split-K kernel and its merge launch against the
+// warps kernel (AttentionArgs warp_max), us per call over 200 back-to-back calls.
 #include <CLI/CLI.hpp>
 #include <cuda_runtime.h>
 
@@ -36,6 +41,8 @@ using mt::cuda::PrefillKernel;
 
 struct Flags {
   std::vector<int> tokens = {512, 2048, 4096};
+  bool decode = false;
+  std::vector<int> kv = {8, 64, 128, 256, 512, 1024, 2048, 4096};
   int n_head = 32, n_head_kv = 4, head_dim = 128;
   int reps = 20;
 };
@@ -148,6 +155,55 @@ void bench_tokens(const Flags& f, int T, std::mt19937& rng, cudaStream_t stream)
   }
 }
 
+void bench_decode(const Flags& f, int n_kv, std::mt19937& rng, cudaStream_t stream) {
+  const int D = f.head_dim, kv_dim = f.n_head_kv * D;
+  const uint32_t cap = (static_cast<uint32_t>(n_kv) + 255) / 256 * 256;
+  const uint64_t row_bytes = *mt::row_bytes(QuantType::F16, static_cast<uint64_t>(kv_dim));
+  const size_t q_elems = static_cast<size_t>(f.n_head) * D;
+  DeviceBuffer q = upload(randn(q_elems, rng));
+  DeviceBuffer k_cache(static_cast<size_t>(cap) * row_bytes), v_cache(static_cast<size_t>(cap) * row_bytes);
+  {
+    DeviceBuffer rows = upload(randn(static_cast<size_t>(n_kv) * kv_dim, rng));
+    mt::cuda::kv_store(QuantType::F16, rows.as<float>(), n_kv, kv_dim, k_cache.as<uint8_t>(), row_bytes, 0, stream);
+    DeviceBuffer vrows = upload(randn(static_cast<size_t>(n_kv) * kv_dim, rng));
+    mt::cuda::kv_store(QuantType::F16, vrows.as<float>(), n_kv, kv_dim, v_cache.as<uint8_t>(), row_bytes, 0, stream);
+  }
+  const uint32_t pos = static_cast<uint32_t>(n_kv - 1);
+  DeviceBuffer pos_dev(sizeof(uint32_t));
+  MT_CUDA_CHECK(cudaMemcpy(pos_dev.get(), &pos, sizeof(pos), cudaMemcpyHostToDevice));
+  MT_CUDA_CHECK(cudaStreamSynchronize(stream));
+  DeviceBuffer out(q_elems * sizeof(float));
+  mt::cuda::Workspace ws(mt::cuda::attention_workspace_bytes(1, f.n_head, D, cap));
+  mt::cuda::AttentionArgs a;
+  a.q = q.as<float>();
+  a.k_cache = k_cache.as<uint8_t>();
+  a.v_cache = v_cache.as<uint8_t>();
+  a.kv_type = QuantType::F16;
+  a.kv_row_bytes = row_bytes;
+  a.n_tokens = 1;
+  a.n_head = f.n_head;
+  a.n_head_kv = f.n_head_kv;
+  a.head_dim = D;
+  a.pos_dev = pos_dev.as<uint32_t>();
+  a.n_kv_cap = cap;
+  a.out = out.as<float>();
+  std::vector<float> grouped;
+  for (uint32_t warp_max : {0u, cap}) {
+    a.warp_max = warp_max;
+    const double ms = median_ms(f.reps, 200, stream, [&](cudaStream_t s) {
+      const size_t mark = ws.mark();
+      mt::cuda::attention(a, ws, s);
+      ws.rewind(mark);
+    });
+    MT_CUDA_CHECK(cudaStreamSynchronize(stream));
+    const std::vector<float> got = download(out, q_elems);
+    if (warp_max == 0) grouped = got;
+    std::printf("| %d | %u | %s | %.2f | %.1e |\n", n_kv, cap, warp_max == 0 ? "grouped + merge" : "warps", ms * 1e3,
+                relative_diff(got, grouped));
+    std::fflush(stdout);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -158,6 +214,9 @@ int main(int argc, char** argv) {
   app.add_option("--kv-heads", f.n_head_kv, "KV heads (default 4)")->check(CLI::Range(1, 1024));
   app.add_option("--head-dim", f.head_dim, "head_dim (default 128)")->check(CLI::Range(1, 256));
   app.add_option("--reps", f.reps, "timed calls per figure (default 20)")->check(CLI::Range(1, 10000));
+  app.add_flag("--decode", f.decode, "decode attention (one token) over the --kv lengths instead");
+  app.add_option("--kv", f.kv, "decode context lengths (default 8 64 128 256 512 1024 2048 4096)")
+      ->check(CLI::Range(1, 1 << 20));
   CLI11_PARSE(app, argc, argv);
   if (f.n_head % f.n_head_kv != 0) {
     std::fprintf(stderr, "moetier_cuda_attention: --heads must be a multiple of --kv-heads\n");
@@ -168,13 +227,22 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "moetier_cuda_attention: %s\n", mt::cuda::describe_devices().c_str());
     return 1;
   }
+  std::mt19937 rng(1);
+  cudaStream_t stream;
+  MT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  if (f.decode) {
+    std::printf("moetier_cuda_attention --decode: %s, heads %d / kv heads %d, head_dim %d, F16 cache, median of %d\n",
+                mt::cuda::describe_devices().c_str(), f.n_head, f.n_head_kv, f.head_dim, f.reps);
+    std::printf("| n_kv | split sized for | kernel | us per call | max diff vs grouped |\n");
+    std::printf("| ---: | ---: | --- | ---: | ---: |\n");
+    for (int n_kv : f.kv) bench_decode(f, n_kv, rng, stream);
+    MT_CUDA_CHECK(cudaStreamDestroy(stream));
+    return 0;
+  }
   std::printf("moetier_cuda_attention: %s, heads %d / kv heads %d, head_dim %d, causal, pos0 0, median of %d\n",
               mt::cuda::describe_devices().c_str(), f.n_head, f.n_head_kv, f.head_dim, f.reps);
   std::printf("| n_tokens | kernel | ms | TFLOP/s | max diff vs f32 |\n");
   std::printf("| ---: | --- | ---: | ---: | ---: |\n");
-  std::mt19937 rng(1);
-  cudaStream_t stream;
-  MT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   for (int T : f.tokens) bench_tokens(f, T, rng, stream);
   MT_CUDA_CHECK(cudaStreamDestroy(stream));
   return 0;

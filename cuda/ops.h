@@ -72,6 +72,10 @@ struct AttentionArgs {
   // Decode: when n_kv (n_kv_cap with pos_dev) <= this (<= 256), one chunk per head group
   // (no split; with decode_counters its CTA merges it in the same launch); 0: the split.
   uint32_t single_chunk_max = 0;
+  // Decode: when n_kv (n_kv_cap with pos_dev) <= this and head_dim is 64, 128 or 256, the
+  // warps kernel (a block per chunk and head, each warp an online-softmax decoder; one
+  // chunk up to 256 positions, which writes the output in the same launch); 0: never.
+  uint32_t warp_max = 0;
   // gpt-oss / laguna: a sliding window (a query at position p sees keys (p - window, p];
   // 0: all) and per-head sink logits (n_head; in the softmax's denominator only; null: none).
   uint32_t window = 0;

@@ -61,6 +61,7 @@ struct AttnGeom {
   uint32_t window = 0;                // sliding window: query at p sees keys (p - window, p]; 0: all
   const float* sinks = nullptr;       // (n_head) a logit per head in the softmax's denominator only, or null
   uint32_t single_chunk_max = 0;      // AttentionArgs single_chunk_max
+  uint32_t warp_max = 0;              // AttentionArgs warp_max
 };
 
 // The first key position a query at position p sees.

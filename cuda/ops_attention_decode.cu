@@ -19,6 +19,17 @@
 //    memory at the end.
 //  * per head (any head_dim <= 256): one block per (chunk, head, token), a warp per
 //    position for the scores, a thread per element for the accumulator.
+//  * warps (head_dim 64, 128, 256; AttnGeom::warp_max, short contexts): one block per
+//    (chunk, head, token) and every warp a flash decoder of its own: warp w takes the
+//    chunk's positions in groups of kWarpGroup (w, w + kWarps, ... as groups), lane l holds
+//    elements [l * EPL, (l + 1) * EPL) of q, of each K and V row it loads and of its
+//    accumulator, a group's scores are warp sums, the softmax is online (running max and
+//    sum), and the four warps merge in shared memory. No phase waits on another warp
+//    until that merge, and a group's loads are independent of the previous group's
+//    arithmetic, so its latency is about one pass over the chunk's rows: a short context
+//    at one token is latency, not bytes (the grouped kernel's serial phases took ~10 us
+//    at 7 positions on the H200). One chunk (n_kv <= kMaxChunk) writes the normalised
+//    output itself: no merge launch.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -38,11 +49,13 @@ constexpr int kMaxChunk = 256;                 // positions per chunk at most (s
 constexpr int kMinChunk = 32;
 constexpr int64_t kTargetBlocks = 256;         // enough blocks to fill an H200 twice
 constexpr int kGB = 8;                         // query heads per grouped block
+constexpr int kWarpGroup = 4;                  // positions a warp of the warps kernel scores together
 
 struct DecodeSplit {
   int chunk_len;  // positions per chunk, a multiple of 32, <= kMaxChunk
   int n_chunks;   // ceil(n_kv / chunk_len)
   int64_t bound;  // chunks the workspace holds: >= n_chunks, non-decreasing in n_kv
+  bool warps = false;  // the warps kernel (chunks of kMaxChunk, or one)
 };
 
 // Chunks for n_kv positions: at least n_kv / kMaxChunk, more (down to kMinChunk positions
@@ -321,6 +334,115 @@ __global__ void __launch_bounds__(kThreads)
   if (g.counters != nullptr) merge_if_last(g, ml, acc, n_chunks, t, h0, Gb);
 }
 
+// Grid (n_chunks, n_head, n_tokens): the warps kernel (see the top). Partials in
+// attn_decode_grouped's layout; n_chunks == 1: the output row itself, sink included.
+template <QuantType KV, int EPL>
+__global__ void __launch_bounds__(kThreads)
+    attn_decode_warps(AttnGeom g, int chunk_len, int n_chunks, float2* ml, float* acc) {
+  pdl_start();  // (cuda/pdl.h: launched dependent)
+  constexpr int D = 32 * EPL;
+  __shared__ float o_sh[kWarps][D];
+  __shared__ float2 ml_sh[kWarps];
+  const int c = blockIdx.x, h = blockIdx.y, t = blockIdx.z;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int64_t part = (static_cast<int64_t>(t) * g.n_head + h) * n_chunks + c;
+  const uint32_t n_kv = query_n_kv(g, t, chunk_len, n_chunks);
+  const ChunkSpan span = chunk_span(g, n_kv, c, chunk_len);
+  if (span.len == 0) {  // uniform over the block, before any barrier (n_chunks > 1 only)
+    if (tid == 0) ml[part] = make_float2(-INFINITY, 0.0f);
+    if (g.counters != nullptr) merge_if_last(g, ml, acc, n_chunks, t, h, 1);
+    return;
+  }
+  const int kvh = h / g.group;
+  float q[EPL];
+  kv_load_n<QuantType::F32, EPL>(reinterpret_cast<const uint8_t*>(g.q + (static_cast<int64_t>(t) * g.n_head + h) * D),
+                                 lane * EPL, q);
+  const uint8_t* k_base = g.k + kvh * g.head_bytes + static_cast<uint64_t>(span.jb) * g.row_bytes;
+  const uint8_t* v_base = g.v + kvh * g.head_bytes + static_cast<uint64_t>(span.jb) * g.row_bytes;
+
+  // This warp's flash decoder: running max m, sum l of e^(s - m), o = sum e^(s - m) v.
+  float m = -INFINITY, l = 0.0f;
+  float o[EPL];
+#pragma unroll
+  for (int k = 0; k < EPL; ++k) o[k] = 0.0f;
+#pragma unroll 2
+  for (int j0 = warp * kWarpGroup; j0 < span.len; j0 += kWarps * kWarpGroup) {
+    float s[kWarpGroup];
+    float vx[kWarpGroup][EPL];
+#pragma unroll
+    for (int i = 0; i < kWarpGroup; ++i) {
+      s[i] = 0.0f;
+#pragma unroll
+      for (int k = 0; k < EPL; ++k) vx[i][k] = 0.0f;
+      if (j0 + i < span.len) {  // uniform over the warp
+        const uint64_t off = static_cast<uint64_t>(j0 + i) * g.row_bytes;
+        float kx[EPL];
+        kv_load_n<KV, EPL>(k_base + off, lane * EPL, kx);
+        kv_load_n<KV, EPL>(v_base + off, lane * EPL, vx[i]);
+#pragma unroll
+        for (int k = 0; k < EPL; ++k) s[i] = __fmaf_rn(q[k], kx[k], s[i]);
+      }
+    }
+    float mx = m;
+#pragma unroll
+    for (int i = 0; i < kWarpGroup; ++i) {
+      s[i] = j0 + i < span.len ? warp_sum(s[i]) * g.scale : -INFINITY;
+      mx = fmaxf(mx, s[i]);
+    }
+    const float corr = expf(m - mx);  // m = -inf at the first group: 0 (mx is finite there)
+    l *= corr;
+#pragma unroll
+    for (int k = 0; k < EPL; ++k) o[k] *= corr;
+#pragma unroll
+    for (int i = 0; i < kWarpGroup; ++i) {
+      const float p = expf(s[i] - mx);  // 0 past the chunk
+      l += p;
+#pragma unroll
+      for (int k = 0; k < EPL; ++k) o[k] = __fmaf_rn(p, vx[i][k], o[k]);
+    }
+    m = mx;
+  }
+
+  // The warps' decoders merged (a warp with no position has l = 0 and is skipped).
+  if (lane == 0) ml_sh[warp] = make_float2(m, l);
+#pragma unroll
+  for (int k = 0; k < EPL; ++k) o_sh[warp][lane * EPL + k] = o[k];
+  __syncthreads();
+  float M = -INFINITY;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) {
+    if (ml_sh[w].y > 0.0f) M = fmaxf(M, ml_sh[w].x);
+  }
+  float f[kWarps], L = 0.0f;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) {
+    f[w] = ml_sh[w].y > 0.0f ? expf(ml_sh[w].x - M) : 0.0f;
+    L = __fmaf_rn(ml_sh[w].y, f[w], L);
+  }
+  if (n_chunks == 1) {  // the whole row: normalised here, with the head's sink logit
+    const float sink = g.sinks != nullptr ? g.sinks[h] : -INFINITY;
+    const float M2 = fmaxf(M, sink);
+    const float rescale = expf(M - M2);
+    const float denom = __fmaf_rn(L, rescale, sink == -INFINITY ? 0.0f : expf(sink - M2));
+    const float mul = rescale / denom;
+    for (int e = tid; e < D; e += kThreads) {
+      float a = 0.0f;
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) a = __fmaf_rn(o_sh[w][e], f[w], a);
+      g.out[(static_cast<int64_t>(t) * g.n_head + h) * D + e] = a * mul;
+    }
+    return;
+  }
+  for (int e = tid; e < D; e += kThreads) {
+    float a = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) a = __fmaf_rn(o_sh[w][e], f[w], a);
+    acc[part * D + e] = a;
+  }
+  if (tid == 0) ml[part] = make_float2(M, L);
+  if (g.counters != nullptr) merge_if_last(g, ml, acc, n_chunks, t, h, 1);
+}
+
 // Grid (n_chunks, n_head, n_tokens); the partial layout of attn_decode_grouped.
 template <QuantType KV>
 __global__ void __launch_bounds__(kThreads)
@@ -401,6 +523,16 @@ void launch_partial(const AttnGeom& g, const DecodeSplit& s, float2* ml, float* 
   const uint64_t align = KV == QuantType::Q8_0 ? 2 : 16;
   const uint64_t bits = reinterpret_cast<uintptr_t>(g.k) | reinterpret_cast<uintptr_t>(g.v) | g.row_bytes;
   const bool aligned = bits % align == 0;
+  if (s.warps) {  // (attention_decode chose it: head_dim 64, 128 or 256, vector-aligned)
+    const dim3 per_head(chunks, static_cast<unsigned>(g.n_head), tokens);
+    switch (g.D) {
+      case 64: launch_dependent(attn_decode_warps<KV, 2>, per_head, dim3(kThreads), 0, stream, g, s.chunk_len, s.n_chunks, ml, acc); break;
+      case 128: launch_dependent(attn_decode_warps<KV, 4>, per_head, dim3(kThreads), 0, stream, g, s.chunk_len, s.n_chunks, ml, acc); break;
+      default: launch_dependent(attn_decode_warps<KV, 8>, per_head, dim3(kThreads), 0, stream, g, s.chunk_len, s.n_chunks, ml, acc); break;
+    }
+    MT_CUDA_CHECK_LAUNCH();
+    return;
+  }
   switch (aligned ? g.D : 0) {
     case 64: launch_dependent(attn_decode_grouped<KV, 2>, grouped, dim3(kThreads), 0, stream, g, s.chunk_len, s.n_chunks, ml, acc); break;
     case 128: launch_dependent(attn_decode_grouped<KV, 4>, grouped, dim3(kThreads), 0, stream, g, s.chunk_len, s.n_chunks, ml, acc); break;
@@ -434,7 +566,17 @@ void attention_decode(QuantType kv_type, const AttnGeom& g, Workspace& ws, cudaS
   // A counter per (token, head group): at most one per (token, query head).
   MT_CHECK(g.counters == nullptr || static_cast<int64_t>(g.n_tokens) * g.n_head <= kAttnDecodeCounters);
   DecodeSplit s = decode_split(g.n_tokens, g.n_head, n_kv);
-  if (g.single_chunk_max > 0 && n_kv <= g.single_chunk_max) {  // one chunk: fewer parts than the bound
+  // The warps kernel's vector loads: 16-byte aligned q and rows (2-byte for Q8_0 rows).
+  const uint64_t kv_align = kv_type == QuantType::Q8_0 ? 2 : 16;
+  const bool warp_shape = (g.D == 64 || g.D == 128 || g.D == 256) && reinterpret_cast<uintptr_t>(g.q) % 16 == 0 &&
+                          (reinterpret_cast<uintptr_t>(g.k) | reinterpret_cast<uintptr_t>(g.v) | g.row_bytes) % kv_align == 0;
+  if (g.warp_max > 0 && n_kv <= g.warp_max && warp_shape) {
+    // Chunks of kMaxChunk (at most decode_split's bound: its fewest), one up to kMaxChunk
+    // positions (that one writes the output: no merge).
+    s.chunk_len = n_kv <= static_cast<uint32_t>(kMaxChunk) ? static_cast<int>((n_kv + 31) / 32 * 32) : kMaxChunk;
+    s.n_chunks = static_cast<int>((n_kv + s.chunk_len - 1) / s.chunk_len);
+    s.warps = true;
+  } else if (g.single_chunk_max > 0 && n_kv <= g.single_chunk_max) {  // one chunk: fewer parts than the bound
     MT_CHECK(g.single_chunk_max <= static_cast<uint32_t>(kMaxChunk));
     s.chunk_len = static_cast<int>((n_kv + 31) / 32 * 32);
     s.n_chunks = 1;
@@ -448,7 +590,7 @@ void attention_decode(QuantType kv_type, const AttnGeom& g, Workspace& ws, cudaS
     case QuantType::F32: launch_partial<QuantType::F32>(g, s, ml, acc, stream); break;
     default: MT_CHECK_MSG(false, "attention: KV cache type must be f16, q8_0 or f32");
   }
-  if (g.counters != nullptr) return;  // merged by the partial kernel's last CTAs
+  if (g.counters != nullptr || (s.warps && s.n_chunks == 1)) return;  // merged in the partial launch
   launch_dependent(attn_decode_combine, dim3(static_cast<unsigned>(g.n_head), static_cast<unsigned>(g.n_tokens)),
                    dim3(kThreads), 0, stream, ml, acc, s.n_chunks, g.n_head, g.D, g.sinks, g.out);
   MT_CUDA_CHECK_LAUNCH();

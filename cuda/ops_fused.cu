@@ -120,7 +120,8 @@ __global__ void __launch_bounds__(kWide ? kWideThreads : kRowThreads)
   const float mean = static_cast<float>(sum / static_cast<double>(n));
   const float scale = 1.0f / sqrtf(mean + eps);
   for (int i = tid; i < n; i += blockDim.x) {
-    const float v = xr[i] * scale;  // this thread's own write above
+    // This thread's own write above (wide: its staged copy, no round trip to L2).
+    const float v = (kWide ? row_sh[i] : xr[i]) * scale;
     const float o = w != nullptr ? v * w[i] : v;
     orow[i] = o;
     row_sh[i] = o;

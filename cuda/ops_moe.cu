@@ -18,6 +18,7 @@
 
 #include "core/check.h"
 #include "cuda/dispatch.h"
+#include "cuda/env_switch.h"
 #include "cuda/mmvq_float.cuh"
 #include "cuda/ops.h"
 #include "cuda/pdl.h"
@@ -33,17 +34,24 @@ constexpr int kMaxTopK = 32;     // rank r's weight lives in lane r
 constexpr int kFusedWarps = mmvq_detail::kSplitThreads / 32;  // router_fused: tokens routed by its last CTA
 static_assert(kFusedWarps >= kMmvqMaxTokens, "router_fused routes a token per warp of one CTA");
 
-// logits (T, n_expert) -> ids, weights (T, K).
+// logits (T, n_expert) -> ids, weights (T, K); PER > 0: the probabilities in registers
+// (n_expert <= 32 * PER: topk_warp_regs, the same bytes), 0: in shared memory.
+template <int PER>
 __global__ void __launch_bounds__(kRouterWarps * 32)
     router_topk_kernel(const float* logits, int n_tokens, int n_expert, int K, bool renormalize, int32_t* ids,
                        float* weights) {
   pdl_start();  // (cuda/pdl.h: launched dependent)
-  __shared__ float probs[kRouterWarps][kMaxExperts];
   const int warp = threadIdx.x >> 5;
   const int t = blockIdx.x * kRouterWarps + warp;
   if (t >= n_tokens) return;  // the whole warp: the kernel has no block barrier
-  detail::topk_warp(logits + static_cast<int64_t>(t) * n_expert, probs[warp], n_expert, K, renormalize,
-            ids + static_cast<int64_t>(t) * K, weights + static_cast<int64_t>(t) * K);
+  if constexpr (PER > 0) {
+    detail::topk_warp_regs<PER>(logits + static_cast<int64_t>(t) * n_expert, n_expert, K, renormalize,
+                                ids + static_cast<int64_t>(t) * K, weights + static_cast<int64_t>(t) * K);
+  } else {
+    __shared__ float probs[kRouterWarps][kMaxExperts];
+    detail::topk_warp(logits + static_cast<int64_t>(t) * n_expert, probs[warp], n_expert, K, renormalize,
+                      ids + static_cast<int64_t>(t) * K, weights + static_cast<int64_t>(t) * K);
+  }
 }
 
 // Grid (n_expert), kSplitThreads: CTA e computes logit e of each of the NT tokens (p.y =
@@ -107,8 +115,22 @@ void router_topk(const float* logits, int n_tokens, int n_expert, int K, bool re
   MT_CHECK(K > 0 && K <= n_expert && K <= kMaxTopK);
   if (n_tokens <= 0) return;
   const int blocks = (n_tokens + kRouterWarps - 1) / kRouterWarps;
-  launch_dependent(router_topk_kernel, dim3(blocks), dim3(kRouterWarps * 32), 0, stream, logits, n_tokens, n_expert, K,
-                   renormalize, ids, weights);
+  // Registers for up to 256 experts (MOETIER_CUDA_TOPK_SMEM=1: shared memory always).
+  static EnvSwitch smem_switch("MOETIER_CUDA_TOPK_SMEM");
+  const bool regs = !smem_switch.on();
+  auto launch = [&](auto kernel) {
+    launch_dependent(kernel, dim3(blocks), dim3(kRouterWarps * 32), 0, stream, logits, n_tokens, n_expert, K,
+                     renormalize, ids, weights);
+  };
+  if (regs && n_expert <= 64) {
+    launch(router_topk_kernel<2>);
+  } else if (regs && n_expert <= 128) {
+    launch(router_topk_kernel<4>);
+  } else if (regs && n_expert <= 256) {
+    launch(router_topk_kernel<8>);
+  } else {
+    launch(router_topk_kernel<0>);
+  }
   MT_CUDA_CHECK_LAUNCH();
 }
 

@@ -50,4 +50,67 @@ __device__ __forceinline__ void topk_warp(const float* row, float* p, int n_expe
   }
 }
 
+// topk_warp with the probabilities in registers: lane l holds entries l + 32 k, k <
+// PER (n_expert <= 32 * PER), so neither the softmax nor the K arg-max rounds touch shared
+// memory (a decode step routes one token: its latency is the step's). The same float and
+// double operations in the same order as topk_warp: the same ids and weights, bit for bit.
+template <int PER>
+__device__ __forceinline__ void topk_warp_regs(const float* row, int n_expert, int K, bool renormalize, int32_t* ids,
+                                               float* weights) {
+  const int lane = threadIdx.x & 31;
+  float p[PER];
+  float mx = -INFINITY;
+#pragma unroll
+  for (int k = 0; k < PER; ++k) {
+    const int e = lane + 32 * k;
+    p[k] = e < n_expert ? __ldcg(row + e) : -INFINITY;
+    if (e < n_expert) mx = fmaxf(mx, p[k]);
+  }
+  mx = warp_max(mx);
+  double sum = 0.0;
+#pragma unroll
+  for (int k = 0; k < PER; ++k) {
+    if (lane + 32 * k < n_expert) {
+      const float v = static_cast<float>(exp(static_cast<double>(p[k] - mx)));
+      p[k] = v;
+      sum += v;
+    }
+  }
+  sum = warp_sum(sum);
+  const float inv = static_cast<float>(1.0 / sum);
+#pragma unroll
+  for (int k = 0; k < PER; ++k) p[k] *= inv;
+
+  float picked_sum = 0.0f;  // in rank order, as the CPU
+  float my_w = 0.0f;        // lane r: the weight of rank r
+  int my_id = 0;
+  for (int r = 0; r < K; ++r) {
+    float bv = -2.0f;  // below kTopkRemoved: a lane whose entries are all picked still loses
+    int bi = INT_MAX;
+#pragma unroll
+    for (int k = 0; k < PER; ++k) {
+      const int e = lane + 32 * k;
+      if (e < n_expert && p[k] > bv) {  // ascending e: the first of equal values (lowest id) stays
+        bv = p[k];
+        bi = e;
+      }
+    }
+    warp_argmax(bv, bi);
+#pragma unroll
+    for (int k = 0; k < PER; ++k) {
+      if (bi < n_expert && lane + 32 * k == bi) p[k] = kTopkRemoved;
+    }
+    if (lane == r) {
+      my_w = bv;
+      my_id = bi < n_expert ? bi : 0;  // only NaN logits leave no winner
+    }
+    picked_sum += bv;
+  }
+  if (lane < K) {
+    if (renormalize) my_w /= fmaxf(picked_sum, 6.103515625e-5f);
+    ids[lane] = my_id;
+    weights[lane] = my_w;
+  }
+}
+
 }  // namespace mt::cuda::detail

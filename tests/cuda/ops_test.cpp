@@ -186,8 +186,10 @@ TEST(CudaOps, KvStoreBytesEqualCpu) {
 
 // Causal GQA attention over a cache filled by the CPU's KvCache, against a double softmax
 // over the same dequantized rows (q in f32, as the device reads it).
-void check_attention(QuantType type, int D, int T, uint32_t pos0, int n_head, int n_head_kv, uint32_t seed) {
-  SCOPED_TRACE(::testing::Message() << type_name(type) << " head_dim " << D << " n_tokens " << T << " pos0 " << pos0);
+void check_attention(QuantType type, int D, int T, uint32_t pos0, int n_head, int n_head_kv, uint32_t seed,
+                     uint32_t warp_max = 0) {
+  SCOPED_TRACE(::testing::Message() << type_name(type) << " head_dim " << D << " n_tokens " << T << " pos0 " << pos0
+                                    << " warp_max " << warp_max);
   std::mt19937 rng(seed);
   const int kv_dim = n_head_kv * D;
   const uint32_t n_kv = pos0 + static_cast<uint32_t>(T);
@@ -216,6 +218,7 @@ void check_attention(QuantType type, int D, int T, uint32_t pos0, int n_head, in
   a.head_dim = D;
   a.pos0 = pos0;
   a.out = dout.as<float>();
+  a.warp_max = warp_max;
   attention(a, ws, nullptr);
   const std::vector<float> got = to_host<float>(dout, q.size());
 
@@ -289,6 +292,23 @@ TEST(CudaOps, AttentionEdgeShapes) {
   check_attention(QuantType::Q8_0, 64, 4, 200, 32, 2, 10);   // a group of 16: two blocks per KV head
 }
 
+// The warps kernel (AttentionArgs warp_max): one chunk up to 256 positions (its own
+// output, no merge launch), chunks of 256 past it (merged by the combine kernel), every
+// KV type and head_dim it takes, GQA groups of 1 to 16, decode batches of 1 to 8.
+TEST(CudaOps, AttentionWarpsKernelMatchesReference) {
+  MT_SKIP_WITHOUT_DEVICE();
+  uint32_t seed = 500;
+  for (QuantType type : {QuantType::F16, QuantType::Q8_0, QuantType::F32}) {
+    for (int D : {64, 128, 256}) {
+      for (uint32_t pos0 : {0u, 6u, 255u, 300u, 1100u}) check_attention(type, D, 1, pos0, 8, 2, ++seed, 4096);
+    }
+  }
+  check_attention(QuantType::F16, 128, 5, 250, 32, 4, ++seed, 4096);  // one chunk, then two, within the batch
+  check_attention(QuantType::F16, 128, 8, 40, 16, 1, ++seed, 4096);   // a group of 16
+  check_attention(QuantType::Q8_0, 128, 3, 2, 4, 4, ++seed, 4096);    // no GQA, 3 positions for 4 warps
+  check_attention(QuantType::F16, 128, 1, 600, 32, 4, ++seed, 512);   // above warp_max: the grouped kernel
+}
+
 // ---- MoE ----
 
 // model/ffn.cpp moe_block's router: softmax, top-k by probability (ties: lower id).
@@ -320,7 +340,7 @@ TEST(CudaOps, RouterTopkMatchesCpu) {
   MT_SKIP_WITHOUT_DEVICE();
   std::mt19937 rng(5);
   const int T = 37;  // not a multiple of the tokens per block
-  for (int X : {8, 60, 128, 512}) {
+  for (int X : {8, 60, 128, 200, 256, 512}) {  // (registers up to 256, shared memory past it)
     for (int K : {2, 4, 8, 10}) {
       if (K > X) continue;
       for (bool renorm : {false, true}) {

@@ -41,6 +41,8 @@
 #                              LLAMA_ARGS: its tests, default -p 512,4096 -n 128 -r 3)
 #   tools/gpu/check.sh chain   a product's fixed cost: moetier_cuda_mmvq at 1-256 MiB (CHAIN_MIB),
 #                              dense and routed, plain and dependent launches (CHAIN_TYPES)
+#   tools/gpu/check.sh kprof   (after prep) each decode kernel's time from ncu, moetier vs llama-bench
+#                              (QUANTS, default q4_0; KPROF_N tokens)
 #   tools/gpu/check.sh cpu     the whole CPU test suite with this machine's compiler
 #   tools/gpu/check.sh all     test, then bench
 # Carry .gpu-carry (made here by tools/gpu/prepare.sh): the Debian packages of the header
@@ -388,7 +390,8 @@ resab)  # issue 6 (machine warm after prep): the CUDA tests of FILTER, then full
     # (MOETIER_CUDA_ATTN_SINGLE=1), prologue (MOETIER_CUDA_MMVQ_PROLOGUE=1), fattn
     # (MOETIER_CUDA_FUSED_ATTN=1), frouter (MOETIER_CUDA_FUSED_ROUTER=1), persist
     # (MOETIER_CUDA_PERSISTENT=1), rows4 (MOETIER_CUDA_MMVQ_ROWS4=1), wide (MOETIER_CUDA_MMVQ_WIDE=1), wide16 (MOETIER_CUDA_MMVQ_WIDE16=1, the default), narrow (=0), pdl
-    # (MOETIER_CUDA_PDL=1), pdlwide (both)
+    # (MOETIER_CUDA_PDL=1), pdlwide (both), grouped (MOETIER_CUDA_ATTN_WARP_MAX=0), warp1k
+    # (=1024), topksmem (MOETIER_CUDA_TOPK_SMEM=1), old (grouped + topksmem)
     for round in 1 2; do
       for v in ${RES_VARIANTS:-base single}; do
         case $v in
@@ -404,6 +407,10 @@ resab)  # issue 6 (machine warm after prep): the CUDA tests of FILTER, then full
           narrow) envs="MOETIER_CUDA_MMVQ_WIDE16=0" ;;
           pdl) envs="MOETIER_CUDA_PDL=1" ;;
           pdlwide) envs="MOETIER_CUDA_PDL=1 MOETIER_CUDA_MMVQ_WIDE=1" ;;
+          grouped) envs="MOETIER_CUDA_ATTN_WARP_MAX=0" ;;      # the decode attention before the warps kernel
+          warp1k) envs="MOETIER_CUDA_ATTN_WARP_MAX=1024" ;;    # the warps kernel in chunks of 256 up to 1024
+          topksmem) envs="MOETIER_CUDA_TOPK_SMEM=1" ;;         # the router top-k in shared memory (before)
+          old) envs="MOETIER_CUDA_ATTN_WARP_MAX=0 MOETIER_CUDA_TOPK_SMEM=1" ;;
         esac
         # shellcheck disable=SC2086
         run "tg_${q}_${v}_$round" env $envs $M bench -m "$F" --device cuda -p 0 -n 128 -r 3
@@ -433,12 +440,34 @@ chain)  # a product's fixed cost: moetier_cuda_mmvq over small matrices (the dec
     echo "pdl $pdl routed: $(grep '^| q' "$OUT/chain_exp_pdl$pdl.log" | tr -s ' ' | tr '\n' ' ')"
   done
   ;;
+kprof)  # (machine warm after prep) each decode kernel's time, moetier vs llama-bench, from
+  # ncu (gpu__time_duration, clocks and caches left alone) over KPROF_N decoded tokens of QUANTS
+  NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+  N=${KPROF_N:-6}
+  ncu_csv() {  # name command...: one row per launch
+    local name=$1
+    shift
+    run "ncu_$name" "$NCU" --clock-control none --cache-control none --metrics gpu__time_duration.sum \
+      --print-kernel-base function --print-units base --csv "$@"
+  }
+  for q in ${QUANTS:-q4_0}; do
+    F=/tmp/q30-$q.gguf
+    [ -f "$F" ] || continue
+    # warm-up + N timed tokens each: moetier bench decodes 1 + N, llama-bench 1 + N too
+    ncu_csv "moetier_$q" $M bench -m "$F" --device cuda -p 0 -n "$N" -r 1
+    python3 tools/gpu/kprof.py "moetier $q" "$OUT/ncu_moetier_$q.log" $((N + 1)) | tee "$OUT/kprof_moetier_$q.txt" | head -40
+    L=/tmp/llama.cpp/build/bin/llama-bench
+    [ -x $L ] || continue
+    ncu_csv "llama_$q" $L -m "$F" -ngl 99 -fa 1 -p 0 -n "$N" -r 1
+    python3 tools/gpu/kprof.py "llama.cpp $q" "$OUT/ncu_llama_$q.log" $((N + 1)) | tee "$OUT/kprof_llama_$q.txt" | head -40
+  done
+  ;;
 cpu)
   build
   run unit ctest --test-dir build-gpu --output-on-failure -j "$JOBS" -LE "kjv|cuda"
   ;;
 *)
-  echo "usage: tools/gpu/check.sh test|bench|all|prep|llama|tier|quick|hybrid|unified|families|verify|cpuexp|split|resab|chain|cpu"
+  echo "usage: tools/gpu/check.sh test|bench|all|prep|llama|tier|quick|hybrid|unified|families|verify|cpuexp|split|resab|chain|kprof|cpu"
   exit 2
   ;;
 esac
