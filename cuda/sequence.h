@@ -267,8 +267,11 @@ class CudaSequence final : public Evaluator {
   bool fused_attention_merge_ = false;  // MOETIER_CUDA_FUSED_ATTN=1: decode attention merge in the partials
   bool single_chunk_attention_ = false; // MOETIER_CUDA_ATTN_SINGLE=1: short contexts in one chunk, one launch (slower)
   // Decode attention over at most this many positions (the graph's n_kv_cap) by the warps
-  // kernel (AttentionArgs warp_max); MOETIER_CUDA_ATTN_WARP_MAX=n sets it, 0: never.
-  uint32_t warp_attention_max_ = 256;
+  // kernel (AttentionArgs warp_max), except from kWarpAttnOneChunk to kWarpAttnGroupedUpTo
+  // positions (the grouped kernel measured faster there); MOETIER_CUDA_ATTN_WARP_MAX=n
+  // sets it, 0: never.
+  static constexpr uint32_t kWarpAttnOneChunk = 256, kWarpAttnGroupedUpTo = 1024;
+  uint32_t warp_attention_max_ = 4096;
   static constexpr uint32_t kAttnSingleChunkMax = 256;
   std::unique_ptr<Persistent, PersistentDeleter> persistent_;
 };

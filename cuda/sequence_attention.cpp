@@ -98,10 +98,15 @@ void CudaSequence::attention_layer(Pass& p, const DevLayer& L, uint32_t l, const
   aa.n_kv_cap = p.st->graph_n_kv_cap;
   aa.window = hp.is_swa(l) ? hp.n_swa : 0u;
   aa.sinks = L.sinks;
-  aa.warp_max = warp_attention_max_;
   // MOETIER_CUDA_ATTN_SINGLE=1: a short context (<= 256 positions, the graph's span for a
   // decode step) in one chunk per head group, merged by its own CTA: one launch.
   const uint32_t n_kv_bound = p.pos_dev != nullptr ? p.st->graph_n_kv_cap : pos_ + T;
+  // The warps kernel where it measured faster (moetier_cuda_attention --decode, H200,
+  // 2026-12-03; docs/PERFORMANCE.md): one chunk up to 256 positions (8: 4.5 vs 14.3 us,
+  // 128: 12.7 vs 16.3), chunks of 256 past 1024 (2048: 29.8 vs 42.9); the grouped kernel
+  // between (512: 21.1 vs 26.2).
+  const bool warps = n_kv_bound <= kWarpAttnOneChunk || n_kv_bound > kWarpAttnGroupedUpTo;
+  aa.warp_max = warps ? warp_attention_max_ : 0;
   const bool single = single_chunk_attention_ && n_kv_bound <= kAttnSingleChunkMax;
   if (static_cast<int64_t>(Ti) * aa.n_head <= kAttnDecodeCounters) {  // the decode merge in the partial launch
     aa.decode_counters = fused_attention_merge_ || single ? m_.decode_counters.as<uint32_t>() : nullptr;
