@@ -76,9 +76,6 @@ struct AttentionArgs {
   // warps kernel (a block per chunk and head, each warp an online-softmax decoder; one
   // chunk up to 256 positions, which writes the output in the same launch); 0: never.
   uint32_t warp_max = 0;
-  // The warps kernel with larger position groups (8 at head_dim 128), each group's K / V
-  // rows loaded while the previous group is computed.
-  bool warp_pipelined = false;
   // gpt-oss / laguna: a sliding window (a query at position p sees keys (p - window, p];
   // 0: all) and per-head sink logits (n_head; in the softmax's denominator only; null: none).
   uint32_t window = 0;

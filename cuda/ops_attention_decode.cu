@@ -334,34 +334,13 @@ __global__ void __launch_bounds__(kThreads)
   if (g.counters != nullptr) merge_if_last(g, ml, acc, n_chunks, t, h0, Gb);
 }
 
-// One group of G positions of a warps-kernel warp: K and V elements [lane * EPL, +EPL) of
-// positions j0 .. j0 + G - 1 of the chunk (zeros past len, not loaded).
-template <QuantType KV, int EPL, int G>
-__device__ __forceinline__ void warps_load(const uint8_t* k_base, const uint8_t* v_base, uint64_t row_bytes, int j0,
-                                           int len, int lane, float (&kx)[G][EPL], float (&vx)[G][EPL]) {
-#pragma unroll
-  for (int i = 0; i < G; ++i) {
-    if (j0 + i < len) {  // uniform over the warp
-      const uint64_t off = static_cast<uint64_t>(j0 + i) * row_bytes;
-      kv_load_n<KV, EPL>(k_base + off, lane * EPL, kx[i]);
-      kv_load_n<KV, EPL>(v_base + off, lane * EPL, vx[i]);
-    } else {
-#pragma unroll
-      for (int k = 0; k < EPL; ++k) kx[i][k] = vx[i][k] = 0.0f;
-    }
-  }
-}
-
-// Grid (n_chunks, n_head, n_tokens): the warps kernel (see the top), its warps taking
-// groups of G positions; kPrefetch (AttnGeom::warp_pipelined): the next group's rows are
-// loaded before this group's arithmetic. Partials in attn_decode_grouped's layout;
-// n_chunks == 1: the output row itself, sink included.
-template <QuantType KV, int EPL, int G, bool kPrefetch>
+// Grid (n_chunks, n_head, n_tokens): the warps kernel (see the top). Partials in
+// attn_decode_grouped's layout; n_chunks == 1: the output row itself, sink included.
+template <QuantType KV, int EPL>
 __global__ void __launch_bounds__(kThreads)
     attn_decode_warps(AttnGeom g, int chunk_len, int n_chunks, float2* ml, float* acc) {
   pdl_start();  // (cuda/pdl.h: launched dependent)
   constexpr int D = 32 * EPL;
-  constexpr int kStride = kWarps * G;  // positions between a warp's groups
   __shared__ float o_sh[kWarps][D];
   __shared__ float2 ml_sh[kWarps];
   const int c = blockIdx.x, h = blockIdx.y, t = blockIdx.z;
@@ -386,26 +365,27 @@ __global__ void __launch_bounds__(kThreads)
   float o[EPL];
 #pragma unroll
   for (int k = 0; k < EPL; ++k) o[k] = 0.0f;
-  float kx[G][EPL], vx[G][EPL];
-  if constexpr (kPrefetch) warps_load<KV, EPL, G>(k_base, v_base, g.row_bytes, warp * G, span.len, lane, kx, vx);
 #pragma unroll 2
-  for (int j0 = warp * G; j0 < span.len; j0 += kStride) {
-    float kn[G][EPL], vn[G][EPL];  // (kPrefetch) the next group's rows, in flight during this one
-    if constexpr (kPrefetch) {
-      warps_load<KV, EPL, G>(k_base, v_base, g.row_bytes, j0 + kStride, span.len, lane, kn, vn);
-    } else {
-      warps_load<KV, EPL, G>(k_base, v_base, g.row_bytes, j0, span.len, lane, kx, vx);
-    }
-    float s[G];
-    float mx = m;
+  for (int j0 = warp * kWarpGroup; j0 < span.len; j0 += kWarps * kWarpGroup) {
+    float s[kWarpGroup];
+    float vx[kWarpGroup][EPL];
 #pragma unroll
-    for (int i = 0; i < G; ++i) {
+    for (int i = 0; i < kWarpGroup; ++i) {
       s[i] = 0.0f;
 #pragma unroll
-      for (int k = 0; k < EPL; ++k) s[i] = __fmaf_rn(q[k], kx[i][k], s[i]);
-    }
+      for (int k = 0; k < EPL; ++k) vx[i][k] = 0.0f;
+      if (j0 + i < span.len) {  // uniform over the warp
+        const uint64_t off = static_cast<uint64_t>(j0 + i) * g.row_bytes;
+        float kx[EPL];
+        kv_load_n<KV, EPL>(k_base + off, lane * EPL, kx);
+        kv_load_n<KV, EPL>(v_base + off, lane * EPL, vx[i]);
 #pragma unroll
-    for (int i = 0; i < G; ++i) {
+        for (int k = 0; k < EPL; ++k) s[i] = __fmaf_rn(q[k], kx[k], s[i]);
+      }
+    }
+    float mx = m;
+#pragma unroll
+    for (int i = 0; i < kWarpGroup; ++i) {
       s[i] = j0 + i < span.len ? warp_sum(s[i]) * g.scale : -INFINITY;
       mx = fmaxf(mx, s[i]);
     }
@@ -414,20 +394,13 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int k = 0; k < EPL; ++k) o[k] *= corr;
 #pragma unroll
-    for (int i = 0; i < G; ++i) {
+    for (int i = 0; i < kWarpGroup; ++i) {
       const float p = expf(s[i] - mx);  // 0 past the chunk
       l += p;
 #pragma unroll
       for (int k = 0; k < EPL; ++k) o[k] = __fmaf_rn(p, vx[i][k], o[k]);
     }
     m = mx;
-    if constexpr (kPrefetch) {
-#pragma unroll
-      for (int i = 0; i < G; ++i) {
-#pragma unroll
-        for (int k = 0; k < EPL; ++k) kx[i][k] = kn[i][k], vx[i][k] = vn[i][k];
-      }
-    }
   }
 
   // The warps' decoders merged (a warp with no position has l = 0 and is skipped).
@@ -552,17 +525,10 @@ void launch_partial(const AttnGeom& g, const DecodeSplit& s, float2* ml, float* 
   const bool aligned = bits % align == 0;
   if (s.warps) {  // (attention_decode chose it: head_dim 64, 128 or 256, vector-aligned)
     const dim3 per_head(chunks, static_cast<unsigned>(g.n_head), tokens);
-    // Pipelined: groups of 32 / EPL positions (8 at head_dim 128), the next one loading.
-    auto launch = [&](auto kernel) {
-      launch_dependent(kernel, per_head, dim3(kThreads), 0, stream, g, s.chunk_len, s.n_chunks, ml, acc);
-    };
-    switch (g.D * (g.warp_pipelined ? -1 : 1)) {
-      case 64: launch(attn_decode_warps<KV, 2, kWarpGroup, false>); break;
-      case 128: launch(attn_decode_warps<KV, 4, kWarpGroup, false>); break;
-      case 256: launch(attn_decode_warps<KV, 8, kWarpGroup, false>); break;
-      case -64: launch(attn_decode_warps<KV, 2, 16, true>); break;
-      case -128: launch(attn_decode_warps<KV, 4, 8, true>); break;
-      default: launch(attn_decode_warps<KV, 8, 4, true>); break;
+    switch (g.D) {
+      case 64: launch_dependent(attn_decode_warps<KV, 2>, per_head, dim3(kThreads), 0, stream, g, s.chunk_len, s.n_chunks, ml, acc); break;
+      case 128: launch_dependent(attn_decode_warps<KV, 4>, per_head, dim3(kThreads), 0, stream, g, s.chunk_len, s.n_chunks, ml, acc); break;
+      default: launch_dependent(attn_decode_warps<KV, 8>, per_head, dim3(kThreads), 0, stream, g, s.chunk_len, s.n_chunks, ml, acc); break;
     }
     MT_CUDA_CHECK_LAUNCH();
     return;

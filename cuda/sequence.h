@@ -272,7 +272,6 @@ class CudaSequence final : public Evaluator {
   // sets it, 0: never.
   static constexpr uint32_t kWarpAttnOneChunk = 256, kWarpAttnGroupedUpTo = 1024;
   uint32_t warp_attention_max_ = 4096;
-  bool warp_attention_pipelined_ = false;  // MOETIER_CUDA_ATTN_PIPE=1: AttentionArgs warp_pipelined
   static constexpr uint32_t kAttnSingleChunkMax = 256;
   std::unique_ptr<Persistent, PersistentDeleter> persistent_;
 };

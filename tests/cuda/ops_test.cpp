@@ -187,9 +187,9 @@ TEST(CudaOps, KvStoreBytesEqualCpu) {
 // Causal GQA attention over a cache filled by the CPU's KvCache, against a double softmax
 // over the same dequantized rows (q in f32, as the device reads it).
 void check_attention(QuantType type, int D, int T, uint32_t pos0, int n_head, int n_head_kv, uint32_t seed,
-                     uint32_t warp_max = 0, bool warp_pipelined = false) {
+                     uint32_t warp_max = 0) {
   SCOPED_TRACE(::testing::Message() << type_name(type) << " head_dim " << D << " n_tokens " << T << " pos0 " << pos0
-                                    << " warp_max " << warp_max << " pipelined " << warp_pipelined);
+                                    << " warp_max " << warp_max);
   std::mt19937 rng(seed);
   const int kv_dim = n_head_kv * D;
   const uint32_t n_kv = pos0 + static_cast<uint32_t>(T);
@@ -219,7 +219,6 @@ void check_attention(QuantType type, int D, int T, uint32_t pos0, int n_head, in
   a.pos0 = pos0;
   a.out = dout.as<float>();
   a.warp_max = warp_max;
-  a.warp_pipelined = warp_pipelined;
   attention(a, ws, nullptr);
   const std::vector<float> got = to_host<float>(dout, q.size());
 
@@ -296,24 +295,18 @@ TEST(CudaOps, AttentionEdgeShapes) {
 // The warps kernel (AttentionArgs warp_max): one chunk up to 256 positions (its own
 // output, no merge launch), chunks of 256 past it (merged by the combine kernel), every
 // KV type and head_dim it takes, GQA groups of 1 to 16, decode batches of 1 to 8.
-// Pipelined (warp_pipelined): groups of 32 / EPL positions, the next group's rows loaded
-// during this one's arithmetic, at lengths around its 32-position stride too.
 TEST(CudaOps, AttentionWarpsKernelMatchesReference) {
   MT_SKIP_WITHOUT_DEVICE();
   uint32_t seed = 500;
-  for (bool pipelined : {false, true}) {
-    for (QuantType type : {QuantType::F16, QuantType::Q8_0, QuantType::F32}) {
-      for (int D : {64, 128, 256}) {
-        for (uint32_t pos0 : {0u, 6u, 31u, 32u, 100u, 255u, 300u, 1100u}) {
-          check_attention(type, D, 1, pos0, 8, 2, ++seed, 4096, pipelined);
-        }
-      }
+  for (QuantType type : {QuantType::F16, QuantType::Q8_0, QuantType::F32}) {
+    for (int D : {64, 128, 256}) {
+      for (uint32_t pos0 : {0u, 6u, 255u, 300u, 1100u}) check_attention(type, D, 1, pos0, 8, 2, ++seed, 4096);
     }
-    check_attention(QuantType::F16, 128, 5, 250, 32, 4, ++seed, 4096, pipelined);  // one chunk, then two, in the batch
-    check_attention(QuantType::F16, 128, 8, 40, 16, 1, ++seed, 4096, pipelined);   // a group of 16
-    check_attention(QuantType::Q8_0, 128, 3, 2, 4, 4, ++seed, 4096, pipelined);    // no GQA, 3 positions for 4 warps
-    check_attention(QuantType::F16, 128, 1, 600, 32, 4, ++seed, 512, pipelined);   // above warp_max: the grouped kernel
   }
+  check_attention(QuantType::F16, 128, 5, 250, 32, 4, ++seed, 4096);  // one chunk, then two, within the batch
+  check_attention(QuantType::F16, 128, 8, 40, 16, 1, ++seed, 4096);   // a group of 16
+  check_attention(QuantType::Q8_0, 128, 3, 2, 4, 4, ++seed, 4096);    // no GQA, 3 positions for 4 warps
+  check_attention(QuantType::F16, 128, 1, 600, 32, 4, ++seed, 512);   // above warp_max: the grouped kernel
 }
 
 // ---- MoE ----
