@@ -15,7 +15,8 @@
 // --decode: one query token at position n_kv - 1 for each --kv length, as a decode graph
 // calls it (the position read on the device, the split sized for n_kv rounded up to the
 // graph's 256-position span), the grouped split-K kernel and its merge launch against the
-// warps kernel (AttentionArgs warp_max), us per call over 200 back-to-back calls.
+// warps kernel (AttentionArgs warp_max) and its lanes form (warp_lanes), us per call over
+// 200 back-to-back calls.
 #include <CLI/CLI.hpp>
 #include <cuda_runtime.h>
 
@@ -188,8 +189,10 @@ void bench_decode(const Flags& f, int n_kv, std::mt19937& rng, cudaStream_t stre
   a.n_kv_cap = cap;
   a.out = out.as<float>();
   std::vector<float> grouped;
-  for (uint32_t warp_max : {0u, cap}) {
+  for (int kernel = 0; kernel < 3; ++kernel) {  // grouped, warps, warps' lanes form
+    const uint32_t warp_max = kernel == 0 ? 0u : cap;
     a.warp_max = warp_max;
+    a.warp_lanes = kernel == 2;
     const double ms = median_ms(f.reps, 200, stream, [&](cudaStream_t s) {
       const size_t mark = ws.mark();
       mt::cuda::attention(a, ws, s);
@@ -198,7 +201,8 @@ void bench_decode(const Flags& f, int n_kv, std::mt19937& rng, cudaStream_t stre
     MT_CUDA_CHECK(cudaStreamSynchronize(stream));
     const std::vector<float> got = download(out, q_elems);
     if (warp_max == 0) grouped = got;
-    std::printf("| %d | %u | %s | %.2f | %.1e |\n", n_kv, cap, warp_max == 0 ? "grouped + merge" : "warps", ms * 1e3,
+    const char* name = kernel == 0 ? "grouped + merge" : kernel == 1 ? "warps" : "warps, lanes";
+    std::printf("| %d | %u | %s | %.2f | %.1e |\n", n_kv, cap, name, ms * 1e3,
                 relative_diff(got, grouped));
     std::fflush(stdout);
   }

@@ -76,6 +76,9 @@ struct AttentionArgs {
   // warps kernel (a block per chunk and head, each warp an online-softmax decoder; one
   // chunk up to 256 positions, which writes the output in the same launch); 0: never.
   uint32_t warp_max = 0;
+  // The warps kernel's lanes form: a warp scores 32 positions at once, a lane per position
+  // over the whole head, one max and one sum reduction per 32 positions.
+  bool warp_lanes = false;
   // gpt-oss / laguna: a sliding window (a query at position p sees keys (p - window, p];
   // 0: all) and per-head sink logits (n_head; in the softmax's denominator only; null: none).
   uint32_t window = 0;

@@ -62,6 +62,7 @@ struct AttnGeom {
   const float* sinks = nullptr;       // (n_head) a logit per head in the softmax's denominator only, or null
   uint32_t single_chunk_max = 0;      // AttentionArgs single_chunk_max
   uint32_t warp_max = 0;              // AttentionArgs warp_max
+  bool warp_lanes = false;            // AttentionArgs warp_lanes
 };
 
 // The first key position a query at position p sees.

@@ -29,7 +29,8 @@
 //    arithmetic, so its latency is about one pass over the chunk's rows: a short context
 //    at one token is latency, not bytes (the grouped kernel's serial phases took ~10 us
 //    at 7 positions on the H200). One chunk (n_kv <= kMaxChunk) writes the normalised
-//    output itself: no merge launch.
+//    output itself: no merge launch. Its lanes form (AttnGeom::warp_lanes) scores 32
+//    positions per warp at once, a lane per position (see the kernel).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -334,15 +335,44 @@ __global__ void __launch_bounds__(kThreads)
   if (g.counters != nullptr) merge_if_last(g, ml, acc, n_chunks, t, h0, Gb);
 }
 
+// One round of kLanes: lane l's score of position row (its whole head slice, q from
+// shared memory), in eight partial sums.
+template <QuantType KV, int D>
+__device__ __forceinline__ float lane_score(const uint8_t* row, const float4* q_sh4) {
+  float part[8];
+#pragma unroll
+  for (int k = 0; k < 8; ++k) part[k] = 0.0f;
+#pragma unroll 4
+  for (int e = 0; e < D; e += 8) {
+    float kx[8];
+    kv_load_n<KV, 8>(row, e, kx);
+    const float4 qa = q_sh4[e / 4], qb = q_sh4[e / 4 + 1];  // (every lane the same address: a broadcast)
+    part[0] = __fmaf_rn(qa.x, kx[0], part[0]);
+    part[1] = __fmaf_rn(qa.y, kx[1], part[1]);
+    part[2] = __fmaf_rn(qa.z, kx[2], part[2]);
+    part[3] = __fmaf_rn(qa.w, kx[3], part[3]);
+    part[4] = __fmaf_rn(qb.x, kx[4], part[4]);
+    part[5] = __fmaf_rn(qb.y, kx[5], part[5]);
+    part[6] = __fmaf_rn(qb.z, kx[6], part[6]);
+    part[7] = __fmaf_rn(qb.w, kx[7], part[7]);
+  }
+  return ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
+}
+
 // Grid (n_chunks, n_head, n_tokens): the warps kernel (see the top). Partials in
 // attn_decode_grouped's layout; n_chunks == 1: the output row itself, sink included.
-template <QuantType KV, int EPL>
+// kLanes (AttnGeom::warp_lanes): a warp takes rounds of 32 positions, lane l scoring
+// position l of the round over the whole head (q broadcast from shared memory), so a
+// round's scores need one max and one sum reduction instead of a warp sum per position;
+// the values then go as before, each position's p shuffled from its lane.
+template <QuantType KV, int EPL, bool kLanes>
 __global__ void __launch_bounds__(kThreads)
     attn_decode_warps(AttnGeom g, int chunk_len, int n_chunks, float2* ml, float* acc) {
   pdl_start();  // (cuda/pdl.h: launched dependent)
   constexpr int D = 32 * EPL;
   __shared__ float o_sh[kWarps][D];
   __shared__ float2 ml_sh[kWarps];
+  __shared__ float4 q_sh4[kLanes ? D / 4 : 1];
   const int c = blockIdx.x, h = blockIdx.y, t = blockIdx.z;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int64_t part = (static_cast<int64_t>(t) * g.n_head + h) * n_chunks + c;
@@ -354,9 +384,7 @@ __global__ void __launch_bounds__(kThreads)
     return;
   }
   const int kvh = h / g.group;
-  float q[EPL];
-  kv_load_n<QuantType::F32, EPL>(reinterpret_cast<const uint8_t*>(g.q + (static_cast<int64_t>(t) * g.n_head + h) * D),
-                                 lane * EPL, q);
+  const float* q_row = g.q + (static_cast<int64_t>(t) * g.n_head + h) * D;
   const uint8_t* k_base = g.k + kvh * g.head_bytes + static_cast<uint64_t>(span.jb) * g.row_bytes;
   const uint8_t* v_base = g.v + kvh * g.head_bytes + static_cast<uint64_t>(span.jb) * g.row_bytes;
 
@@ -365,42 +393,71 @@ __global__ void __launch_bounds__(kThreads)
   float o[EPL];
 #pragma unroll
   for (int k = 0; k < EPL; ++k) o[k] = 0.0f;
-#pragma unroll 2
-  for (int j0 = warp * kWarpGroup; j0 < span.len; j0 += kWarps * kWarpGroup) {
-    float s[kWarpGroup];
-    float vx[kWarpGroup][EPL];
+  if constexpr (kLanes) {
+    for (int i = tid; i < D / 4; i += kThreads) q_sh4[i] = reinterpret_cast<const float4*>(q_row)[i];
+    __syncthreads();
+    for (int jr = warp * 32; jr < span.len; jr += kWarps * 32) {
+      const int j = jr + lane;
+      const bool live = j < span.len;
+      const float s = live ? lane_score<KV, D>(k_base + static_cast<uint64_t>(j) * g.row_bytes, q_sh4) * g.scale
+                           : -INFINITY;
+      const float mx = fmaxf(m, warp_max(s));  // finite: lane 0's position is in the chunk
+      const float corr = expf(m - mx);         // m = -inf at the first round: 0
+      const float p = live ? expf(s - mx) : 0.0f;
+      l = __fmaf_rn(l, corr, warp_sum(p));
 #pragma unroll
-    for (int i = 0; i < kWarpGroup; ++i) {
-      s[i] = 0.0f;
+      for (int k = 0; k < EPL; ++k) o[k] *= corr;
+      const int n = min(32, span.len - jr);  // uniform over the warp
+#pragma unroll 8
+      for (int i = 0; i < n; ++i) {
+        const float pi = __shfl_sync(0xffffffffu, p, i);
+        float vx[EPL];
+        kv_load_n<KV, EPL>(v_base + static_cast<uint64_t>(jr + i) * g.row_bytes, lane * EPL, vx);
 #pragma unroll
-      for (int k = 0; k < EPL; ++k) vx[i][k] = 0.0f;
-      if (j0 + i < span.len) {  // uniform over the warp
-        const uint64_t off = static_cast<uint64_t>(j0 + i) * g.row_bytes;
-        float kx[EPL];
-        kv_load_n<KV, EPL>(k_base + off, lane * EPL, kx);
-        kv_load_n<KV, EPL>(v_base + off, lane * EPL, vx[i]);
-#pragma unroll
-        for (int k = 0; k < EPL; ++k) s[i] = __fmaf_rn(q[k], kx[k], s[i]);
+        for (int k = 0; k < EPL; ++k) o[k] = __fmaf_rn(pi, vx[k], o[k]);
       }
+      m = mx;
     }
-    float mx = m;
+  } else {
+    float q[EPL];
+    kv_load_n<QuantType::F32, EPL>(reinterpret_cast<const uint8_t*>(q_row), lane * EPL, q);
+#pragma unroll 2
+    for (int j0 = warp * kWarpGroup; j0 < span.len; j0 += kWarps * kWarpGroup) {
+      float s[kWarpGroup];
+      float vx[kWarpGroup][EPL];
 #pragma unroll
-    for (int i = 0; i < kWarpGroup; ++i) {
-      s[i] = j0 + i < span.len ? warp_sum(s[i]) * g.scale : -INFINITY;
-      mx = fmaxf(mx, s[i]);
+      for (int i = 0; i < kWarpGroup; ++i) {
+        s[i] = 0.0f;
+#pragma unroll
+        for (int k = 0; k < EPL; ++k) vx[i][k] = 0.0f;
+        if (j0 + i < span.len) {  // uniform over the warp
+          const uint64_t off = static_cast<uint64_t>(j0 + i) * g.row_bytes;
+          float kx[EPL];
+          kv_load_n<KV, EPL>(k_base + off, lane * EPL, kx);
+          kv_load_n<KV, EPL>(v_base + off, lane * EPL, vx[i]);
+#pragma unroll
+          for (int k = 0; k < EPL; ++k) s[i] = __fmaf_rn(q[k], kx[k], s[i]);
+        }
+      }
+      float mx = m;
+#pragma unroll
+      for (int i = 0; i < kWarpGroup; ++i) {
+        s[i] = j0 + i < span.len ? warp_sum(s[i]) * g.scale : -INFINITY;
+        mx = fmaxf(mx, s[i]);
+      }
+      const float corr = expf(m - mx);  // m = -inf at the first group: 0 (mx is finite there)
+      l *= corr;
+#pragma unroll
+      for (int k = 0; k < EPL; ++k) o[k] *= corr;
+#pragma unroll
+      for (int i = 0; i < kWarpGroup; ++i) {
+        const float p = expf(s[i] - mx);  // 0 past the chunk
+        l += p;
+#pragma unroll
+        for (int k = 0; k < EPL; ++k) o[k] = __fmaf_rn(p, vx[i][k], o[k]);
+      }
+      m = mx;
     }
-    const float corr = expf(m - mx);  // m = -inf at the first group: 0 (mx is finite there)
-    l *= corr;
-#pragma unroll
-    for (int k = 0; k < EPL; ++k) o[k] *= corr;
-#pragma unroll
-    for (int i = 0; i < kWarpGroup; ++i) {
-      const float p = expf(s[i] - mx);  // 0 past the chunk
-      l += p;
-#pragma unroll
-      for (int k = 0; k < EPL; ++k) o[k] = __fmaf_rn(p, vx[i][k], o[k]);
-    }
-    m = mx;
   }
 
   // The warps' decoders merged (a warp with no position has l = 0 and is skipped).
@@ -525,10 +582,16 @@ void launch_partial(const AttnGeom& g, const DecodeSplit& s, float2* ml, float* 
   const bool aligned = bits % align == 0;
   if (s.warps) {  // (attention_decode chose it: head_dim 64, 128 or 256, vector-aligned)
     const dim3 per_head(chunks, static_cast<unsigned>(g.n_head), tokens);
-    switch (g.D) {
-      case 64: launch_dependent(attn_decode_warps<KV, 2>, per_head, dim3(kThreads), 0, stream, g, s.chunk_len, s.n_chunks, ml, acc); break;
-      case 128: launch_dependent(attn_decode_warps<KV, 4>, per_head, dim3(kThreads), 0, stream, g, s.chunk_len, s.n_chunks, ml, acc); break;
-      default: launch_dependent(attn_decode_warps<KV, 8>, per_head, dim3(kThreads), 0, stream, g, s.chunk_len, s.n_chunks, ml, acc); break;
+    auto launch = [&](auto kernel) {
+      launch_dependent(kernel, per_head, dim3(kThreads), 0, stream, g, s.chunk_len, s.n_chunks, ml, acc);
+    };
+    switch (g.D * (g.warp_lanes ? -1 : 1)) {
+      case 64: launch(attn_decode_warps<KV, 2, false>); break;
+      case 128: launch(attn_decode_warps<KV, 4, false>); break;
+      case 256: launch(attn_decode_warps<KV, 8, false>); break;
+      case -64: launch(attn_decode_warps<KV, 2, true>); break;
+      case -128: launch(attn_decode_warps<KV, 4, true>); break;
+      default: launch(attn_decode_warps<KV, 8, true>); break;
     }
     MT_CUDA_CHECK_LAUNCH();
     return;

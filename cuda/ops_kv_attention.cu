@@ -103,6 +103,7 @@ void attention(const AttentionArgs& a, Workspace& ws, cudaStream_t stream) {
                            a.decode_counters, a.window, a.sinks};
   g.single_chunk_max = a.single_chunk_max;
   g.warp_max = a.warp_max;
+  g.warp_lanes = a.warp_lanes;
   MT_CHECK_MSG(a.pos_dev == nullptr || a.n_tokens <= detail::kAttnDecodeMaxTokens,
                "attention: a position read on the device is for decode batches only");
   if (a.n_tokens <= detail::kAttnDecodeMaxTokens) {

@@ -52,6 +52,7 @@ CudaSequence::CudaSequence(CudaModel::Impl& m, uint32_t n_ctx, QuantType kv_type
   // Decode attention by the warps kernel up to 256 and from 1025 to 4096 positions (see
   // sequence_attention.cpp); MOETIER_CUDA_ATTN_WARP_MAX=n moves the top (0: the grouped
   // kernel always).
+  warp_attention_lanes_ = env_on("MOETIER_CUDA_ATTN_LANES");
   if (const char* wm = std::getenv("MOETIER_CUDA_ATTN_WARP_MAX"); wm != nullptr) {
     warp_attention_max_ = static_cast<uint32_t>(std::max(0, std::atoi(wm)));
   }

@@ -272,6 +272,7 @@ class CudaSequence final : public Evaluator {
   // sets it, 0: never.
   static constexpr uint32_t kWarpAttnOneChunk = 256, kWarpAttnGroupedUpTo = 1024;
   uint32_t warp_attention_max_ = 4096;
+  bool warp_attention_lanes_ = false;  // MOETIER_CUDA_ATTN_LANES=1: AttentionArgs warp_lanes (not yet measured)
   static constexpr uint32_t kAttnSingleChunkMax = 256;
   std::unique_ptr<Persistent, PersistentDeleter> persistent_;
 };

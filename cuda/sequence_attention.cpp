@@ -107,6 +107,7 @@ void CudaSequence::attention_layer(Pass& p, const DevLayer& L, uint32_t l, const
   // between (512: 21.1 vs 26.2).
   const bool warps = n_kv_bound <= kWarpAttnOneChunk || n_kv_bound > kWarpAttnGroupedUpTo;
   aa.warp_max = warps ? warp_attention_max_ : 0;
+  aa.warp_lanes = warp_attention_lanes_;
   const bool single = single_chunk_attention_ && n_kv_bound <= kAttnSingleChunkMax;
   if (static_cast<int64_t>(Ti) * aa.n_head <= kAttnDecodeCounters) {  // the decode merge in the partial launch
     aa.decode_counters = fused_attention_merge_ || single ? m_.decode_counters.as<uint32_t>() : nullptr;

@@ -187,9 +187,9 @@ TEST(CudaOps, KvStoreBytesEqualCpu) {
 // Causal GQA attention over a cache filled by the CPU's KvCache, against a double softmax
 // over the same dequantized rows (q in f32, as the device reads it).
 void check_attention(QuantType type, int D, int T, uint32_t pos0, int n_head, int n_head_kv, uint32_t seed,
-                     uint32_t warp_max = 0) {
+                     uint32_t warp_max = 0, bool warp_lanes = false) {
   SCOPED_TRACE(::testing::Message() << type_name(type) << " head_dim " << D << " n_tokens " << T << " pos0 " << pos0
-                                    << " warp_max " << warp_max);
+                                    << " warp_max " << warp_max << " lanes " << warp_lanes);
   std::mt19937 rng(seed);
   const int kv_dim = n_head_kv * D;
   const uint32_t n_kv = pos0 + static_cast<uint32_t>(T);
@@ -219,6 +219,7 @@ void check_attention(QuantType type, int D, int T, uint32_t pos0, int n_head, in
   a.pos0 = pos0;
   a.out = dout.as<float>();
   a.warp_max = warp_max;
+  a.warp_lanes = warp_lanes;
   attention(a, ws, nullptr);
   const std::vector<float> got = to_host<float>(dout, q.size());
 
@@ -295,18 +296,23 @@ TEST(CudaOps, AttentionEdgeShapes) {
 // The warps kernel (AttentionArgs warp_max): one chunk up to 256 positions (its own
 // output, no merge launch), chunks of 256 past it (merged by the combine kernel), every
 // KV type and head_dim it takes, GQA groups of 1 to 16, decode batches of 1 to 8.
+// The lanes form (warp_lanes) too, at lengths around its 32-position rounds.
 TEST(CudaOps, AttentionWarpsKernelMatchesReference) {
   MT_SKIP_WITHOUT_DEVICE();
   uint32_t seed = 500;
-  for (QuantType type : {QuantType::F16, QuantType::Q8_0, QuantType::F32}) {
-    for (int D : {64, 128, 256}) {
-      for (uint32_t pos0 : {0u, 6u, 255u, 300u, 1100u}) check_attention(type, D, 1, pos0, 8, 2, ++seed, 4096);
+  for (bool lanes : {false, true}) {
+    for (QuantType type : {QuantType::F16, QuantType::Q8_0, QuantType::F32}) {
+      for (int D : {64, 128, 256}) {
+        for (uint32_t pos0 : {0u, 6u, 31u, 32u, 100u, 255u, 300u, 1100u}) {
+          check_attention(type, D, 1, pos0, 8, 2, ++seed, 4096, lanes);
+        }
+      }
     }
+    check_attention(QuantType::F16, 128, 5, 250, 32, 4, ++seed, 4096, lanes);  // one chunk, then two, in the batch
+    check_attention(QuantType::F16, 128, 8, 40, 16, 1, ++seed, 4096, lanes);   // a group of 16
+    check_attention(QuantType::Q8_0, 128, 3, 2, 4, 4, ++seed, 4096, lanes);    // no GQA, 3 positions for 4 warps
+    check_attention(QuantType::F16, 128, 1, 600, 32, 4, ++seed, 512, lanes);   // above warp_max: the grouped kernel
   }
-  check_attention(QuantType::F16, 128, 5, 250, 32, 4, ++seed, 4096);  // one chunk, then two, within the batch
-  check_attention(QuantType::F16, 128, 8, 40, 16, 1, ++seed, 4096);   // a group of 16
-  check_attention(QuantType::Q8_0, 128, 3, 2, 4, 4, ++seed, 4096);    // no GQA, 3 positions for 4 warps
-  check_attention(QuantType::F16, 128, 1, 600, 32, 4, ++seed, 512);   // above warp_max: the grouped kernel
 }
 
 // ---- MoE ----

@@ -391,7 +391,8 @@ resab)  # issue 6 (machine warm after prep): the CUDA tests of FILTER, then full
     # (MOETIER_CUDA_FUSED_ATTN=1), frouter (MOETIER_CUDA_FUSED_ROUTER=1), persist
     # (MOETIER_CUDA_PERSISTENT=1), rows4 (MOETIER_CUDA_MMVQ_ROWS4=1), wide (MOETIER_CUDA_MMVQ_WIDE=1), wide16 (MOETIER_CUDA_MMVQ_WIDE16=1, the default), narrow (=0), pdl
     # (MOETIER_CUDA_PDL=1), pdlwide (both), grouped (MOETIER_CUDA_ATTN_WARP_MAX=0), warp256
-    # (=256), topksmem (MOETIER_CUDA_TOPK_SMEM=1), old (grouped + topksmem)
+    # (=256), topksmem (MOETIER_CUDA_TOPK_SMEM=1), old (grouped + topksmem),
+    # lanes (MOETIER_CUDA_ATTN_LANES=1)
     for round in 1 2; do
       for v in ${RES_VARIANTS:-base single}; do
         case $v in
@@ -410,6 +411,7 @@ resab)  # issue 6 (machine warm after prep): the CUDA tests of FILTER, then full
           grouped) envs="MOETIER_CUDA_ATTN_WARP_MAX=0" ;;      # the decode attention before the warps kernel
           warp256) envs="MOETIER_CUDA_ATTN_WARP_MAX=256" ;;    # the warps kernel only in one chunk
           topksmem) envs="MOETIER_CUDA_TOPK_SMEM=1" ;;         # the router top-k in shared memory (before)
+          lanes) envs="MOETIER_CUDA_ATTN_LANES=1" ;;            # the warps kernel's lanes form
           old) envs="MOETIER_CUDA_ATTN_WARP_MAX=0 MOETIER_CUDA_TOPK_SMEM=1" ;;
         esac
         # shellcheck disable=SC2086
