@@ -36,7 +36,8 @@
 #   tools/gpu/check.sh split   hybrid decode with and without the split of misses (VARIANTS,
 #                              BUDGETS, SKEWS), after the tiering tests (NO_TESTS=1: none)
 #   tools/gpu/check.sh resab   (after prep with PREP_Q40=1) the CUDA tests of FILTER, fully
-#                              resident decode under the switches of RES_VARIANTS, pp512 /
+#                              resident decode under the switches of RES_VARIANTS (ATTN_BENCH:
+#                              moetier_cuda_attention --decode first), pp512 /
 #                              pp4096, llama-bench on the same files (QUANTS, NO_LLAMA, NO_PP,
 #                              LLAMA_ARGS: its tests, default -p 512,4096 -n 128 -r 3)
 #   tools/gpu/check.sh chain   a product's fixed cost: moetier_cuda_mmvq at 1-256 MiB (CHAIN_MIB),
@@ -376,6 +377,11 @@ resab)  # issue 6 (machine warm after prep): the CUDA tests of FILTER, then full
   BUILD_TARGETS=${BUILD_TARGETS:-mt_cuda_tests moetier} build
   run res_tests ./build-gpu/mt_cuda_tests --gtest_filter="${FILTER:-Mmvq*:CudaFused*:CudaModel*}"
   grep -E "OK \]|FAILED|Failure|max rel|argmax" "$OUT/res_tests.log" | tail -50
+  # ATTN_BENCH=1 (with moetier_cuda_attention in BUILD_TARGETS): the decode attention kernels
+  if [ -n "${ATTN_BENCH:-}" ]; then
+    run attn_decode ./build-gpu/moetier_cuda_attention --decode --reps 10
+    grep '^| [0-9]' "$OUT/attn_decode.log"
+  fi
   # MEMCHECK_PERSIST=1: compute-sanitizer over the persistent decode of a tiny model
   if [ -n "${MEMCHECK_PERSIST:-}" ]; then
     $M synth --arch qwen3moe --quant q4_k_m -o "$OUT/san-persist.gguf" >/dev/null
