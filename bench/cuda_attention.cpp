@@ -109,33 +109,44 @@ const char* kernel_name(PrefillKernel k) {
   return "?";
 }
 
-void bench_tokens(const Flags& f, int T, std::mt19937& rng, cudaStream_t stream) {
+// One call's device inputs: q (n_query, n_head, head_dim) and an F16 cache of cache_rows
+// rows whose first n_kv hold random K / V rows, with the AttentionArgs over them (pos0 0).
+struct AttnInputs {
+  size_t q_elems;
+  DeviceBuffer q, k_cache, v_cache, out;
+  mt::cuda::AttentionArgs args;
+};
+
+AttnInputs make_inputs(const Flags& f, int n_query, int n_kv, size_t cache_rows, std::mt19937& rng,
+                       cudaStream_t stream) {
   const int D = f.head_dim, kv_dim = f.n_head_kv * D;
   const uint64_t row_bytes = *mt::row_bytes(QuantType::F16, static_cast<uint64_t>(kv_dim));
-  const size_t q_elems = static_cast<size_t>(T) * f.n_head * D;
-  DeviceBuffer q = upload(randn(q_elems, rng));
-  DeviceBuffer k_cache(static_cast<size_t>(T) * row_bytes), v_cache(static_cast<size_t>(T) * row_bytes);
-  {
-    DeviceBuffer rows = upload(randn(static_cast<size_t>(T) * kv_dim, rng));
-    mt::cuda::kv_store(QuantType::F16, rows.as<float>(), T, kv_dim, k_cache.as<uint8_t>(), row_bytes, 0, stream);
-    DeviceBuffer vrows = upload(randn(static_cast<size_t>(T) * kv_dim, rng));
-    mt::cuda::kv_store(QuantType::F16, vrows.as<float>(), T, kv_dim, v_cache.as<uint8_t>(), row_bytes, 0, stream);
-    MT_CUDA_CHECK(cudaStreamSynchronize(stream));
+  const size_t q_elems = static_cast<size_t>(n_query) * f.n_head * D;
+  AttnInputs in{q_elems, upload(randn(q_elems, rng)), DeviceBuffer(cache_rows * row_bytes),
+                DeviceBuffer(cache_rows * row_bytes), DeviceBuffer(q_elems * sizeof(float)), {}};
+  for (DeviceBuffer* cache : {&in.k_cache, &in.v_cache}) {
+    DeviceBuffer rows = upload(randn(static_cast<size_t>(n_kv) * kv_dim, rng));
+    mt::cuda::kv_store(QuantType::F16, rows.as<float>(), n_kv, kv_dim, cache->as<uint8_t>(), row_bytes, 0, stream);
+    MT_CUDA_CHECK(cudaStreamSynchronize(stream));  // (before rows is freed)
   }
-  DeviceBuffer out(q_elems * sizeof(float));
-  mt::cuda::AttentionArgs a;
-  a.q = q.as<float>();
-  a.k_cache = k_cache.as<uint8_t>();
-  a.v_cache = v_cache.as<uint8_t>();
+  mt::cuda::AttentionArgs& a = in.args;
+  a.q = in.q.as<float>();
+  a.k_cache = in.k_cache.as<uint8_t>();
+  a.v_cache = in.v_cache.as<uint8_t>();
   a.kv_type = QuantType::F16;
   a.kv_row_bytes = row_bytes;
-  a.n_tokens = T;
+  a.n_tokens = n_query;
   a.n_head = f.n_head;
   a.n_head_kv = f.n_head_kv;
   a.head_dim = D;
-  a.pos0 = 0;
-  a.out = out.as<float>();
-  const double flop = 4.0 * static_cast<double>(T) * T / 2.0 * f.n_head * D;
+  a.out = in.out.as<float>();
+  return in;
+}
+
+void bench_tokens(const Flags& f, int T, std::mt19937& rng, cudaStream_t stream) {
+  AttnInputs in = make_inputs(f, T, T, static_cast<size_t>(T), rng, stream);
+  const mt::cuda::AttentionArgs& a = in.args;
+  const double flop = 4.0 * static_cast<double>(T) * T / 2.0 * f.n_head * f.head_dim;
   const int calls = std::max(1, (4096 / T) * (4096 / T));
 
   std::vector<float> simt_out;
@@ -148,7 +159,7 @@ void bench_tokens(const Flags& f, int T, std::mt19937& rng, cudaStream_t stream)
     const double ms =
         median_ms(f.reps, calls, stream, [&](cudaStream_t s) { mt::cuda::attention_prefill_with(k, a, s); });
     MT_CUDA_CHECK(cudaStreamSynchronize(stream));
-    const std::vector<float> got = download(out, q_elems);
+    const std::vector<float> got = download(in.out, in.q_elems);
     if (k == PrefillKernel::kSimt) simt_out = got;
     std::printf("| %d | %s | %.3f | %.1f | %.1e |\n", T, kernel_name(k), ms, flop / (ms * 1e-3) / 1e12,
                 relative_diff(got, simt_out));
@@ -157,37 +168,15 @@ void bench_tokens(const Flags& f, int T, std::mt19937& rng, cudaStream_t stream)
 }
 
 void bench_decode(const Flags& f, int n_kv, std::mt19937& rng, cudaStream_t stream) {
-  const int D = f.head_dim, kv_dim = f.n_head_kv * D;
   const uint32_t cap = (static_cast<uint32_t>(n_kv) + 255) / 256 * 256;
-  const uint64_t row_bytes = *mt::row_bytes(QuantType::F16, static_cast<uint64_t>(kv_dim));
-  const size_t q_elems = static_cast<size_t>(f.n_head) * D;
-  DeviceBuffer q = upload(randn(q_elems, rng));
-  DeviceBuffer k_cache(static_cast<size_t>(cap) * row_bytes), v_cache(static_cast<size_t>(cap) * row_bytes);
-  {
-    DeviceBuffer rows = upload(randn(static_cast<size_t>(n_kv) * kv_dim, rng));
-    mt::cuda::kv_store(QuantType::F16, rows.as<float>(), n_kv, kv_dim, k_cache.as<uint8_t>(), row_bytes, 0, stream);
-    DeviceBuffer vrows = upload(randn(static_cast<size_t>(n_kv) * kv_dim, rng));
-    mt::cuda::kv_store(QuantType::F16, vrows.as<float>(), n_kv, kv_dim, v_cache.as<uint8_t>(), row_bytes, 0, stream);
-  }
+  AttnInputs in = make_inputs(f, 1, n_kv, cap, rng, stream);
   const uint32_t pos = static_cast<uint32_t>(n_kv - 1);
   DeviceBuffer pos_dev(sizeof(uint32_t));
   MT_CUDA_CHECK(cudaMemcpy(pos_dev.get(), &pos, sizeof(pos), cudaMemcpyHostToDevice));
-  MT_CUDA_CHECK(cudaStreamSynchronize(stream));
-  DeviceBuffer out(q_elems * sizeof(float));
-  mt::cuda::Workspace ws(mt::cuda::attention_workspace_bytes(1, f.n_head, D, cap));
-  mt::cuda::AttentionArgs a;
-  a.q = q.as<float>();
-  a.k_cache = k_cache.as<uint8_t>();
-  a.v_cache = v_cache.as<uint8_t>();
-  a.kv_type = QuantType::F16;
-  a.kv_row_bytes = row_bytes;
-  a.n_tokens = 1;
-  a.n_head = f.n_head;
-  a.n_head_kv = f.n_head_kv;
-  a.head_dim = D;
+  mt::cuda::Workspace ws(mt::cuda::attention_workspace_bytes(1, f.n_head, f.head_dim, cap));
+  mt::cuda::AttentionArgs& a = in.args;
   a.pos_dev = pos_dev.as<uint32_t>();
   a.n_kv_cap = cap;
-  a.out = out.as<float>();
   std::vector<float> grouped;
   for (int kernel = 0; kernel < 3; ++kernel) {  // grouped, warps, warps' lanes form
     const uint32_t warp_max = kernel == 0 ? 0u : cap;
@@ -199,7 +188,7 @@ void bench_decode(const Flags& f, int n_kv, std::mt19937& rng, cudaStream_t stre
       ws.rewind(mark);
     });
     MT_CUDA_CHECK(cudaStreamSynchronize(stream));
-    const std::vector<float> got = download(out, q_elems);
+    const std::vector<float> got = download(in.out, in.q_elems);
     if (warp_max == 0) grouped = got;
     const char* name = kernel == 0 ? "grouped + merge" : kernel == 1 ? "warps" : "warps, lanes";
     std::printf("| %d | %u | %s | %.2f | %.1e |\n", n_kv, cap, name, ms * 1e3,

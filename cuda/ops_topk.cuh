@@ -15,28 +15,24 @@ namespace mt::cuda::detail {
 
 inline constexpr float kTopkRemoved = -1.0f;  // probabilities are >= 0; a picked expert gets this
 
-// One token by one warp (every lane present): row (n_expert logits, read past L1: the
-// fused form reads rows other CTAs wrote) -> p (this warp's n_expert floats of shared
-// memory) = softmax; the top K to ids / weights (K entries each), renormalized if asked.
-__device__ __forceinline__ void topk_warp(const float* row, float* p, int n_expert, int K, bool renormalize,
-                                          int32_t* ids, float* weights) {
+// The K arg-max rounds over the probabilities the warp's lanes hold (entries lane, lane +
+// 32, ... < n_expert): best(bv, bi) lowers nothing and raises (bv, bi) to the lane's largest
+// remaining entry, ascending, so the first of equal values (lowest id) stays; take(e) marks
+// entry e (this lane's) picked. The top K to ids / weights, renormalized by their sum in
+// rank order if asked.
+template <class Best, class Take>
+__device__ __forceinline__ void topk_rounds(Best best, Take take, int n_expert, int K, bool renormalize, int32_t* ids,
+                                            float* weights) {
   const int lane = threadIdx.x & 31;
-  softmax_warp(row, p, n_expert);
-
   float picked_sum = 0.0f;  // in rank order, as the CPU
   float my_w = 0.0f;        // lane r: the weight of rank r
   int my_id = 0;
   for (int r = 0; r < K; ++r) {
     float bv = -2.0f;  // below kTopkRemoved: a lane whose entries are all picked still loses
     int bi = INT_MAX;
-    for (int e = lane; e < n_expert; e += 32) {
-      if (p[e] > bv) {  // ascending e: the first of equal values (lowest id) stays
-        bv = p[e];
-        bi = e;
-      }
-    }
+    best(bv, bi);
     warp_argmax(bv, bi);
-    if (bi < n_expert && lane == (bi & 31)) p[bi] = kTopkRemoved;
+    if (bi < n_expert && lane == (bi & 31)) take(bi);
     if (lane == r) {
       my_w = bv;
       my_id = bi < n_expert ? bi : 0;  // only NaN logits leave no winner
@@ -48,6 +44,25 @@ __device__ __forceinline__ void topk_warp(const float* row, float* p, int n_expe
     ids[lane] = my_id;
     weights[lane] = my_w;
   }
+}
+
+// One token by one warp (every lane present): row (n_expert logits, read past L1: the
+// fused form reads rows other CTAs wrote) -> p (this warp's n_expert floats of shared
+// memory) = softmax; the top K to ids / weights (K entries each), renormalized if asked.
+__device__ __forceinline__ void topk_warp(const float* row, float* p, int n_expert, int K, bool renormalize,
+                                          int32_t* ids, float* weights) {
+  const int lane = threadIdx.x & 31;
+  softmax_warp(row, p, n_expert);
+  auto best = [&](float& bv, int& bi) {
+    for (int e = lane; e < n_expert; e += 32) {
+      if (p[e] > bv) {
+        bv = p[e];
+        bi = e;
+      }
+    }
+  };
+  auto take = [&](int e) { p[e] = kTopkRemoved; };
+  topk_rounds(best, take, n_expert, K, renormalize, ids, weights);
 }
 
 // topk_warp with the probabilities in registers: lane l holds entries l + 32 k, k <
@@ -80,37 +95,22 @@ __device__ __forceinline__ void topk_warp_regs(const float* row, int n_expert, i
   const float inv = static_cast<float>(1.0 / sum);
 #pragma unroll
   for (int k = 0; k < PER; ++k) p[k] *= inv;
-
-  float picked_sum = 0.0f;  // in rank order, as the CPU
-  float my_w = 0.0f;        // lane r: the weight of rank r
-  int my_id = 0;
-  for (int r = 0; r < K; ++r) {
-    float bv = -2.0f;  // below kTopkRemoved: a lane whose entries are all picked still loses
-    int bi = INT_MAX;
+  auto best = [&](float& bv, int& bi) {
 #pragma unroll
     for (int k = 0; k < PER; ++k) {
-      const int e = lane + 32 * k;
-      if (e < n_expert && p[k] > bv) {  // ascending e: the first of equal values (lowest id) stays
+      if (lane + 32 * k < n_expert && p[k] > bv) {
         bv = p[k];
-        bi = e;
+        bi = lane + 32 * k;
       }
     }
-    warp_argmax(bv, bi);
+  };
+  auto take = [&](int e) {
 #pragma unroll
     for (int k = 0; k < PER; ++k) {
-      if (bi < n_expert && lane + 32 * k == bi) p[k] = kTopkRemoved;
+      if (lane + 32 * k == e) p[k] = kTopkRemoved;
     }
-    if (lane == r) {
-      my_w = bv;
-      my_id = bi < n_expert ? bi : 0;  // only NaN logits leave no winner
-    }
-    picked_sum += bv;
-  }
-  if (lane < K) {
-    if (renormalize) my_w /= fmaxf(picked_sum, 6.103515625e-5f);
-    ids[lane] = my_id;
-    weights[lane] = my_w;
-  }
+  };
+  topk_rounds(best, take, n_expert, K, renormalize, ids, weights);
 }
 
 }  // namespace mt::cuda::detail

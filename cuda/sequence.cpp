@@ -49,10 +49,10 @@ CudaSequence::CudaSequence(CudaModel::Impl& m, uint32_t n_ctx, QuantType kv_type
   fused_router_ = env_on("MOETIER_CUDA_FUSED_ROUTER");
   fused_attention_merge_ = env_on("MOETIER_CUDA_FUSED_ATTN");
   single_chunk_attention_ = env_on("MOETIER_CUDA_ATTN_SINGLE");  // measured slower (286 vs 302 t/s): off
+  warp_attention_lanes_ = env_on("MOETIER_CUDA_ATTN_LANES");
   // Decode attention by the warps kernel up to 256 and from 1025 to 4096 positions (see
   // sequence_attention.cpp); MOETIER_CUDA_ATTN_WARP_MAX=n moves the top (0: the grouped
   // kernel always).
-  warp_attention_lanes_ = env_on("MOETIER_CUDA_ATTN_LANES");
   if (const char* wm = std::getenv("MOETIER_CUDA_ATTN_WARP_MAX"); wm != nullptr) {
     warp_attention_max_ = static_cast<uint32_t>(std::max(0, std::atoi(wm)));
   }
