@@ -95,11 +95,15 @@ EnvSwitch g_wide("MOETIER_CUDA_MMVQ_WIDE");
 // rows keep 16. qwen3-30b-a3b q4_k_m tg128 on the H200: 303.08 / 302.94 vs 297.28 / 299.03
 // t/s; every CUDA test passes with it (2026-12-03).
 EnvSwitch g_wide16("MOETIER_CUDA_MMVQ_WIDE16", true);
+// MOETIER_CUDA_MMVQ_SPLIT=2|4: one-token rows of more than 32 tasks over up to that many
+// warps (MmvqArgs::split_warps); 0 (default): one warp per row group.
+EnvInt g_split("MOETIER_CUDA_MMVQ_SPLIT", 0);
 
 MmvqArgs base_args(const DeviceMatrix& w, float* y) {
   MmvqArgs a;
   a.rows4 = g_rows4.on();
   a.wide_lanes = g_wide.on() ? 32 : g_wide16.on() ? 16 : 0;
+  a.split_warps = g_split.value();
   a.prefetch = pdl_on();
   a.w = w.data;
   a.row_bytes = w.row_bytes;
@@ -157,6 +161,7 @@ void set_mmvq_prologue(bool on) { g_prologue.set(on); }
 void set_mmvq_rows4(bool on) { g_rows4.set(on); }
 void set_mmvq_wide(bool on) { g_wide.set(on); }
 void set_mmvq_wide16(bool on) { g_wide16.set(on); }
+void set_mmvq_split(int warps) { g_split.set(warps); }
 
 bool quantizes_activations(QuantType type) { return supports(type) && !is_float(type); }
 

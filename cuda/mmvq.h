@@ -64,6 +64,10 @@ void set_mmvq_wide(bool on);
 // Overrides MOETIER_CUDA_MMVQ_WIDE16 (the same, up to 16 lanes per row group; on by
 // default) for the process.
 void set_mmvq_wide16(bool on);
+// Overrides MOETIER_CUDA_MMVQ_SPLIT (one-token rows of more than 32 tasks over up to
+// `warps` warps, 2 or 4; 0 / 1: one warp) for the process. The same sums in another
+// order: each warp's partial, then the warps' partials added in shared memory.
+void set_mmvq_split(int warps);
 
 bool mmvq_swiglu_supported(const DeviceMatrix& w, int n_tokens, int K);
 void mmvq_experts_swiglu(const DeviceMatrix& w, const int32_t* ids, int n_tokens, int K, const float* gu, float* y,

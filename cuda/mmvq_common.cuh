@@ -388,7 +388,9 @@ __device__ __forceinline__ void prologue_quantize(const MmvqArgs& p, int x_row, 
 }
 
 // Rows row0 .. row0 + R - 1 of the slot's matrix against x, summed over each group of L
-// lanes and written by its first lane.
+// lanes and written by its first lane. L = 64 or 128 (MmvqArgs::split_warps): a group is
+// L / 32 consecutive warps, each warp's sum staged in shared memory and added in warp
+// order by the group's first lane (every thread of the CTA calls this: a barrier).
 template <class Tr, int A, int NT, int L, int R, bool S>
 __device__ __forceinline__ void rows_out(const MmvqArgs& p, const SlotView& v, int64_t row0, int sub,
                                          const ActRowT<S> (&x)[NT]) {
@@ -402,7 +404,27 @@ __device__ __forceinline__ void rows_out(const MmvqArgs& p, const SlotView& v, i
   const uint8_t* w = v.wmat + static_cast<uint64_t>(rows > 0 ? row0 : 0) * p.row_bytes;
   rows_partial<Tr, A, NT, R>(w, rows == R ? p.row_bytes : 0, n_tasks, sub, L, x, acc);
   for (int r = 0; r < R; ++r) {
-    for (int t = 0; t < NT; ++t) acc[r][t] = group_sum<L>(acc[r][t]);
+    for (int t = 0; t < NT; ++t) acc[r][t] = group_sum<(L > 32 ? 32 : L)>(acc[r][t]);
+  }
+  if constexpr (L > 32) {
+    constexpr int kSplit = L / 32;  // warps per row group
+    __shared__ float part_sh[kWarps][R][NT];
+    const int warp = static_cast<int>(threadIdx.x) / 32;
+    if ((threadIdx.x & 31) == 0) {
+      for (int r = 0; r < R; ++r) {
+        for (int t = 0; t < NT; ++t) part_sh[warp][r][t] = acc[r][t];
+      }
+    }
+    __syncthreads();
+    if (sub == 0) {  // lane 0 of the group's first warp
+      for (int r = 0; r < R; ++r) {
+        for (int t = 0; t < NT; ++t) {
+          float s = part_sh[warp][r][t];
+          for (int w = 1; w < kSplit; ++w) s += part_sh[warp + w][r][t];
+          acc[r][t] = s;
+        }
+      }
+    }
   }
   if (sub == 0) {
     for (int r = 0; r < rows; ++r) {
@@ -418,9 +440,13 @@ __device__ __forceinline__ void rows_out(const MmvqArgs& p, const SlotView& v, i
 // barrier).
 template <class Tr, int A, int NT, int L, int R, bool kPro>
 __global__ void __launch_bounds__(kThreads) mmvq_quant_kernel(const MmvqArgs p) {
-  const int lane = static_cast<int>(threadIdx.x) & 31;
-  const int64_t row0 = ((static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32) * (32 / L) + lane / L) * R;
-  const int sub = lane % L;
+  constexpr int kSplit = L > 32 ? L / 32 : 1;  // warps per row group
+  constexpr int LW = L > 32 ? 32 : L;          // a group's lanes in one warp
+  static_assert(kWarps % kSplit == 0, "a row group's warps are in one CTA");
+  const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) / 32;
+  const int64_t row0 =
+      ((static_cast<int64_t>(blockIdx.x) * (kWarps / kSplit) + warp / kSplit) * (32 / LW) + lane / LW) * R;
+  const int sub = (warp % kSplit) * 32 + lane % LW;
   prefetch_dense_rows(p, row0, R, sub, L);
   pdl_start();
   SlotView v;
@@ -465,7 +491,7 @@ void with_tokens(int n, F&& f) {
 }
 
 inline dim3 mmvq_grid(const MmvqArgs& a, int lanes, int rows_per_group) {
-  const int64_t rows_per_cta = static_cast<int64_t>(kWarps) * (32 / lanes) * rows_per_group;
+  const int64_t rows_per_cta = static_cast<int64_t>(kWarps) * 32 / lanes * rows_per_group;  // lanes 8 .. 128
   return dim3(static_cast<unsigned>((a.n_out + rows_per_cta - 1) / rows_per_cta), static_cast<unsigned>(a.n_slots));
 }
 
@@ -481,6 +507,16 @@ void launch_quant_lanes(const MmvqArgs& a, cudaStream_t stream) {
       launch_dependent(mmvq_quant_kernel<Tr, A, 1, 16, R, kPro>, mmvq_grid(a, 16, R), dim3(kThreads), smem, stream, a);
       return;
     }
+    if constexpr (!kPro && R == kRows) {
+      if (a.lanes == 64) {
+        launch_dependent(mmvq_quant_kernel<Tr, A, 1, 64, R, false>, mmvq_grid(a, 64, R), dim3(kThreads), 0, stream, a);
+        return;
+      }
+      if (a.lanes == 128) {
+        launch_dependent(mmvq_quant_kernel<Tr, A, 1, 128, R, false>, mmvq_grid(a, 128, R), dim3(kThreads), 0, stream, a);
+        return;
+      }
+    }
   }
   launch_dependent(mmvq_quant_kernel<Tr, A, NT, 32, R, kPro>, mmvq_grid(a, 32, R), dim3(kThreads), smem, stream, a);
 }
@@ -494,6 +530,15 @@ void launch_quant(const MmvqArgs& args, cudaStream_t stream) {
   const int narrow = a.n_tokens > 1 || n_tasks >= 32 ? 32 : n_tasks >= 16 ? 16 : 8;
   const int wide = a.n_tokens > 1 || n_tasks > 16 ? 32 : n_tasks > 8 ? 16 : 8;
   a.lanes = wide <= a.wide_lanes ? wide : narrow;
+  // Long rows of one token over 2 or 4 warps (MmvqArgs::split_warps): at most one task per
+  // lane where the split allows, so a lane's loads are one round trip instead of several.
+  if (a.n_tokens == 1 && a.prologue == ActPrologue::kNone && a.lanes == 32 && !(a.rows4 && Tr::kTasks == 1)) {
+    if (a.split_warps >= 4 && n_tasks > 64) {
+      a.lanes = 128;
+    } else if (a.split_warps >= 2 && n_tasks > 32) {
+      a.lanes = 64;
+    }
+  }
   const bool natural = a.align >= Tr::kAlign;
   with_tokens(a.n_tokens, [&](auto nt) {
     constexpr int NT = decltype(nt)::value;

@@ -76,7 +76,7 @@ struct MmvqArgs {
   const uint2* xmeta = nullptr;
   float* y = nullptr;  // dense (n_tokens, n_out); routed (n_slots, n_out)
   int align = 1;       // largest power of two <= 16 dividing every block's address
-  int lanes = 32;      // lanes per weight row: 32, or 16 / 8 for short rows (1 token only)
+  int lanes = 32;      // lanes per weight row: 32, or 16 / 8 for short rows, 64 / 128 split (1 token only)
   bool x_aligned16 = false;  // x is 16-byte aligned (float weights' vector path)
   ActPrologue prologue = ActPrologue::kNone;  // quantized weights, one token: x quantized in the launch
   ActQuant pro_mode = ActQuant::kQ8_0;        // its mode (act_quant_for the weight type)
@@ -89,6 +89,11 @@ struct MmvqArgs {
   // where that is at most wide_lanes lanes (0: never, MOETIER_CUDA_MMVQ_WIDE16=0; 16: the
   // default; 32: MOETIER_CUDA_MMVQ_WIDE=1).
   int wide_lanes = 0;
+  // One token, rows of more than 32 tasks (Q4_0 at 2048 / 4096 inputs, K-quants at 4096):
+  // a row group's lanes spread over up to this many warps (2 or 4; 0 / 1: one warp), so
+  // each lane walks fewer tasks one after the other; the warps' sums are added in shared
+  // memory (MOETIER_CUDA_MMVQ_SPLIT; the sums in another order than one warp's).
+  int split_warps = 0;
   // A dense product launched dependent (cuda/pdl.h): each row group prefetches its rows
   // to L2 before it waits for the kernel before.
   bool prefetch = false;

@@ -83,8 +83,19 @@ struct AttentionArgs {
   // 0: all) and per-head sink logits (n_head; in the softmax's denominator only; null: none).
   uint32_t window = 0;
   const float* sinks = nullptr;
+  // Decode: the output rows also quantized in quant_mode (the output projection's
+  // activation rows, ActRows) into quant_qs (n_tokens, n_head * head_dim) and quant_meta
+  // (n_tokens, n_head * head_dim / 32), with cuda/act_quant.cuh's routines (the bytes a
+  // quantize launch would write), where the warps kernel runs in one chunk; a block wider
+  // than a head (Q8_K: 256) by the last of its heads' CTAs, counted on quant_counters
+  // (kAttnDecodeCounters zeroed uint32_t, left zeroed). quant_qs null: none.
+  int8_t* quant_qs = nullptr;
+  uint2* quant_meta = nullptr;
+  ActQuant quant_mode = ActQuant::kQ8_0;
+  uint32_t* quant_counters = nullptr;
 };
-void attention(const AttentionArgs& a, Workspace& ws, cudaStream_t stream);
+// True when the output rows were also quantized (AttentionArgs quant_qs).
+bool attention(const AttentionArgs& a, Workspace& ws, cudaStream_t stream);
 // Workspace bytes attention() takes (the decode partials; prefill takes none), enough for
 // every call with at most n_tokens tokens and pos0 + n_tokens <= n_kv.
 size_t attention_workspace_bytes(int n_tokens, int n_head, int head_dim, uint32_t n_kv);

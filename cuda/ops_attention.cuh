@@ -15,6 +15,7 @@
 #include <cstdint>
 
 #include "cuda/memory.h"
+#include "cuda/mmvq_kernels.h"
 #include "quant/types.h"
 
 namespace mt::cuda::detail {
@@ -63,6 +64,10 @@ struct AttnGeom {
   uint32_t single_chunk_max = 0;      // AttentionArgs single_chunk_max
   uint32_t warp_max = 0;              // AttentionArgs warp_max
   bool warp_lanes = false;            // AttentionArgs warp_lanes
+  int8_t* qs = nullptr;               // AttentionArgs quant_qs, quant_meta, quant_mode, quant_counters
+  uint2* qmeta = nullptr;
+  ActQuant qmode = ActQuant::kQ8_0;
+  uint32_t* qcounters = nullptr;
 };
 
 // The first key position a query at position p sees.
@@ -72,7 +77,8 @@ __device__ __forceinline__ uint32_t first_key(uint32_t window, uint32_t p) {
 
 // The split-K decode path (ops_attention_decode.cu), n_tokens <= kAttnDecodeMaxTokens,
 // and the workspace it takes for any call of at most n_tokens tokens and n_kv positions.
-void attention_decode(QuantType kv_type, const AttnGeom& g, Workspace& ws, cudaStream_t stream);
+// True when it also quantized the output rows (AttnGeom::qs: the warps kernel in one chunk).
+bool attention_decode(QuantType kv_type, const AttnGeom& g, Workspace& ws, cudaStream_t stream);
 size_t attention_decode_workspace_bytes(int n_tokens, int n_head, int head_dim, uint32_t n_kv);
 
 // The tiled prefill path (ops_attention_prefill.cu).

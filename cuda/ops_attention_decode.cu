@@ -36,6 +36,7 @@
 #include <cstdint>
 
 #include "core/check.h"
+#include "cuda/act_quant.cuh"
 #include "cuda/ops.h"
 #include "cuda/ops_attention.cuh"
 #include "cuda/pdl.h"
@@ -335,6 +336,55 @@ __global__ void __launch_bounds__(kThreads)
   if (g.counters != nullptr) merge_if_last(g, ml, acc, n_chunks, t, h0, Gb);
 }
 
+// The warps kernel in one chunk, AttnGeom::qs set: head h's output of token t (out_sh, D
+// floats of this CTA's shared memory, also in g.out) quantized in g.qmode into the row's
+// quants, as cuda/act_quant.cuh's routines quantize any row. A block within the head: this
+// CTA's warps quantize it from out_sh. A block over several heads (Q8_K at D 64 / 128):
+// every CTA of it counts itself done on the block's counter after a fence, and the one
+// that counts last reads the block's outputs back from g.out (L2) and quantizes it.
+template <int D>
+__device__ __forceinline__ void quantize_head_out(const AttnGeom& g, int t, int h, float* out_sh) {
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int64_t row_elems = static_cast<int64_t>(g.n_head) * D;
+  int8_t* qrow = g.qs + t * row_elems;
+  uint2* mrow = g.qmeta + t * row_elems / 32;
+  const int e0 = h * D;  // the head's first element of the row
+  __syncthreads();       // out_sh complete
+  if (g.qmode != ActQuant::kQ8_K) {
+    for (int b = warp; b < D / 32; b += kWarps) {
+      act_detail::quantize_q8_0_warp(out_sh[32 * b + lane], lane, qrow + e0 + 32 * b + lane, mrow + e0 / 32 + b);
+    }
+    return;
+  }
+  if constexpr (D >= 256) {
+    for (int b = warp; b < D / 256; b += kWarps) {
+      float v[8];
+#pragma unroll
+      for (int i = 0; i < 8; ++i) v[i] = out_sh[256 * b + 8 * lane + i];
+      act_detail::quantize_q8_k_warp(v, lane, qrow + e0 + 256 * b, mrow + (e0 + 256 * b) / 32);
+    }
+  } else {
+    __shared__ bool last_sh;
+    const int blk = e0 / 256;  // the row's 256-element block
+    __threadfence();           // this CTA's g.out writes before its count
+    __syncthreads();
+    if (tid == 0) {
+      uint32_t* counter = g.qcounters + t * (row_elems / 256) + blk;
+      const bool last = atomicAdd(counter, 1u) == 256 / D - 1;
+      if (last) *counter = 0;  // ready for the next launch
+      last_sh = last;
+    }
+    __syncthreads();
+    if (!last_sh || warp != 0) return;
+    __threadfence();  // the other heads' writes, seen through their counts
+    const float* src = g.out + t * row_elems + 256 * blk + 8 * lane;
+    float v[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) v[i] = __ldcg(src + i);  // (L2: not a stale L1 line)
+    act_detail::quantize_q8_k_warp(v, lane, qrow + 256 * blk, mrow + 256 * blk / 32);
+  }
+}
+
 // One round of kLanes: lane l's score of position row (its whole head slice, q from
 // shared memory), in eight partial sums.
 template <QuantType KV, int D>
@@ -487,7 +537,9 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int w = 0; w < kWarps; ++w) a = __fmaf_rn(o_sh[w][e], f[w], a);
       g.out[(static_cast<int64_t>(t) * g.n_head + h) * D + e] = a * mul;
+      o_sh[0][e] = a * mul;  // (element e is this thread's alone: read above, written here)
     }
+    if (g.qs != nullptr) quantize_head_out<D>(g, t, h, o_sh[0]);
     return;
   }
   for (int e = tid; e < D; e += kThreads) {
@@ -622,7 +674,7 @@ size_t attention_decode_workspace_bytes(int n_tokens, int n_head, int head_dim, 
   return bytes;
 }
 
-void attention_decode(QuantType kv_type, const AttnGeom& g, Workspace& ws, cudaStream_t stream) {
+bool attention_decode(QuantType kv_type, const AttnGeom& g, Workspace& ws, cudaStream_t stream) {
   MT_CHECK(g.n_tokens > 0 && g.n_tokens <= kAttnDecodeMaxTokens && g.D > 0 && g.D <= kMaxHeadDim);
   const uint32_t n_kv = g.pos_dev != nullptr ? g.n_kv_cap : g.pos0 + static_cast<uint32_t>(g.n_tokens);
   MT_CHECK(n_kv > 0);
@@ -644,19 +696,30 @@ void attention_decode(QuantType kv_type, const AttnGeom& g, Workspace& ws, cudaS
     s.chunk_len = static_cast<int>((n_kv + 31) / 32 * 32);
     s.n_chunks = 1;
   }
+  // The output rows quantized in the launch: the warps kernel in one chunk, whole blocks
+  // within a head or whole heads within a block, a counter per block of a row.
+  AttnGeom gq = g;
+  const int qblock = g.qmode == ActQuant::kQ8_K ? 256 : 32;
+  const int64_t row_elems = static_cast<int64_t>(g.n_head) * g.D;
+  const bool quantize = g.qs != nullptr && g.qmeta != nullptr && s.warps && s.n_chunks == 1 &&
+                        (g.D % qblock == 0 || (qblock % g.D == 0 && g.qcounters != nullptr &&
+                                               static_cast<int64_t>(g.n_tokens) * (row_elems / qblock) <= kAttnDecodeCounters)) &&
+                        row_elems % qblock == 0;
+  if (!quantize) gq.qs = nullptr;
   const size_t parts = static_cast<size_t>(g.n_tokens) * g.n_head * s.n_chunks;
   auto* ml = static_cast<float2*>(ws.take(parts * sizeof(float2)));
   auto* acc = static_cast<float*>(ws.take(parts * g.D * sizeof(float)));
   switch (kv_type) {
-    case QuantType::F16: launch_partial<QuantType::F16>(g, s, ml, acc, stream); break;
-    case QuantType::Q8_0: launch_partial<QuantType::Q8_0>(g, s, ml, acc, stream); break;
-    case QuantType::F32: launch_partial<QuantType::F32>(g, s, ml, acc, stream); break;
+    case QuantType::F16: launch_partial<QuantType::F16>(gq, s, ml, acc, stream); break;
+    case QuantType::Q8_0: launch_partial<QuantType::Q8_0>(gq, s, ml, acc, stream); break;
+    case QuantType::F32: launch_partial<QuantType::F32>(gq, s, ml, acc, stream); break;
     default: MT_CHECK_MSG(false, "attention: KV cache type must be f16, q8_0 or f32");
   }
-  if (g.counters != nullptr || (s.warps && s.n_chunks == 1)) return;  // merged in the partial launch
+  if (g.counters != nullptr || (s.warps && s.n_chunks == 1)) return quantize;  // merged in the partial launch
   launch_dependent(attn_decode_combine, dim3(static_cast<unsigned>(g.n_head), static_cast<unsigned>(g.n_tokens)),
                    dim3(kThreads), 0, stream, ml, acc, s.n_chunks, g.n_head, g.D, g.sinks, g.out);
   MT_CUDA_CHECK_LAUNCH();
+  return false;
 }
 
 }  // namespace mt::cuda::detail

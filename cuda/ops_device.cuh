@@ -54,28 +54,42 @@ struct RopeArgs {
 // pos when rope is set. Every thread of the block calls it (blockDim >= D); head_sh (D
 // floats) and scratch (32) are the block's; it ends with a barrier, so they may be
 // reused at once.
+// early: the norm weight read and the angle computed first, before the square sum's
+// barriers (the same values; their latency overlaps the reduction's).
 __device__ __forceinline__ float head_norm_rope(float v, int e, int D, const float* norm_w, float eps,
-                                                const RopeArgs* rope, uint32_t pos, float* head_sh, double* scratch) {
+                                                const RopeArgs* rope, uint32_t pos, float* head_sh, double* scratch,
+                                                bool early = false) {
   const bool live = e < D;
+  const bool roped = rope != nullptr && rope->n_rot > 0;  // uniform over the block
+  const int half = roped ? rope->n_rot / 2 : 0;
+  const bool rotates = roped && live && e < rope->n_rot;
+  const bool first = rotates && (rope->neox ? e < half : (e % 2 == 0));
+  const int k = !rotates ? 0 : rope->neox ? (first ? e : e - half) : e / 2;
+  float cf = 0.0f, sf = 0.0f, nw = 0.0f;
+  if (early) {
+    if (norm_w != nullptr && live) nw = norm_w[e];
+    if (rotates) {
+      rope_cos_sin(pos, k, rope->theta_scale, rope->freq_scale, rope->attn_factor, rope->yarn_ext, rope->yarn_lo,
+                   rope->yarn_hi, rope->yarn_mscale, &cf, &sf);
+    }
+  }
   if (norm_w != nullptr) {  // uniform over the block
     const double vd = v;
     const double sum = block_sum(live ? vd * vd : 0.0, scratch);
     const float mean = static_cast<float>(sum / static_cast<double>(D));
     const float scale = 1.0f / sqrtf(mean + eps);
-    if (live) v = v * scale * norm_w[e];
+    if (live) v = v * scale * (early ? nw : norm_w[e]);
   }
-  if (rope != nullptr && rope->n_rot > 0) {  // uniform over the block
+  if (roped) {
     if (live) head_sh[e] = v;
     __syncthreads();
-    const int half = rope->n_rot / 2;
-    if (live && e < rope->n_rot) {
-      const bool first = rope->neox ? e < half : (e % 2 == 0);
-      const int k = rope->neox ? (first ? e : e - half) : e / 2;
+    if (rotates) {
       const int i0 = rope->neox ? k : 2 * k;
       const int i1 = rope->neox ? k + half : 2 * k + 1;
-      float cf, sf;
-      rope_cos_sin(pos, k, rope->theta_scale, rope->freq_scale, rope->attn_factor, rope->yarn_ext, rope->yarn_lo,
-                   rope->yarn_hi, rope->yarn_mscale, &cf, &sf);
+      if (!early) {
+        rope_cos_sin(pos, k, rope->theta_scale, rope->freq_scale, rope->attn_factor, rope->yarn_ext, rope->yarn_lo,
+                     rope->yarn_hi, rope->yarn_mscale, &cf, &sf);
+      }
       const float x0 = head_sh[i0], x1 = head_sh[i1];
       v = first ? __fsub_rn(__fmul_rn(x0, cf), __fmul_rn(x1, sf)) : __fadd_rn(__fmul_rn(x0, sf), __fmul_rn(x1, cf));
     }

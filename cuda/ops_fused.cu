@@ -11,6 +11,7 @@
 
 #include "core/check.h"
 #include "cuda/act_quant.cuh"
+#include "cuda/env_switch.h"
 #include "cuda/ops.h"
 #include "cuda/ops_device.cuh"
 #include "cuda/pdl.h"
@@ -28,6 +29,11 @@ constexpr int kWideElems = 4;        // elements per thread a wide CTA aims at
 constexpr int kMaxWideRow = 8192;    // floats of a row a wide CTA stages in shared memory (32 KiB)
 
 using act_detail::silu;  // the one SwiGLU definition (cuda/act_quant.cuh)
+
+// MOETIER_CUDA_EARLY_LOADS (default on; =0 off): the decode norms' weights (the wide row
+// norm's, attn_prep's q / k norms') and attn_prep's RoPE angles read / computed before
+// the kernels' reductions instead of after them. The same bytes either way.
+EnvSwitch g_early("MOETIER_CUDA_EARLY_LOADS", true);
 
 // One block per row: x += y, then out = rms_norm(x) * w as rms_norm_kernel computes it.
 __global__ void add_rms_norm_kernel(float* x, const float* y, const float* w, float eps, int n, float* out) {
@@ -64,7 +70,7 @@ __global__ void add_rms_norm_kernel(float* x, const float* y, const float* w, fl
 template <bool kWide>
 __global__ void __launch_bounds__(kWide ? kWideThreads : kRowThreads)
     add_rms_norm_quant_kernel(float* x, const float* y, MoeCombineIn c, const float* w, float eps, int n, float* out,
-                              ActQuant mode, int8_t* qs, uint2* meta) {
+                              ActQuant mode, int8_t* qs, uint2* meta, bool early) {
   pdl_start();  // (cuda/pdl.h: launched dependent)
   extern __shared__ float row_sh[];  // (n)
   __shared__ double scratch[32];
@@ -74,6 +80,21 @@ __global__ void __launch_bounds__(kWide ? kWideThreads : kRowThreads)
   float* xr = x + r * n;
   const float* yr = y != nullptr ? y + r * n : nullptr;
   float* orow = out + r * n;
+  // Wide, `early`: the norm weights this thread scales by, loaded first. In a decode step
+  // they come from HBM (the step's weight stream evicts them from L2); read after the
+  // square sum, that latency followed the reduction, read here it hides behind the
+  // combine's loads. The same values either way.
+  constexpr int kEarly = kWide ? kMaxWideRow / kWideThreads : 1;  // elements per wide thread at most
+  float w_early[kEarly];
+  if constexpr (kWide) {
+    if (early && w != nullptr) {
+#pragma unroll
+      for (int k = 0; k < kEarly; ++k) {
+        const int i = tid + k * static_cast<int>(blockDim.x);
+        w_early[k] = i < n ? w[i] : 0.0f;
+      }
+    }
+  }
   float gate = 1.0f;
   if (c.d != nullptr && c.d_sh != nullptr && c.gate_inp != nullptr) {  // uniform over the block
     float z = 0.0f;
@@ -119,12 +140,24 @@ __global__ void __launch_bounds__(kWide ? kWideThreads : kRowThreads)
   sum = detail::block_sum(sum, scratch);  // its barriers: every read of row_sh above is done
   const float mean = static_cast<float>(sum / static_cast<double>(n));
   const float scale = 1.0f / sqrtf(mean + eps);
-  for (int i = tid; i < n; i += blockDim.x) {
-    // This thread's own write above (wide: its staged copy, no round trip to L2).
-    const float v = (kWide ? row_sh[i] : xr[i]) * scale;
-    const float o = w != nullptr ? v * w[i] : v;
-    orow[i] = o;
-    row_sh[i] = o;
+  if (kWide && early && w != nullptr) {
+#pragma unroll
+    for (int k = 0; k < kEarly; ++k) {
+      const int i = tid + k * static_cast<int>(blockDim.x);
+      if (i < n) {
+        const float o = row_sh[i] * scale * w_early[k];  // the loop below's v * w[i]
+        orow[i] = o;
+        row_sh[i] = o;
+      }
+    }
+  } else {
+    for (int i = tid; i < n; i += blockDim.x) {
+      // This thread's own write above (wide: its staged copy, no round trip to L2).
+      const float v = (kWide ? row_sh[i] : xr[i]) * scale;
+      const float o = w != nullptr ? v * w[i] : v;
+      orow[i] = o;
+      row_sh[i] = o;
+    }
   }
   if (qs == nullptr) return;
   __syncthreads();
@@ -146,7 +179,7 @@ __global__ void __launch_bounds__(kWide ? kWideThreads : kRowThreads)
 
 // Grid (n_head + 2 * n_head_kv, n_tokens), one thread per element of a head (blockDim a
 // multiple of 32 >= D). Block y = token t, x = a q head, a k head or a v head.
-__global__ void attn_prep_kernel(AttnPrepArgs a, float theta_scale) {
+__global__ void attn_prep_kernel(AttnPrepArgs a, float theta_scale, bool early) {
   pdl_start();  // (cuda/pdl.h: launched dependent)
   __shared__ double scratch[32];
   __shared__ float head_sh[kMaxHead];
@@ -166,7 +199,7 @@ __global__ void attn_prep_kernel(AttnPrepArgs a, float theta_scale) {
   const float* norm_w = is_q ? a.q_norm : (is_k ? a.k_norm : nullptr);
   const detail::RopeArgs rope{a.n_rot, theta_scale, a.freq_scale, a.attn_factor, a.yarn_ext,
                               a.yarn_lo, a.yarn_hi, a.yarn_mscale, a.neox};
-  v = detail::head_norm_rope(v, e, D, norm_w, a.eps, is_q || is_k ? &rope : nullptr, pos, head_sh, scratch);
+  v = detail::head_norm_rope(v, e, D, norm_w, a.eps, is_q || is_k ? &rope : nullptr, pos, head_sh, scratch, early);
   if (is_q) {
     if (live) a.q_out[(static_cast<int64_t>(t) * a.n_head + h) * D + e] = v;
     return;
@@ -244,12 +277,13 @@ void launch_row_norm(float* x, const float* y, const MoeCombineIn& c, const floa
                      float* out, ActQuant mode, int8_t* qs, uint2* meta, cudaStream_t stream) {
   const size_t smem = static_cast<size_t>(n) * sizeof(float);
   const int threads = wide_row_threads(rows, n);
+  const bool early = g_early.on();
   if (threads > kRowThreads) {
     launch_dependent(add_rms_norm_quant_kernel<true>, dim3(rows), dim3(threads), smem, stream, x, y, c, w, eps, n, out, mode, qs,
-                     meta);
+                     meta, early);
   } else {
     launch_dependent(add_rms_norm_quant_kernel<false>, dim3(rows), dim3(kRowThreads), smem, stream, x, y, c, w, eps, n, out, mode,
-                     qs, meta);
+                     qs, meta, early);
   }
   MT_CUDA_CHECK_LAUNCH();
 }
@@ -318,7 +352,7 @@ void attn_prep(const AttnPrepArgs& a, cudaStream_t stream) {
   const float theta_scale = a.n_rot > 0 ? std::pow(a.freq_base, -2.0f / static_cast<float>(a.n_rot)) : 1.0f;
   const int threads = (a.head_dim + 31) / 32 * 32;
   const dim3 grid(static_cast<unsigned>(a.n_head + 2 * a.n_head_kv), static_cast<unsigned>(a.n_tokens));
-  launch_dependent(attn_prep_kernel, grid, dim3(threads), 0, stream, a, theta_scale);
+  launch_dependent(attn_prep_kernel, grid, dim3(threads), 0, stream, a, theta_scale, g_early.on());
   MT_CUDA_CHECK_LAUNCH();
 }
 

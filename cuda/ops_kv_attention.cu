@@ -90,13 +90,13 @@ void kv_store(QuantType type, const float* rows, int n_tokens, int kv_dim, uint8
   }
 }
 
-void attention(const AttentionArgs& a, Workspace& ws, cudaStream_t stream) {
+bool attention(const AttentionArgs& a, Workspace& ws, cudaStream_t stream) {
   MT_CHECK(a.n_tokens >= 0 && a.n_head > 0 && a.n_head_kv > 0 && a.n_head % a.n_head_kv == 0);
   MT_CHECK(a.head_dim > 0 && a.head_dim <= detail::kMaxHeadDim);
   const auto head_bytes = mt::row_bytes(a.kv_type, static_cast<uint64_t>(a.head_dim));
   MT_CHECK_MSG(head_bytes.has_value(), "attention: head_dim is not a whole number of KV cache blocks");
   MT_CHECK(a.kv_row_bytes >= *head_bytes * static_cast<uint64_t>(a.n_head_kv));
-  if (a.n_tokens == 0) return;
+  if (a.n_tokens == 0) return false;
   detail::AttnGeom g{a.q,      a.k_cache, a.v_cache,           a.kv_row_bytes, *head_bytes,
                            a.n_tokens, a.n_head,  a.n_head / a.n_head_kv, a.head_dim,    a.pos0,
                            1.0f / std::sqrt(static_cast<float>(a.head_dim)), a.out, a.pos_dev, a.n_kv_cap,
@@ -104,13 +104,12 @@ void attention(const AttentionArgs& a, Workspace& ws, cudaStream_t stream) {
   g.single_chunk_max = a.single_chunk_max;
   g.warp_max = a.warp_max;
   g.warp_lanes = a.warp_lanes;
+  g.qs = a.quant_qs, g.qmeta = a.quant_meta, g.qmode = a.quant_mode, g.qcounters = a.quant_counters;
   MT_CHECK_MSG(a.pos_dev == nullptr || a.n_tokens <= detail::kAttnDecodeMaxTokens,
                "attention: a position read on the device is for decode batches only");
-  if (a.n_tokens <= detail::kAttnDecodeMaxTokens) {
-    detail::attention_decode(a.kv_type, g, ws, stream);
-  } else {
-    detail::attention_prefill(a.kv_type, g, stream);
-  }
+  if (a.n_tokens <= detail::kAttnDecodeMaxTokens) return detail::attention_decode(a.kv_type, g, ws, stream);
+  detail::attention_prefill(a.kv_type, g, stream);
+  return false;
 }
 
 size_t attention_workspace_bytes(int n_tokens, int n_head, int head_dim, uint32_t n_kv) {

@@ -50,6 +50,9 @@ CudaSequence::CudaSequence(CudaModel::Impl& m, uint32_t n_ctx, QuantType kv_type
   fused_attention_merge_ = env_on("MOETIER_CUDA_FUSED_ATTN");
   single_chunk_attention_ = env_on("MOETIER_CUDA_ATTN_SINGLE");  // measured slower (286 vs 302 t/s): off
   warp_attention_lanes_ = env_on("MOETIER_CUDA_ATTN_LANES");
+  // wo's activation rows quantized by the decode attention's CTAs (one launch fewer per
+  // layer where the warps kernel runs in one chunk); =0: a quantize launch before wo.
+  attention_quant_ = std::getenv("MOETIER_CUDA_ATTN_QUANT") == nullptr || std::string(std::getenv("MOETIER_CUDA_ATTN_QUANT")) != "0";
   // Decode attention by the warps kernel up to 256 and from 1025 to 4096 positions (see
   // sequence_attention.cpp); MOETIER_CUDA_ATTN_WARP_MAX=n moves the top (0: the grouped
   // kernel always).
@@ -124,7 +127,8 @@ size_t CudaSequence::workspace_bytes(uint32_t T) const {
   const size_t floats = 4 * T * E + 2 * T * Q + 2 * T * KV + T * (Q + 2 * KV) + T * std::max(1u, hp.n_expert) +
                         2 * T * K + 3 * T * K * n_ff + T * K * E + 3 * T * n_ff +
                         static_cast<size_t>(std::min(T, kLogitRows)) * hp.n_vocab +  // the logits piece
-                        T * E + T * K * n_ff;  // the last two: h's and u's quants and scales
+                        T * E + T * K * n_ff +  // h's and u's quants and scales
+                        T * Q / 2 + 2;          // the attention output's (T*Q bytes + T*Q/4)
   const size_t C = hp.ssm_conv_dim(), Vd = hp.ssm_value_dim(), nv = hp.ssm_nv;
   const size_t gdn_floats = hp.recurrent.empty() ? 0 : T * (2 * C + 2 * Vd + 6 * nv + 3 * Q);  // see gdn_layer
   const size_t gate_floats = hp.arch == Arch::kLaguna ? T * Q : 0;  // attention_layer's output gate

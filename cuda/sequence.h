@@ -37,6 +37,7 @@ struct CudaModel::Impl {
   // The decode step's completion counters, zero between launches (each launch leaves them
   // zero): router_fused's (1) and the fused decode attention merge's (kAttnDecodeCounters).
   DeviceBuffer router_counter, decode_counters;
+  DeviceBuffer attn_quant_counters;  // (kAttnDecodeCounters) AttentionArgs quant_counters, zeroed
   const Model* host = nullptr;       // the host model (its CPU experts and thread pool)
   bool experts_on_host = false;      // CudaOptions::experts_on_host
   CudaTiering* tiering = nullptr;    // set_tiering(); required when experts_on_host
@@ -104,6 +105,8 @@ class CudaSequence final : public Evaluator {
     uint2* hm = nullptr;       // (T, n_embd / 32) their scales and sums
     int8_t* uq = nullptr;      // (T*K, n_ff) u quantized for the down product
     uint2* um = nullptr;       // (T*K, n_ff / 32)
+    int8_t* aq = nullptr;      // (T, q_dim) the attention's output quantized for wo (AttentionArgs quant_qs)
+    uint2* am = nullptr;       // (T, q_dim / 32)
     std::vector<int32_t> host_sel;  // a trace's copies of the routing
     std::vector<float> host_wts;
   };
@@ -272,6 +275,7 @@ class CudaSequence final : public Evaluator {
   // sets it, 0: never.
   static constexpr uint32_t kWarpAttnOneChunk = 256, kWarpAttnGroupedUpTo = 1024;
   uint32_t warp_attention_max_ = 4096;
+  bool attention_quant_ = true;  // MOETIER_CUDA_ATTN_QUANT (=0 off): wo's activation rows quantized by the attention
   bool warp_attention_lanes_ = false;  // MOETIER_CUDA_ATTN_LANES=1: AttentionArgs warp_lanes (not yet measured)
   static constexpr uint32_t kAttnSingleChunkMax = 256;
   std::unique_ptr<Persistent, PersistentDeleter> persistent_;

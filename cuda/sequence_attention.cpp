@@ -113,15 +113,26 @@ void CudaSequence::attention_layer(Pass& p, const DevLayer& L, uint32_t l, const
     aa.decode_counters = fused_attention_merge_ || single ? m_.decode_counters.as<uint32_t>() : nullptr;
     aa.single_chunk_max = single ? kAttnSingleChunkMax : 0;
   }
+  // wo's activation rows quantized by the attention's CTAs (where its one-chunk warps
+  // kernel runs) when nothing changes them between and wo's product reads quantized rows.
+  ActRows att{p.att, Ti};
+  const bool quant_wo = attention_quant_ && !L.q_gated && G == 0 && T <= static_cast<uint32_t>(kMmvqMaxTokens) &&
+                        quantizes_activations(L.wo.type) && L.wo.n_in == Q;
+  if (quant_wo) {
+    att.mode = act_quant_for(L.wo.type);
+    aa.quant_qs = p.aq, aa.quant_meta = p.am, aa.quant_mode = att.mode;
+    aa.quant_counters = m_.attn_quant_counters.as<uint32_t>();
+  }
   {
     const size_t mark = ws_->mark();
-    attention(aa, *ws_, s);
+    att.quantized = attention(aa, *ws_, s);
     ws_->rewind(mark);
   }
+  att.qs = p.aq, att.meta = p.am;
   if (L.q_gated) mul_sigmoid(p.att, p.qgate, static_cast<int64_t>(T) * Q, s);
   if (G > 0) mul_softplus_gate(p.att, gate, T, Q, G, s);
   stage(p, "wo");
-  mm(L.wo, p.att, Ti, p.y);
+  mm(L.wo, att, p.y);
   if (L.bo != nullptr) add_bias(p.y, L.bo, Ti, static_cast<int>(hp.n_embd), s);
   if (gate != nullptr) ws_->rewind(gate_mark);
 }

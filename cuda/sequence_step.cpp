@@ -53,6 +53,8 @@ void CudaSequence::take_step_buffers(Pass& p) {
   p.hm = ws_->take_n<uint2>(T * E / 32 + 1);
   p.uq = ws_->take_n<int8_t>(T * Kc * n_ff);
   p.um = ws_->take_n<uint2>(T * Kc * n_ff / 32 + 1);
+  p.aq = ws_->take_n<int8_t>(T * Q);
+  p.am = ws_->take_n<uint2>(T * Q / 32 + 1);
 }
 
 // x += y, h = rms_norm(x) * w; for a decode step also h quantized in the mode of the

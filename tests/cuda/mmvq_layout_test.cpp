@@ -5,6 +5,7 @@
 // short rows (fewer than 32 tasks) with a lane per task give the narrow lanes' sums in
 // another order (a narrow lane accumulates two tasks one after the other; measured on the
 // H200: bytes differ for Q6_K, Q3_K, IQ4_XS, Q4_0, Q5_0, Q8_0, IQ4_NL at 768 inputs).
+// MOETIER_CUDA_MMVQ_SPLIT: long rows over several warps, likewise up to the order of sums.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -135,6 +136,42 @@ TEST(MmvqWide, ShortRowsEqualTheNarrowLanesUpToTheOrderOfTheirSums) {
   }
   set_mmvq_wide(false);  // the defaults back
   set_mmvq_wide16(true);
+}
+
+// MOETIER_CUDA_MMVQ_SPLIT: one-token rows of more than 32 tasks over 2 or 4 warps give one
+// warp's sums in another order (each warp's partial, then the partials added in warp order).
+TEST(MmvqSplit, LongRowsOverSeveralWarpsEqualOneWarpUpToTheOrderOfTheirSums) {
+  MT_SKIP_WITHOUT_DEVICE();
+  std::mt19937 rng(59);
+  for (QuantType type : test::kTypes) {
+    if (test::is_float(type)) continue;
+    // K-quants 32 / 64 / 80 tasks (one warp, two, four with a partial last lane), Q4_0 64 / 128 / 160
+    for (int64_t n_in : {int64_t{2048}, int64_t{4096}, int64_t{5120}}) {
+      SCOPED_TRACE(testing::Message() << type_name(type) << " n_in " << n_in);
+      const int64_t n_out = 133;  // the last row group has one row
+      const HostMatrix m = make_matrix(type, n_in, n_out, 4, rng);
+      for (size_t offset : {size_t{0}, size_t{2}}) {  // natural alignment, and the byte-safe loads
+        const DeviceCopy c = upload(m, n_out, offset);
+        const std::vector<float> x = random_rows(4, n_in, rng);
+        for (int warps : {2, 4}) {
+          auto set = warps == 2 ? +[](bool on) { set_mmvq_split(on ? 2 : 0); } : +[](bool on) { set_mmvq_split(on ? 4 : 0); };
+          const SwitchedOutputs r = run_switched(c, x, true, set);
+          EXPECT_LE(rel_diff(r.out[0][0], r.out[1][0]), 1e-5) << "dense, " << warps << " warps, offset " << offset;
+          EXPECT_LE(rel_diff(r.out[0][1], r.out[1][1]), 1e-5) << "routed, " << warps << " warps, offset " << offset;
+          EXPECT_EQ(r.out[1][1][2 * n_out], 5.f);  // the skipped slot untouched
+          // Not a product of zeros: rows 0 and n_out - 1 of matrix 1 against the dequantized reference, loosely.
+          for (int64_t row : {int64_t{0}, n_out - 1}) {
+            double ref = 0;
+            for (int64_t i = 0; i < n_in; ++i) {
+              ref += static_cast<double>(m.rows[static_cast<size_t>((n_out + row) * n_in + i)]) * x[static_cast<size_t>(i)];
+            }
+            EXPECT_NEAR(r.out[1][0][static_cast<size_t>(row)], ref, 0.05 * std::fabs(ref) + 0.05) << warps << " warps";
+          }
+        }
+      }
+    }
+  }
+  set_mmvq_split(0);  // the default back
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include <random>
 #include <vector>
 
+#include "cuda/mmvq.h"
 #include "cuda/ops.h"
 #include "cuda_test_util.h"
 #include "model/kv_cache.h"
@@ -186,10 +187,18 @@ TEST(CudaOps, KvStoreBytesEqualCpu) {
 
 // Causal GQA attention over a cache filled by the CPU's KvCache, against a double softmax
 // over the same dequantized rows (q in f32, as the device reads it).
+// quant set: the output rows also quantized in that mode (AttentionArgs quant_qs), twice
+// over (the block counters left zeroed for the next call), byte-equal to quantize_act of
+// the f32 output wherever attention() says it quantized, which it must where want_quant.
+struct AttnQuantCheck {
+  ActQuant mode;
+  bool want_quant;
+};
 void check_attention(QuantType type, int D, int T, uint32_t pos0, int n_head, int n_head_kv, uint32_t seed,
-                     uint32_t warp_max = 0, bool warp_lanes = false) {
+                     uint32_t warp_max = 0, bool warp_lanes = false, const AttnQuantCheck* quant = nullptr) {
   SCOPED_TRACE(::testing::Message() << type_name(type) << " head_dim " << D << " n_tokens " << T << " pos0 " << pos0
-                                    << " warp_max " << warp_max << " lanes " << warp_lanes);
+                                    << " warp_max " << warp_max << " lanes " << warp_lanes << " quant "
+                                    << (quant != nullptr ? static_cast<int>(quant->mode) : -1));
   std::mt19937 rng(seed);
   const int kv_dim = n_head_kv * D;
   const uint32_t n_kv = pos0 + static_cast<uint32_t>(T);
@@ -220,7 +229,32 @@ void check_attention(QuantType type, int D, int T, uint32_t pos0, int n_head, in
   a.out = dout.as<float>();
   a.warp_max = warp_max;
   a.warp_lanes = warp_lanes;
-  attention(a, ws, nullptr);
+  const size_t row = static_cast<size_t>(n_head) * D;
+  DeviceBuffer qs(T * row), qm(T * row / 32 * sizeof(uint2)), counters(sizeof(uint32_t) * kAttnDecodeCounters);
+  if (quant != nullptr) {
+    MT_CUDA_CHECK(cudaMemset(counters.get(), 0, counters.bytes()));
+    a.quant_qs = qs.as<int8_t>(), a.quant_meta = qm.as<uint2>(), a.quant_mode = quant->mode;
+    a.quant_counters = counters.as<uint32_t>();
+  }
+  for (int call = 0; call < (quant != nullptr ? 2 : 1); ++call) {
+    if (quant != nullptr) {
+      MT_CUDA_CHECK(cudaMemset(qs.get(), 0x5A, qs.bytes()));
+      MT_CUDA_CHECK(cudaMemset(qm.get(), 0x5A, qm.bytes()));
+    }
+    const bool quantized = attention(a, ws, nullptr);
+    MT_CUDA_CHECK(cudaDeviceSynchronize());
+    if (quant == nullptr) {
+      EXPECT_FALSE(quantized);
+      continue;
+    }
+    EXPECT_EQ(quantized, quant->want_quant) << "call " << call;
+    if (!quantized) continue;
+    DeviceBuffer wq(T * row), wm(T * row / 32 * sizeof(uint2));
+    quantize_act(dout.as<float>(), T, static_cast<int>(row), quant->mode, wq.as<int8_t>(), wm.as<uint2>(), nullptr);
+    EXPECT_TRUE(to_host<int8_t>(qs, T * row) == to_host<int8_t>(wq, T * row)) << "quants, call " << call;
+    EXPECT_TRUE(to_host<uint64_t>(qm, T * row / 32) == to_host<uint64_t>(wm, T * row / 32)) << "metas, call " << call;
+    EXPECT_TRUE(to_host<uint32_t>(counters, kAttnDecodeCounters) == std::vector<uint32_t>(kAttnDecodeCounters, 0u));
+  }
   const std::vector<float> got = to_host<float>(dout, q.size());
 
   std::vector<float> kf(static_cast<size_t>(n_kv) * kv_dim), vf(kf.size());
@@ -312,6 +346,28 @@ TEST(CudaOps, AttentionWarpsKernelMatchesReference) {
     check_attention(QuantType::F16, 128, 8, 40, 16, 1, ++seed, 4096, lanes);   // a group of 16
     check_attention(QuantType::Q8_0, 128, 3, 2, 4, 4, ++seed, 4096, lanes);    // no GQA, 3 positions for 4 warps
     check_attention(QuantType::F16, 128, 1, 600, 32, 4, ++seed, 512, lanes);   // above warp_max: the grouped kernel
+  }
+}
+
+// The warps kernel's output rows quantized in the launch (AttentionArgs quant_qs, wo's
+// activation rows): every mode, blocks within a head (Q8_0 / Q8_1; Q8_K at head_dim 256)
+// and heads within a block (Q8_K at 64 / 128: the last CTA of the block), decode batches;
+// not where the kernel takes several chunks or another kernel runs.
+TEST(CudaOps, AttentionQuantizesItsOutputRowsAsQuantizeAct) {
+  MT_SKIP_WITHOUT_DEVICE();
+  uint32_t seed = 900;
+  for (ActQuant mode : {ActQuant::kQ8_0, ActQuant::kQ8_1, ActQuant::kQ8_K}) {
+    const AttnQuantCheck yes{mode, true}, no{mode, false};
+    for (QuantType type : {QuantType::F16, QuantType::Q8_0}) {
+      for (int D : {64, 128, 256}) {
+        check_attention(type, D, 1, 40, 8, 2, ++seed, 4096, false, &yes);
+        check_attention(type, D, 1, 40, 8, 2, ++seed, 4096, true, &yes);
+      }
+    }
+    check_attention(QuantType::F16, 128, 8, 100, 32, 4, ++seed, 4096, false, &yes);  // 8 tokens, 32 heads (16 Q8_K blocks)
+    check_attention(QuantType::F16, 64, 3, 7, 16, 16, ++seed, 4096, false, &yes);    // 4 heads per Q8_K block
+    check_attention(QuantType::F16, 128, 1, 300, 8, 2, ++seed, 4096, false, &no);    // two chunks: merged, not quantized
+    check_attention(QuantType::F16, 128, 1, 40, 8, 2, ++seed, 0, false, &no);        // the grouped kernel
   }
 }
 

@@ -398,7 +398,8 @@ resab)  # issue 6 (machine warm after prep): the CUDA tests of FILTER, then full
     # (MOETIER_CUDA_PERSISTENT=1), rows4 (MOETIER_CUDA_MMVQ_ROWS4=1), wide (MOETIER_CUDA_MMVQ_WIDE=1), wide16 (MOETIER_CUDA_MMVQ_WIDE16=1, the default), narrow (=0), pdl
     # (MOETIER_CUDA_PDL=1), pdlwide (both), grouped (MOETIER_CUDA_ATTN_WARP_MAX=0), warp256
     # (=256), topksmem (MOETIER_CUDA_TOPK_SMEM=1), old (grouped + topksmem),
-    # lanes (MOETIER_CUDA_ATTN_LANES=1)
+    # lanes (MOETIER_CUDA_ATTN_LANES=1), split2 / split4 (MOETIER_CUDA_MMVQ_SPLIT=2 / 4),
+    # late (MOETIER_CUDA_EARLY_LOADS=0), noaq (MOETIER_CUDA_ATTN_QUANT=0), before (late + noaq)
     for round in 1 2; do
       for v in ${RES_VARIANTS:-base single}; do
         case $v in
@@ -419,6 +420,12 @@ resab)  # issue 6 (machine warm after prep): the CUDA tests of FILTER, then full
           topksmem) envs="MOETIER_CUDA_TOPK_SMEM=1" ;;         # the router top-k in shared memory (before)
           lanes) envs="MOETIER_CUDA_ATTN_LANES=1" ;;            # the warps kernel's lanes form
           old) envs="MOETIER_CUDA_ATTN_WARP_MAX=0 MOETIER_CUDA_TOPK_SMEM=1" ;;
+          split2) envs="MOETIER_CUDA_MMVQ_SPLIT=2" ;;          # long one-token rows over 2 warps
+          split4) envs="MOETIER_CUDA_MMVQ_SPLIT=4" ;;          # ... over up to 4 warps
+          late) envs="MOETIER_CUDA_EARLY_LOADS=0" ;;            # the norms' weights read after their sums (before)
+          noaq) envs="MOETIER_CUDA_ATTN_QUANT=0" ;;             # wo's rows quantized by their own launch (before)
+          before) envs="MOETIER_CUDA_EARLY_LOADS=0 MOETIER_CUDA_ATTN_QUANT=0" ;;  # this session's defaults off
+          *) echo "unknown variant $v"; envs="UNKNOWN_VARIANT=1" ;;
         esac
         # shellcheck disable=SC2086
         run "tg_${q}_${v}_$round" env $envs $M bench -m "$F" --device cuda -p 0 -n 128 -r 3
