@@ -96,8 +96,11 @@ EnvSwitch g_wide("MOETIER_CUDA_MMVQ_WIDE");
 // t/s; every CUDA test passes with it (2026-12-03).
 EnvSwitch g_wide16("MOETIER_CUDA_MMVQ_WIDE16", true);
 // MOETIER_CUDA_MMVQ_SPLIT=2|4: one-token rows of more than 32 tasks over up to that many
-// warps (MmvqArgs::split_warps); 0 (default): one warp per row group.
-EnvInt g_split("MOETIER_CUDA_MMVQ_SPLIT", 0);
+// warps (MmvqArgs::split_warps); 0 / 1: one warp per row group. Default 4: qwen3-30b-a3b
+// tg128 on the H200 (with the lanes attention) q4_k_m 352.6 / 355.8 t/s vs 346.1 / 347.3
+// without either, q4_0 391.2 / 383.2 vs 374.3 / 373.4 (split 2: 353.5 / 356.2, 384.8 /
+// 385.0); docs/PERFORMANCE.md.
+EnvInt g_split("MOETIER_CUDA_MMVQ_SPLIT", 4);
 
 MmvqArgs base_args(const DeviceMatrix& w, float* y) {
   MmvqArgs a;

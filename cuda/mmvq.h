@@ -65,7 +65,7 @@ void set_mmvq_wide(bool on);
 // default) for the process.
 void set_mmvq_wide16(bool on);
 // Overrides MOETIER_CUDA_MMVQ_SPLIT (one-token rows of more than 32 tasks over up to
-// `warps` warps, 2 or 4; 0 / 1: one warp) for the process. The same sums in another
+// `warps` warps, 2 or 4 (the default); 0 / 1: one warp) for the process. The same sums in another
 // order: each warp's partial, then the warps' partials added in shared memory.
 void set_mmvq_split(int warps);
 

@@ -92,7 +92,7 @@ struct MmvqArgs {
   // One token, rows of more than 32 tasks (Q4_0 at 2048 / 4096 inputs, K-quants at 4096):
   // a row group's lanes spread over up to this many warps (2 or 4; 0 / 1: one warp), so
   // each lane walks fewer tasks one after the other; the warps' sums are added in shared
-  // memory (MOETIER_CUDA_MMVQ_SPLIT; the sums in another order than one warp's).
+  // memory (MOETIER_CUDA_MMVQ_SPLIT, default 4; the sums in another order than one warp's).
   int split_warps = 0;
   // A dense product launched dependent (cuda/pdl.h): each row group prefetches its rows
   // to L2 before it waits for the kernel before.

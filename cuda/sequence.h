@@ -270,13 +270,14 @@ class CudaSequence final : public Evaluator {
   bool fused_attention_merge_ = false;  // MOETIER_CUDA_FUSED_ATTN=1: decode attention merge in the partials
   bool single_chunk_attention_ = false; // MOETIER_CUDA_ATTN_SINGLE=1: short contexts in one chunk, one launch (slower)
   // Decode attention over at most this many positions (the graph's n_kv_cap) by the warps
-  // kernel (AttentionArgs warp_max), except from kWarpAttnOneChunk to kWarpAttnGroupedUpTo
-  // positions (the grouped kernel measured faster there); MOETIER_CUDA_ATTN_WARP_MAX=n
-  // sets it, 0: never.
+  // kernel (AttentionArgs warp_max; in its lanes form faster than the grouped kernel at
+  // every length measured, 8 to 4096 positions); MOETIER_CUDA_ATTN_WARP_MAX=n sets it, 0:
+  // never. Without the lanes form the grouped kernel takes 257 to 1024 positions, where it
+  // measured faster than the plain warps kernel.
   static constexpr uint32_t kWarpAttnOneChunk = 256, kWarpAttnGroupedUpTo = 1024;
   uint32_t warp_attention_max_ = 4096;
   bool attention_quant_ = true;  // MOETIER_CUDA_ATTN_QUANT (=0 off): wo's activation rows quantized by the attention
-  bool warp_attention_lanes_ = false;  // MOETIER_CUDA_ATTN_LANES=1: AttentionArgs warp_lanes (not yet measured)
+  bool warp_attention_lanes_ = true;  // MOETIER_CUDA_ATTN_LANES (=0 off): AttentionArgs warp_lanes
   static constexpr uint32_t kAttnSingleChunkMax = 256;
   std::unique_ptr<Persistent, PersistentDeleter> persistent_;
 };

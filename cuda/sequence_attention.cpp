@@ -102,10 +102,10 @@ void CudaSequence::attention_layer(Pass& p, const DevLayer& L, uint32_t l, const
   // decode step) in one chunk per head group, merged by its own CTA: one launch.
   const uint32_t n_kv_bound = p.pos_dev != nullptr ? p.st->graph_n_kv_cap : pos_ + T;
   // The warps kernel where it measured faster (moetier_cuda_attention --decode, H200,
-  // 2026-12-03; docs/PERFORMANCE.md): one chunk up to 256 positions (8: 4.5 vs 14.3 us,
-  // 128: 12.7 vs 16.3), chunks of 256 past 1024 (2048: 29.8 vs 42.9); the grouped kernel
-  // between (512: 21.1 vs 26.2).
-  const bool warps = n_kv_bound <= kWarpAttnOneChunk || n_kv_bound > kWarpAttnGroupedUpTo;
+  // 2026-12-03; docs/PERFORMANCE.md): in its lanes form at every length up to 4096 (512:
+  // 15.6 vs 21.2 us, 4096: 28.5 vs 43.8); in its plain form up to 256 positions and past
+  // 1024, the grouped kernel between (512: 21.2 vs 26.8).
+  const bool warps = warp_attention_lanes_ || n_kv_bound <= kWarpAttnOneChunk || n_kv_bound > kWarpAttnGroupedUpTo;
   aa.warp_max = warps ? warp_attention_max_ : 0;
   aa.warp_lanes = warp_attention_lanes_;
   const bool single = single_chunk_attention_ && n_kv_bound <= kAttnSingleChunkMax;

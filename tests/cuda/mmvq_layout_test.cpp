@@ -87,6 +87,7 @@ SwitchedOutputs run_switched(const DeviceCopy& c, const std::vector<float>& x, b
 
 TEST(MmvqRows4, OneTokenProductsEqualTheTwoRowKernelsByteForByte) {
   MT_SKIP_WITHOUT_DEVICE();
+  set_mmvq_split(0);  // (rows4 runs a row on one warp: so does the kernel it is compared with)
   std::mt19937 rng(47);
   for (QuantType type : {QuantType::Q4_0, QuantType::Q4_1, QuantType::Q5_0, QuantType::Q5_1, QuantType::Q8_0,
                          QuantType::IQ4_NL, QuantType::MXFP4}) {
@@ -108,6 +109,7 @@ TEST(MmvqRows4, OneTokenProductsEqualTheTwoRowKernelsByteForByte) {
       }
     }
   }
+  set_mmvq_split(4);  // the default back
 }
 
 TEST(MmvqWide, ShortRowsEqualTheNarrowLanesUpToTheOrderOfTheirSums) {
@@ -171,7 +173,7 @@ TEST(MmvqSplit, LongRowsOverSeveralWarpsEqualOneWarpUpToTheOrderOfTheirSums) {
       }
     }
   }
-  set_mmvq_split(0);  // the default back
+  set_mmvq_split(4);  // the default back
 }
 
 }  // namespace

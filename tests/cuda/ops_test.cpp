@@ -241,6 +241,7 @@ void check_attention(QuantType type, int D, int T, uint32_t pos0, int n_head, in
       MT_CUDA_CHECK(cudaMemset(qs.get(), 0x5A, qs.bytes()));
       MT_CUDA_CHECK(cudaMemset(qm.get(), 0x5A, qm.bytes()));
     }
+    ws.reset();  // (each call's partials taken afresh)
     const bool quantized = attention(a, ws, nullptr);
     MT_CUDA_CHECK(cudaDeviceSynchronize());
     if (quant == nullptr) {
