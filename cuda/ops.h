@@ -57,6 +57,8 @@ void kv_store(QuantType type, const float* rows, int n_tokens, int kv_dim, uint8
 // leaves its counter zero again (so calls on one stream, graph replays too, may share
 // them); null: a second launch reduces.
 inline constexpr int kAttnDecodeCounters = 8 * 512;  // (decode tokens <= 8) x (query heads <= 512)
+struct AttnPrepArgs;  // (below)
+
 struct AttentionArgs {
   const float* q = nullptr;
   const uint8_t* k_cache = nullptr;  // (n_ctx, kv_dim) rows of kv_type
@@ -93,6 +95,15 @@ struct AttentionArgs {
   uint2* quant_meta = nullptr;
   ActQuant quant_mode = ActQuant::kQ8_0;
   uint32_t* quant_counters = nullptr;
+  // Set: attention() also does this prep (attn_prep: q / k / v bias, norms, RoPE and the
+  // new rows' cache store) first. A decode token whose attention runs the warps kernel at
+  // head_dim <= 128 does it in that launch: each CTA preps its query head and, where its
+  // chunk holds the new position, its KV head's new K / V rows (rounded as the cache
+  // stores them, kept in shared memory for its own scores), the group's first head's CTA
+  // storing them; the same bytes as attn_prep's launch before attention (one launch
+  // fewer). Otherwise attn_prep is launched first. Its k_cache, v_cache, kv_type,
+  // row_bytes, n_tokens, heads, head_dim and position must be this call's.
+  const AttnPrepArgs* prep = nullptr;
 };
 // True when the output rows were also quantized (AttentionArgs quant_qs).
 bool attention(const AttentionArgs& a, Workspace& ws, cudaStream_t stream);
@@ -212,6 +223,12 @@ struct AttnPrepArgs {
   uint64_t row_bytes = 0;
 };
 void attn_prep(const AttnPrepArgs& a, cudaStream_t stream);
+// attn_prep's argument checks (MT_CHECK) and its RoPE theta scale (freq_base^(-2 / n_rot),
+// the CPU's float expression), for a launch that does the prep inside (attention()).
+float attn_prep_theta_scale(const AttnPrepArgs& a);
+// MOETIER_CUDA_EARLY_LOADS (default on): the decode norms' weights and attn_prep's RoPE
+// angles read / computed before their reductions (the same bytes either way).
+bool early_loads_on();
 
 // gu (n_rows, 2 * ff) = [gate | up] rows (a fused gate+up product) -> out (n_rows, ff) =
 // silu(gate) * up, as swiglu() computes it.

@@ -18,6 +18,10 @@
 #include "cuda/mmvq_kernels.h"
 #include "quant/types.h"
 
+namespace mt::cuda {
+struct AttnPrepArgs;  // cuda/ops.h
+}
+
 namespace mt::cuda::detail {
 
 inline constexpr int kMaxHeadDim = 256;
@@ -78,7 +82,9 @@ __device__ __forceinline__ uint32_t first_key(uint32_t window, uint32_t p) {
 // The split-K decode path (ops_attention_decode.cu), n_tokens <= kAttnDecodeMaxTokens,
 // and the workspace it takes for any call of at most n_tokens tokens and n_kv positions.
 // True when it also quantized the output rows (AttnGeom::qs: the warps kernel in one chunk).
-bool attention_decode(QuantType kv_type, const AttnGeom& g, Workspace& ws, cudaStream_t stream);
+// prep set: AttentionArgs::prep (in the warps kernel's launch where it can, else attn_prep first).
+bool attention_decode(QuantType kv_type, const AttnGeom& g, Workspace& ws, cudaStream_t stream,
+                      const AttnPrepArgs* prep = nullptr);
 size_t attention_decode_workspace_bytes(int n_tokens, int n_head, int head_dim, uint32_t n_kv);
 
 // The tiled prefill path (ops_attention_prefill.cu).

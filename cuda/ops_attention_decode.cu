@@ -39,6 +39,7 @@
 #include "cuda/act_quant.cuh"
 #include "cuda/ops.h"
 #include "cuda/ops_attention.cuh"
+#include "cuda/ops_device.cuh"
 #include "cuda/pdl.h"
 #include "cuda/ops_reduce.cuh"
 
@@ -385,6 +386,72 @@ __device__ __forceinline__ void quantize_head_out(const AttnGeom& g, int t, int 
   }
 }
 
+// The prep in the warps kernel's launch (AttentionArgs::prep; one token, head_dim D <=
+// kThreads): thread e takes element e as attn_prep_kernel does (bias, head_norm_rope,
+// the cache's rounding), for query head h into q_out (D floats) and, has_new (this
+// chunk holds the token's position pos), for KV head kvh's new K and V rows into k_new /
+// v_new (the head's slice of a cache row, in the cache's bytes), also stored into the
+// cache where `store`. Every thread of the CTA calls it; it ends with a barrier.
+template <QuantType KV, int D>
+__device__ __forceinline__ void prep_in_launch(const AttnPrepArgs& a, float theta_scale, bool early, int h, int kvh,
+                                               uint32_t pos, bool has_new, bool store, float* q_out, uint8_t* k_new,
+                                               uint8_t* v_new, float* head_sh, double* scratch) {
+  static_assert(D <= kThreads, "a thread per element");
+  const int e = threadIdx.x;
+  const bool live = e < D;
+  const RopeArgs rope{a.n_rot, theta_scale, a.freq_scale, a.attn_factor, a.yarn_ext,
+                      a.yarn_lo, a.yarn_hi, a.yarn_mscale, a.neox};
+  float v = 0.0f;
+  if (live) {
+    v = a.q_src[h * D + e];
+    if (a.bq != nullptr) v += a.bq[h * D + e];
+  }
+  v = head_norm_rope(v, e, D, a.q_norm, a.eps, &rope, pos, head_sh, scratch, early);
+  if (live) q_out[e] = v;
+  if (has_new) {  // uniform over the CTA
+    for (int kind = 0; kind < 2; ++kind) {
+      const bool is_k = kind == 0;
+      const float* src = is_k ? a.k_src : a.v_src;
+      const float* bias = is_k ? a.bk : a.bv;
+      float x = 0.0f;
+      if (live) {
+        x = src[kvh * D + e];
+        if (bias != nullptr) x += bias[kvh * D + e];
+      }
+      x = head_norm_rope(x, e, D, is_k ? a.k_norm : nullptr, a.eps, is_k ? &rope : nullptr, pos, head_sh, scratch, early);
+      uint8_t* row_sh = is_k ? k_new : v_new;  // the KV head's slice of the row
+      uint8_t* row_g = store ? (is_k ? a.k_cache : a.v_cache) + static_cast<uint64_t>(pos) * a.row_bytes +
+                                   static_cast<uint64_t>(kvh) * (KV == QuantType::Q8_0 ? D / 32 * 34 : D * (KV == QuantType::F32 ? 4 : 2))
+                             : nullptr;
+      if constexpr (KV == QuantType::F16) {
+        if (live) {
+          const __half hv = __float2half_rn(x);
+          reinterpret_cast<__half*>(row_sh)[e] = hv;
+          if (row_g != nullptr) reinterpret_cast<__half*>(row_g)[e] = hv;
+        }
+      } else if constexpr (KV == QuantType::F32) {
+        if (live) {
+          reinterpret_cast<float*>(row_sh)[e] = x;
+          if (row_g != nullptr) reinterpret_cast<float*>(row_g)[e] = x;
+        }
+      } else {  // Q8_0: a warp per 32-element block (D a multiple of 32: whole warps)
+        if (live) {
+          float d;
+          const int q = q8_0_code(x, &d);
+          const int off = (e / 32) * 34;
+          if ((e & 31) == 0) *reinterpret_cast<__half*>(row_sh + off) = __float2half_rn(d);
+          row_sh[off + 2 + (e & 31)] = static_cast<uint8_t>(static_cast<int8_t>(q));
+          if (row_g != nullptr) {
+            if ((e & 31) == 0) *reinterpret_cast<__half*>(row_g + off) = __float2half_rn(d);
+            row_g[off + 2 + (e & 31)] = static_cast<uint8_t>(static_cast<int8_t>(q));
+          }
+        }
+      }
+    }
+  }
+  __syncthreads();
+}
+
 // One round of kLanes: lane l's score of position row (its whole head slice, q from
 // shared memory), in eight partial sums.
 template <QuantType KV, int D>
@@ -416,14 +483,23 @@ __device__ __forceinline__ float lane_score(const uint8_t* row, const float4* q_
 // round's scores need one max and one sum reduction instead of a warp sum per position;
 // the values then go as before, each position's p shuffled from its lane. Chunks of at
 // most 32 positions keep the plain form.
-template <QuantType KV, int EPL, bool kLanes>
+// kPrep (AttentionArgs::prep, one token, D <= kThreads): the CTA preps its query head and,
+// where its chunk holds the new position, its KV head's new rows first (prep_in_launch);
+// the new position's K / V rows are then read from shared memory, the others from the cache.
+template <QuantType KV, int EPL, bool kLanes, bool kPrep>
 __global__ void __launch_bounds__(kThreads)
-    attn_decode_warps(AttnGeom g, int chunk_len, int n_chunks, float2* ml, float* acc) {
+    attn_decode_warps(AttnGeom g, int chunk_len, int n_chunks, float2* ml, float* acc, AttnPrepArgs pa,
+                      float theta_scale, bool early) {
   pdl_start();  // (cuda/pdl.h: launched dependent)
   constexpr int D = 32 * EPL;
+  constexpr int kRowBytes = KV == QuantType::Q8_0 ? D / 32 * 34 : D * (KV == QuantType::F32 ? 4 : 2);
   __shared__ float o_sh[kWarps][D];
   __shared__ float2 ml_sh[kWarps];
   __shared__ float4 q_sh4[kLanes ? D / 4 : 1];
+  __shared__ __align__(16) float q_prep[kPrep ? D : 1];
+  __shared__ __align__(16) uint8_t kv_new[2][kPrep ? kRowBytes : 1];  // the new position's K and V head rows
+  __shared__ float head_sh[kPrep ? D : 1];
+  __shared__ double scratch_d[kPrep ? 32 : 1];
   const int c = blockIdx.x, h = blockIdx.y, t = blockIdx.z;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int64_t part = (static_cast<int64_t>(t) * g.n_head + h) * n_chunks + c;
@@ -438,6 +514,22 @@ __global__ void __launch_bounds__(kThreads)
   const float* q_row = g.q + (static_cast<int64_t>(t) * g.n_head + h) * D;
   const uint8_t* k_base = g.k + kvh * g.head_bytes + static_cast<uint64_t>(span.jb) * g.row_bytes;
   const uint8_t* v_base = g.v + kvh * g.head_bytes + static_cast<uint64_t>(span.jb) * g.row_bytes;
+  int new_j = -1;  // kPrep: the new position's index in the chunk (-1: not in it)
+  if constexpr (kPrep) {
+    const uint32_t pos = n_kv - 1;  // the token's position (one token)
+    const bool has_new = pos >= span.jb && pos < span.jb + static_cast<uint32_t>(span.len);
+    new_j = has_new ? static_cast<int>(pos - span.jb) : -1;
+    prep_in_launch<KV, D>(pa, theta_scale, early, h, kvh, pos, has_new, has_new && h % g.group == 0, q_prep, kv_new[0],
+                          kv_new[1], head_sh, scratch_d);
+    q_row = q_prep;
+  }
+  // Row j of the chunk (kPrep: the new position's from shared memory).
+  auto k_row = [&](int j) -> const uint8_t* {
+    return kPrep && j == new_j ? kv_new[0] : k_base + static_cast<uint64_t>(j) * g.row_bytes;
+  };
+  auto v_row = [&](int j) -> const uint8_t* {
+    return kPrep && j == new_j ? kv_new[1] : v_base + static_cast<uint64_t>(j) * g.row_bytes;
+  };
 
   // This warp's flash decoder: running max m, sum l of e^(s - m), o = sum e^(s - m) v.
   float m = -INFINITY, l = 0.0f;
@@ -452,8 +544,7 @@ __global__ void __launch_bounds__(kThreads)
     for (int jr = warp * 32; jr < span.len; jr += kWarps * 32) {
       const int j = jr + lane;
       const bool live = j < span.len;
-      const float s = live ? lane_score<KV, D>(k_base + static_cast<uint64_t>(j) * g.row_bytes, q_sh4) * g.scale
-                           : -INFINITY;
+      const float s = live ? lane_score<KV, D>(k_row(j), q_sh4) * g.scale : -INFINITY;
       const float mx = fmaxf(m, warp_max(s));  // finite: lane 0's position is in the chunk
       const float corr = expf(m - mx);         // m = -inf at the first round: 0
       const float p = live ? expf(s - mx) : 0.0f;
@@ -465,7 +556,7 @@ __global__ void __launch_bounds__(kThreads)
       for (int i = 0; i < n; ++i) {
         const float pi = __shfl_sync(0xffffffffu, p, i);
         float vx[EPL];
-        kv_load_n<KV, EPL>(v_base + static_cast<uint64_t>(jr + i) * g.row_bytes, lane * EPL, vx);
+        kv_load_n<KV, EPL>(v_row(jr + i), lane * EPL, vx);
 #pragma unroll
         for (int k = 0; k < EPL; ++k) o[k] = __fmaf_rn(pi, vx[k], o[k]);
       }
@@ -484,10 +575,9 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
         for (int k = 0; k < EPL; ++k) vx[i][k] = 0.0f;
         if (j0 + i < span.len) {  // uniform over the warp
-          const uint64_t off = static_cast<uint64_t>(j0 + i) * g.row_bytes;
           float kx[EPL];
-          kv_load_n<KV, EPL>(k_base + off, lane * EPL, kx);
-          kv_load_n<KV, EPL>(v_base + off, lane * EPL, vx[i]);
+          kv_load_n<KV, EPL>(k_row(j0 + i), lane * EPL, kx);
+          kv_load_n<KV, EPL>(v_row(j0 + i), lane * EPL, vx[i]);
 #pragma unroll
           for (int k = 0; k < EPL; ++k) s[i] = __fmaf_rn(q[k], kx[k], s[i]);
         }
@@ -626,8 +716,16 @@ __global__ void __launch_bounds__(kThreads) attn_decode_combine(const float2* ml
   }
 }
 
+// The warps kernel's prep in its launch (AttentionArgs::prep): one token, D <= kThreads.
+struct InLaunchPrep {
+  const AttnPrepArgs* a = nullptr;  // null: none
+  float theta_scale = 1.0f;
+  bool early = false;
+};
+
 template <QuantType KV>
-void launch_partial(const AttnGeom& g, const DecodeSplit& s, float2* ml, float* acc, cudaStream_t stream) {
+void launch_partial(const AttnGeom& g, const DecodeSplit& s, float2* ml, float* acc, const InLaunchPrep& prep,
+                    cudaStream_t stream) {
   const unsigned chunks = static_cast<unsigned>(s.n_chunks), tokens = static_cast<unsigned>(g.n_tokens);
   const int n_gb = (g.group + kGB - 1) / kGB;
   const dim3 grouped(chunks, static_cast<unsigned>(g.n_head / g.group * n_gb), tokens);
@@ -637,16 +735,24 @@ void launch_partial(const AttnGeom& g, const DecodeSplit& s, float2* ml, float* 
   const bool aligned = bits % align == 0;
   if (s.warps) {  // (attention_decode chose it: head_dim 64, 128 or 256, vector-aligned)
     const dim3 per_head(chunks, static_cast<unsigned>(g.n_head), tokens);
+    const AttnPrepArgs pa = prep.a != nullptr ? *prep.a : AttnPrepArgs{};
     auto launch = [&](auto kernel) {
-      launch_dependent(kernel, per_head, dim3(kThreads), 0, stream, g, s.chunk_len, s.n_chunks, ml, acc);
+      launch_dependent(kernel, per_head, dim3(kThreads), 0, stream, g, s.chunk_len, s.n_chunks, ml, acc, pa,
+                       prep.theta_scale, prep.early);
     };
-    switch (g.D * (g.warp_lanes ? -1 : 1)) {
-      case 64: launch(attn_decode_warps<KV, 2, false>); break;
-      case 128: launch(attn_decode_warps<KV, 4, false>); break;
-      case 256: launch(attn_decode_warps<KV, 8, false>); break;
-      case -64: launch(attn_decode_warps<KV, 2, true>); break;
-      case -128: launch(attn_decode_warps<KV, 4, true>); break;
-      default: launch(attn_decode_warps<KV, 8, true>); break;
+    // (the prep forms: head_dim 64 and 128, one token; attention_decode checked)
+    switch (g.D * (g.warp_lanes ? -1 : 1) * (prep.a != nullptr ? 1000 : 1)) {
+      case 64: launch(attn_decode_warps<KV, 2, false, false>); break;
+      case 128: launch(attn_decode_warps<KV, 4, false, false>); break;
+      case 256: launch(attn_decode_warps<KV, 8, false, false>); break;
+      case -64: launch(attn_decode_warps<KV, 2, true, false>); break;
+      case -128: launch(attn_decode_warps<KV, 4, true, false>); break;
+      case -256: launch(attn_decode_warps<KV, 8, true, false>); break;
+      case 64000: launch(attn_decode_warps<KV, 2, false, true>); break;
+      case 128000: launch(attn_decode_warps<KV, 4, false, true>); break;
+      case -64000: launch(attn_decode_warps<KV, 2, true, true>); break;
+      case -128000: launch(attn_decode_warps<KV, 4, true, true>); break;
+      default: MT_CHECK_MSG(false, "attention: no warps kernel for this head_dim");
     }
     MT_CUDA_CHECK_LAUNCH();
     return;
@@ -677,7 +783,8 @@ size_t attention_decode_workspace_bytes(int n_tokens, int n_head, int head_dim, 
   return bytes;
 }
 
-bool attention_decode(QuantType kv_type, const AttnGeom& g, Workspace& ws, cudaStream_t stream) {
+bool attention_decode(QuantType kv_type, const AttnGeom& g, Workspace& ws, cudaStream_t stream,
+                      const AttnPrepArgs* prep) {
   MT_CHECK(g.n_tokens > 0 && g.n_tokens <= kAttnDecodeMaxTokens && g.D > 0 && g.D <= kMaxHeadDim);
   const uint32_t n_kv = g.pos_dev != nullptr ? g.n_kv_cap : g.pos0 + static_cast<uint32_t>(g.n_tokens);
   MT_CHECK(n_kv > 0);
@@ -709,13 +816,28 @@ bool attention_decode(QuantType kv_type, const AttnGeom& g, Workspace& ws, cudaS
                                                static_cast<int64_t>(g.n_tokens) * (row_elems / qblock) <= kAttnDecodeCounters)) &&
                         row_elems % qblock == 0;
   if (!quantize) gq.qs = nullptr;
+  // The prep in the warps kernel's launch where it takes it (one token, a thread per
+  // element, the call's cache), else its own launch first.
+  InLaunchPrep in_launch;
+  if (prep != nullptr) {
+    const float theta_scale = attn_prep_theta_scale(*prep);  // (its checks)
+    MT_CHECK(prep->n_tokens == g.n_tokens && prep->n_head == g.n_head && prep->head_dim == g.D &&
+             prep->n_head_kv * g.group == g.n_head && prep->kv_type == kv_type && prep->row_bytes == g.row_bytes &&
+             prep->k_cache == g.k && prep->v_cache == g.v && prep->pos_dev == g.pos_dev &&
+             (g.pos_dev != nullptr || prep->pos0 == g.pos0));
+    if (s.warps && g.n_tokens == 1 && g.D <= kThreads) {
+      in_launch = {prep, theta_scale, early_loads_on()};
+    } else {
+      attn_prep(*prep, stream);
+    }
+  }
   const size_t parts = static_cast<size_t>(g.n_tokens) * g.n_head * s.n_chunks;
   auto* ml = static_cast<float2*>(ws.take(parts * sizeof(float2)));
   auto* acc = static_cast<float*>(ws.take(parts * g.D * sizeof(float)));
   switch (kv_type) {
-    case QuantType::F16: launch_partial<QuantType::F16>(gq, s, ml, acc, stream); break;
-    case QuantType::Q8_0: launch_partial<QuantType::Q8_0>(gq, s, ml, acc, stream); break;
-    case QuantType::F32: launch_partial<QuantType::F32>(gq, s, ml, acc, stream); break;
+    case QuantType::F16: launch_partial<QuantType::F16>(gq, s, ml, acc, in_launch, stream); break;
+    case QuantType::Q8_0: launch_partial<QuantType::Q8_0>(gq, s, ml, acc, in_launch, stream); break;
+    case QuantType::F32: launch_partial<QuantType::F32>(gq, s, ml, acc, in_launch, stream); break;
     default: MT_CHECK_MSG(false, "attention: KV cache type must be f16, q8_0 or f32");
   }
   if (g.counters != nullptr || (s.warps && s.n_chunks == 1)) return quantize;  // merged in the partial launch

@@ -342,14 +342,20 @@ bool add_rms_norm_quant_supports(int n, ActQuant mode) {
   return n >= 256 && n <= kMaxFusedRow && n % (mode == ActQuant::kQ8_K ? 256 : 32) == 0;
 }
 
-void attn_prep(const AttnPrepArgs& a, cudaStream_t stream) {
+float attn_prep_theta_scale(const AttnPrepArgs& a) {
   MT_CHECK(a.n_tokens >= 0 && a.n_head > 0 && a.n_head_kv > 0);
   MT_CHECK(a.head_dim > 0 && a.head_dim <= kMaxHead && a.n_rot >= 0 && a.n_rot <= a.head_dim && a.n_rot % 2 == 0);
   MT_CHECK(a.kv_type == QuantType::F16 || a.kv_type == QuantType::F32 ||
            (a.kv_type == QuantType::Q8_0 && a.head_dim % 32 == 0));
-  if (a.n_tokens == 0) return;
   // The CPU's float expression (model/attention.cpp rope_angles), as rope() takes it.
-  const float theta_scale = a.n_rot > 0 ? std::pow(a.freq_base, -2.0f / static_cast<float>(a.n_rot)) : 1.0f;
+  return a.n_rot > 0 ? std::pow(a.freq_base, -2.0f / static_cast<float>(a.n_rot)) : 1.0f;
+}
+
+bool early_loads_on() { return g_early.on(); }
+
+void attn_prep(const AttnPrepArgs& a, cudaStream_t stream) {
+  const float theta_scale = attn_prep_theta_scale(a);
+  if (a.n_tokens == 0) return;
   const int threads = (a.head_dim + 31) / 32 * 32;
   const dim3 grid(static_cast<unsigned>(a.n_head + 2 * a.n_head_kv), static_cast<unsigned>(a.n_tokens));
   launch_dependent(attn_prep_kernel, grid, dim3(threads), 0, stream, a, theta_scale, g_early.on());

@@ -80,7 +80,7 @@ void CudaSequence::attention_layer(Pass& p, const DevLayer& L, uint32_t l, const
   pa.kv_type = kv_type_;
   pa.row_bytes = kv_row_bytes_;
   stage(p, "attn prep");
-  attn_prep(pa, s);
+  if (!attention_prep_) attn_prep(pa, s);  // (else attention() does it, in its own launch where it can)
   stage(p, "attention");
   AttentionArgs aa;
   aa.q = p.q;
@@ -98,6 +98,7 @@ void CudaSequence::attention_layer(Pass& p, const DevLayer& L, uint32_t l, const
   aa.n_kv_cap = p.st->graph_n_kv_cap;
   aa.window = hp.is_swa(l) ? hp.n_swa : 0u;
   aa.sinks = L.sinks;
+  aa.prep = attention_prep_ ? &pa : nullptr;
   // MOETIER_CUDA_ATTN_SINGLE=1: a short context (<= 256 positions, the graph's span for a
   // decode step) in one chunk per head group, merged by its own CTA: one launch.
   const uint32_t n_kv_bound = p.pos_dev != nullptr ? p.st->graph_n_kv_cap : pos_ + T;

@@ -629,6 +629,113 @@ TEST(CudaFused, DecodeAttentionWithTheDevicePositionMatchesTheHostPosition) {
   }
 }
 
+// attention() with AttentionArgs::prep (the warps kernel's CTAs prep their heads and the
+// new rows in the same launch; attn_prep's launch first where it cannot) = attn_prep then
+// attention(), byte for byte: the output, the quantized output rows and both caches
+// (every cache type, head_dim 64 / 128 / 256 (256: attn_prep's own launch), both RoPE
+// styles and a partial rotation, biases and norms, one chunk and several, the position from
+// the host or from device memory, plain and lanes forms, GQA 1 to 8, a decode batch of 3).
+struct InLaunchPrepCase {
+  QuantType kv;
+  int D, H, Hkv, n_rot, T;
+  bool neox, bias_norm, device_pos, lanes;
+  uint32_t pos;
+};
+TEST(CudaFused, AttentionWithThePrepInItsLaunchEqualsAttnPrepThenAttention) {
+  MT_SKIP_WITHOUT_DEVICE();
+  std::mt19937 rng(21);
+  std::vector<InLaunchPrepCase> cases;
+  for (QuantType kv : {QuantType::F16, QuantType::Q8_0, QuantType::F32}) {
+    for (int D : {64, 128, 256}) {
+      for (uint32_t pos : {0u, 37u, 255u, 700u}) {
+        cases.push_back({kv, D, 8, 2, D, 1, true, true, false, true, pos});
+      }
+      cases.push_back({kv, D, 8, 8, D / 2, 1, false, false, true, false, 100});
+    }
+  }
+  cases.push_back({QuantType::F16, 128, 32, 4, 128, 1, true, true, true, true, 1500});  // chunks of 256
+  cases.push_back({QuantType::F16, 128, 8, 1, 64, 1, true, true, false, false, 31});    // MQA
+  cases.push_back({QuantType::F16, 128, 8, 2, 128, 3, true, true, false, true, 40});    // 3 tokens: attn_prep's launch
+  const int n_ctx = 2048;
+  for (const InLaunchPrepCase& c : cases) {
+    SCOPED_TRACE(testing::Message() << type_name(c.kv) << " D " << c.D << " heads " << c.H << "/" << c.Hkv << " n_rot "
+                                    << c.n_rot << " T " << c.T << " neox " << c.neox << " bias+norm " << c.bias_norm
+                                    << " device_pos " << c.device_pos << " lanes " << c.lanes << " pos " << c.pos);
+    const int D = c.D, H = c.H, Hkv = c.Hkv, T = c.T, Q = H * D, KV = Hkv * D;
+    const uint64_t rb = *row_bytes(c.kv, KV);
+    // The cache's past rows, then the step's [q | k | v] rows and the prep's weights.
+    const std::vector<float> past = randn(static_cast<size_t>(c.pos) * KV + 1, rng);
+    DeviceBuffer dpast = to_device(past);
+    std::vector<uint8_t> fill(rb * n_ctx, 0x3C);
+    DeviceBuffer k1 = to_device(fill), v1 = to_device(fill);
+    if (c.pos > 0) {
+      kv_store(c.kv, dpast.as<float>(), static_cast<int>(c.pos), KV, k1.as<uint8_t>(), rb, 0, nullptr);
+      kv_store(c.kv, dpast.as<float>(), static_cast<int>(c.pos), KV, v1.as<uint8_t>(), rb, 0, nullptr);
+    }
+    const std::vector<uint8_t> start_k = to_host<uint8_t>(k1, fill.size()), start_v = to_host<uint8_t>(v1, fill.size());
+    DeviceBuffer k2 = to_device(start_k), v2 = to_device(start_v);
+    const std::vector<float> qkv = randn(static_cast<size_t>(T) * (Q + 2 * KV), rng, 2.0f);
+    const std::vector<float> bq = randn(Q, rng), bk = randn(KV, rng), bv = randn(KV, rng);
+    const std::vector<float> qn = randn(D, rng), kn = randn(D, rng);
+    DeviceBuffer dqkv = to_device(qkv), dbq = to_device(bq), dbk = to_device(bk), dbv = to_device(bv);
+    DeviceBuffer dqn = to_device(qn), dkn = to_device(kn), dq(sizeof(float) * T * Q);
+    const std::vector<uint32_t> pw{c.pos};
+    DeviceBuffer dpos = to_device(pw);
+    AttnPrepArgs pa;
+    pa.q_src = dqkv.as<float>(), pa.k_src = dqkv.as<float>() + Q, pa.v_src = dqkv.as<float>() + Q + KV;
+    pa.q_stride = pa.k_stride = pa.v_stride = Q + 2 * KV;
+    if (c.bias_norm) {
+      pa.bq = dbq.as<float>(), pa.bk = dbk.as<float>(), pa.bv = dbv.as<float>();
+      pa.q_norm = dqn.as<float>(), pa.k_norm = dkn.as<float>();
+    }
+    pa.n_tokens = T, pa.n_head = H, pa.n_head_kv = Hkv, pa.head_dim = D, pa.n_rot = c.n_rot;
+    pa.freq_base = 1e6f, pa.neox = c.neox;
+    pa.pos0 = c.device_pos ? 0 : c.pos;
+    pa.pos_dev = c.device_pos ? dpos.as<uint32_t>() : nullptr;
+    pa.q_out = dq.as<float>();
+    pa.kv_type = c.kv, pa.row_bytes = rb;
+    AttentionArgs a;
+    a.q = dq.as<float>();
+    a.kv_type = c.kv, a.kv_row_bytes = rb;
+    a.n_tokens = T, a.n_head = H, a.n_head_kv = Hkv, a.head_dim = D;
+    a.pos0 = pa.pos0, a.pos_dev = pa.pos_dev, a.n_kv_cap = c.device_pos ? 2048 : 0;
+    a.warp_max = 4096, a.warp_lanes = c.lanes;
+    const size_t rq = static_cast<size_t>(T) * Q;
+    DeviceBuffer counters(sizeof(uint32_t) * kAttnDecodeCounters);
+    MT_CUDA_CHECK(cudaMemset(counters.get(), 0, counters.bytes()));
+    a.quant_mode = ActQuant::kQ8_K, a.quant_counters = counters.as<uint32_t>();
+    Workspace ws(attention_workspace_bytes(T, H, D, n_ctx));
+    std::vector<float> out[2];
+    std::vector<int8_t> qs[2];
+    bool quantized[2];
+    for (int fused = 0; fused < 2; ++fused) {
+      DeviceBuffer o(sizeof(float) * rq), oq(rq), om(rq / 32 * sizeof(uint2));
+      pa.k_cache = (fused ? k2 : k1).as<uint8_t>(), pa.v_cache = (fused ? v2 : v1).as<uint8_t>();
+      a.k_cache = pa.k_cache, a.v_cache = pa.v_cache, a.out = o.as<float>();
+      a.quant_qs = oq.as<int8_t>(), a.quant_meta = om.as<uint2>();
+      ws.reset();
+      if (fused) {
+        a.prep = &pa;
+      } else {
+        a.prep = nullptr;
+        attn_prep(pa, nullptr);
+      }
+      quantized[fused] = attention(a, ws, nullptr);
+      MT_CUDA_CHECK(cudaDeviceSynchronize());
+      out[fused] = to_host<float>(o, rq);
+      qs[fused] = to_host<int8_t>(oq, rq);
+    }
+    EXPECT_TRUE(same_bytes(out[0], out[1])) << "output";
+    EXPECT_EQ(quantized[0], quantized[1]);
+    if (quantized[0]) {
+      EXPECT_TRUE(same_bytes(qs[0], qs[1])) << "quantized output";
+    }
+    EXPECT_TRUE(same_bytes(to_host<uint8_t>(k1, fill.size()), to_host<uint8_t>(k2, fill.size()))) << "k cache";
+    EXPECT_TRUE(same_bytes(to_host<uint8_t>(v1, fill.size()), to_host<uint8_t>(v2, fill.size()))) << "v cache";
+    EXPECT_FALSE(same_bytes(to_host<uint8_t>(k2, fill.size()), start_k)) << "the new rows stored";
+  }
+}
+
 // Greedy-independent: the same token stream fed to both sequences; the graph path is the
 // default, MOETIER_CUDA_GRAPHS=0 gives plain launches.
 TEST(CudaFused, GraphDecodeEqualsPlainLaunches) {
