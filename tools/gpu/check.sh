@@ -382,6 +382,12 @@ resab)  # issue 6 (machine warm after prep): the CUDA tests of FILTER, then full
     run attn_decode ./build-gpu/moetier_cuda_attention --decode --reps 10
     grep '^| [0-9]' "$OUT/attn_decode.log"
   fi
+  # MEMCHECK_ARCHS="a b": compute-sanitizer memcheck over those tiny models' prefill and decode
+  if [ -n "${MEMCHECK_ARCHS:-}" ]; then
+    # shellcheck disable=SC2086
+    memcheck $MEMCHECK_ARCHS
+    grep -h "ERROR SUMMARY" "$OUT"/memcheck_*.log
+  fi
   # MEMCHECK_PERSIST=1: compute-sanitizer over the persistent decode of a tiny model
   if [ -n "${MEMCHECK_PERSIST:-}" ]; then
     $M synth --arch qwen3moe --quant q4_k_m -o "$OUT/san-persist.gguf" >/dev/null
