@@ -101,7 +101,8 @@ struct AttentionArgs {
   // chunk holds the new position, its KV head's new K / V rows (rounded as the cache
   // stores them, kept in shared memory for its own scores), the group's first head's CTA
   // storing them; the same bytes as attn_prep's launch before attention (one launch
-  // fewer). Otherwise attn_prep is launched first. Its k_cache, v_cache, kv_type,
+  // fewer; measured slower in the decode step, so the executor leaves it off unless
+  // MOETIER_CUDA_ATTN_PREP=1). Otherwise attn_prep is launched first. Its k_cache, v_cache, kv_type,
   // row_bytes, n_tokens, heads, head_dim and position must be this call's.
   const AttnPrepArgs* prep = nullptr;
 };

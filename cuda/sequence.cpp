@@ -55,9 +55,12 @@ CudaSequence::CudaSequence(CudaModel::Impl& m, uint32_t n_ctx, QuantType kv_type
   // wo's activation rows quantized by the decode attention's CTAs (one launch fewer per
   // layer where the warps kernel runs in one chunk); =0: a quantize launch before wo.
   attention_quant_ = std::getenv("MOETIER_CUDA_ATTN_QUANT") == nullptr || std::string(std::getenv("MOETIER_CUDA_ATTN_QUANT")) != "0";
-  // The decode token's q / k / v prep in the warps attention's launch (AttentionArgs
-  // prep; one launch fewer per layer); =0: attn_prep launched before the attention.
-  attention_prep_ = std::getenv("MOETIER_CUDA_ATTN_PREP") == nullptr || std::string(std::getenv("MOETIER_CUDA_ATTN_PREP")) != "0";
+  // MOETIER_CUDA_ATTN_PREP=1: the decode token's q / k / v prep in the warps attention's
+  // launch (AttentionArgs prep; one launch fewer per layer). Off: measured slower on the
+  // H200 (qwen3-30b-a3b tg128 q4_k_m 349.3 / 349.9 vs 355.7 / 358.8 t/s, q4_0 390.0 / 390.7
+  // vs 390.5 / 396.2: each CTA's serial prep, three barrier-separated head norms, sits
+  // before its first K / V load); docs/PERFORMANCE.md.
+  attention_prep_ = env_on("MOETIER_CUDA_ATTN_PREP");
   // Decode attention by the warps kernel up to 256 and from 1025 to 4096 positions (see
   // sequence_attention.cpp); MOETIER_CUDA_ATTN_WARP_MAX=n moves the top (0: the grouped
   // kernel always).

@@ -277,7 +277,7 @@ class CudaSequence final : public Evaluator {
   static constexpr uint32_t kWarpAttnOneChunk = 256, kWarpAttnGroupedUpTo = 1024;
   uint32_t warp_attention_max_ = 4096;
   bool attention_quant_ = true;
-  bool attention_prep_ = true;   // MOETIER_CUDA_ATTN_PREP (=0 off): attn_prep done by attention() (AttentionArgs prep)  // MOETIER_CUDA_ATTN_QUANT (=0 off): wo's activation rows quantized by the attention
+  bool attention_prep_ = false;  // MOETIER_CUDA_ATTN_PREP=1: attn_prep done by attention() (AttentionArgs prep; slower)  // MOETIER_CUDA_ATTN_QUANT (=0 off): wo's activation rows quantized by the attention
   bool warp_attention_lanes_ = true;  // MOETIER_CUDA_ATTN_LANES (=0 off): AttentionArgs warp_lanes
   static constexpr uint32_t kAttnSingleChunkMax = 256;
   std::unique_ptr<Persistent, PersistentDeleter> persistent_;

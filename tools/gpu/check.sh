@@ -406,7 +406,7 @@ resab)  # issue 6 (machine warm after prep): the CUDA tests of FILTER, then full
     # (=256), topksmem (MOETIER_CUDA_TOPK_SMEM=1), old (grouped + topksmem),
     # lanes (MOETIER_CUDA_ATTN_LANES=1), split2 / split4 (MOETIER_CUDA_MMVQ_SPLIT=2 / 4),
     # late (MOETIER_CUDA_EARLY_LOADS=0), noaq (MOETIER_CUDA_ATTN_QUANT=0), noprep
-    # (MOETIER_CUDA_ATTN_PREP=0), nolanes (MOETIER_CUDA_ATTN_LANES=0), nosplit
+    # (MOETIER_CUDA_ATTN_PREP=0, the default), prep (=1), nolanes (MOETIER_CUDA_ATTN_LANES=0), nosplit
     # (MOETIER_CUDA_MMVQ_SPLIT=0), before (all five: the defaults of d8adba5)
     for round in 1 2; do
       for v in ${RES_VARIANTS:-base single}; do
@@ -432,7 +432,8 @@ resab)  # issue 6 (machine warm after prep): the CUDA tests of FILTER, then full
           split4) envs="MOETIER_CUDA_MMVQ_SPLIT=4" ;;          # ... over up to 4 warps
           late) envs="MOETIER_CUDA_EARLY_LOADS=0" ;;            # the norms' weights read after their sums (before)
           noaq) envs="MOETIER_CUDA_ATTN_QUANT=0" ;;             # wo's rows quantized by their own launch (before)
-          noprep) envs="MOETIER_CUDA_ATTN_PREP=0" ;;            # attn_prep launched before the attention (before)
+          noprep) envs="MOETIER_CUDA_ATTN_PREP=0" ;;            # attn_prep launched before the attention (the default)
+          prep) envs="MOETIER_CUDA_ATTN_PREP=1" ;;              # attn_prep in the warps attention's launch (slower)
           nolanes) envs="MOETIER_CUDA_ATTN_LANES=0" ;;          # the plain warps kernel (and the grouped window)
           nosplit) envs="MOETIER_CUDA_MMVQ_SPLIT=0" ;;          # one warp per MMVQ row group
           before) envs="MOETIER_CUDA_EARLY_LOADS=0 MOETIER_CUDA_ATTN_QUANT=0 MOETIER_CUDA_ATTN_PREP=0 MOETIER_CUDA_ATTN_LANES=0 MOETIER_CUDA_MMVQ_SPLIT=0" ;;  # the defaults of d8adba5
