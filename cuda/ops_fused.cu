@@ -34,6 +34,9 @@ using act_detail::silu;  // the one SwiGLU definition (cuda/act_quant.cuh)
 // norm's, attn_prep's q / k norms') and attn_prep's RoPE angles read / computed before
 // the kernels' reductions instead of after them. The same bytes either way.
 EnvSwitch g_early("MOETIER_CUDA_EARLY_LOADS", true);
+// MOETIER_CUDA_NORM_BATCH (default on; =0 off): the wide norm's combine loads issued
+// together (add_rms_norm_quant_kernel's `batch`); the same bytes either way.
+EnvSwitch g_batch("MOETIER_CUDA_NORM_BATCH", true);
 
 // One block per row: x += y, then out = rms_norm(x) * w as rms_norm_kernel computes it.
 __global__ void add_rms_norm_kernel(float* x, const float* y, const float* w, float eps, int n, float* out) {
@@ -67,10 +70,15 @@ __global__ void add_rms_norm_kernel(float* x, const float* y, const float* w, fl
 // rows, blockDim up to kWideThreads so more warps load each row): the row's sums are
 // staged in shared memory and added by the first kRowThreads threads in that order (the
 // other warps contribute +0), so both widths write the same bytes.
-template <bool kWide>
+// kPer (wide): a thread's elements at most (tid + j * blockDim.x, j < kPer). `batch`
+// (wide, MOETIER_CUDA_NORM_BATCH): the combine's loads of four (kPer 8: two) experts' rows for all of a
+// thread's elements issued together before their sums (the plain loop waited on one
+// element's experts before the next element's loads: eight L2 round trips in a row for
+// eight experts at four elements per thread); the same operations in the same order.
+template <bool kWide, int kPer>
 __global__ void __launch_bounds__(kWide ? kWideThreads : kRowThreads)
     add_rms_norm_quant_kernel(float* x, const float* y, MoeCombineIn c, const float* w, float eps, int n, float* out,
-                              ActQuant mode, int8_t* qs, uint2* meta, bool early) {
+                              ActQuant mode, int8_t* qs, uint2* meta, bool early, bool batch) {
   pdl_start();  // (cuda/pdl.h: launched dependent)
   extern __shared__ float row_sh[];  // (n)
   __shared__ double scratch[32];
@@ -84,7 +92,7 @@ __global__ void __launch_bounds__(kWide ? kWideThreads : kRowThreads)
   // they come from HBM (the step's weight stream evicts them from L2); read after the
   // square sum, that latency followed the reduction, read here it hides behind the
   // combine's loads. The same values either way.
-  constexpr int kEarly = kWide ? kMaxWideRow / kWideThreads : 1;  // elements per wide thread at most
+  constexpr int kEarly = kWide ? kPer : 1;  // elements per wide thread at most
   float w_early[kEarly];
   if constexpr (kWide) {
     if (early && w != nullptr) {
@@ -112,6 +120,55 @@ __global__ void __launch_bounds__(kWide ? kWideThreads : kRowThreads)
   const float* __restrict__ ya = yr;
   float* __restrict__ xw = xr;
   double sum = 0.0;
+  if (kWide && batch) {
+    const int bd = static_cast<int>(blockDim.x);
+    float xv[kEarly], yv[kEarly];
+#pragma unroll
+    for (int j = 0; j < kEarly; ++j) {
+      const int i = tid + j * bd;
+      xv[j] = i < n ? xw[i] : 0.0f;
+      yv[j] = i < n && dd == nullptr && ya != nullptr ? ya[i] : 0.0f;
+    }
+    constexpr int kGroup = kEarly >= 8 ? 2 : 4;  // experts whose rows load together (registers)
+    if (dd != nullptr) {
+      for (int k0 = 0; k0 < c.K; k0 += kGroup) {
+        float dv[kGroup][kEarly], wk[kGroup];
+#pragma unroll
+        for (int kk = 0; kk < kGroup; ++kk) {
+          wk[kk] = k0 + kk < c.K ? cw[k0 + kk] : 0.0f;
+#pragma unroll
+          for (int j = 0; j < kEarly; ++j) {
+            const int i = tid + j * bd;
+            dv[kk][j] = k0 + kk < c.K && i < n ? dd[(r * c.K + k0 + kk) * n + i] : 0.0f;
+          }
+        }
+#pragma unroll
+        for (int kk = 0; kk < kGroup; ++kk) {
+          if (k0 + kk < c.K) {
+#pragma unroll
+            for (int j = 0; j < kEarly; ++j) yv[j] = __fadd_rn(yv[j], __fmul_rn(dv[kk][j], wk[kk]));
+          }
+        }
+      }
+      if (dsh != nullptr) {
+#pragma unroll
+        for (int j = 0; j < kEarly; ++j) {
+          const int i = tid + j * bd;
+          if (i < n) yv[j] = __fadd_rn(yv[j], __fmul_rn(dsh[r * n + i], gate));
+        }
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < kEarly; ++j) {
+      const int i = tid + j * bd;
+      if (i < n) {
+        // the loop below's v: x + the combine, x + y, or x
+        const float v = dd != nullptr || ya != nullptr ? xv[j] + yv[j] : xv[j];
+        xw[i] = v;
+        row_sh[i] = v;
+      }
+    }
+  } else {
 #pragma unroll 4
   for (int i = tid; i < n; i += blockDim.x) {
     float yv = 0.0f;
@@ -127,6 +184,7 @@ __global__ void __launch_bounds__(kWide ? kWideThreads : kRowThreads)
       const double vd = v;
       sum += vd * vd;
     }
+  }
   }
   if constexpr (kWide) {
     __syncthreads();
@@ -277,13 +335,19 @@ void launch_row_norm(float* x, const float* y, const MoeCombineIn& c, const floa
                      float* out, ActQuant mode, int8_t* qs, uint2* meta, cudaStream_t stream) {
   const size_t smem = static_cast<size_t>(n) * sizeof(float);
   const int threads = wide_row_threads(rows, n);
-  const bool early = g_early.on();
+  const bool early = g_early.on(), batch = g_batch.on();
   if (threads > kRowThreads) {
-    launch_dependent(add_rms_norm_quant_kernel<true>, dim3(rows), dim3(threads), smem, stream, x, y, c, w, eps, n, out, mode, qs,
-                     meta, early);
+    // elements per thread: <= 4 while n <= 4 * threads (n <= 4096), else <= 8 (n <= kMaxWideRow)
+    if (n <= 4 * threads) {
+      launch_dependent(add_rms_norm_quant_kernel<true, 4>, dim3(rows), dim3(threads), smem, stream, x, y, c, w, eps, n, out, mode,
+                       qs, meta, early, batch);
+    } else {
+      launch_dependent(add_rms_norm_quant_kernel<true, kMaxWideRow / kWideThreads>, dim3(rows), dim3(threads), smem, stream, x,
+                       y, c, w, eps, n, out, mode, qs, meta, early, batch);
+    }
   } else {
-    launch_dependent(add_rms_norm_quant_kernel<false>, dim3(rows), dim3(kRowThreads), smem, stream, x, y, c, w, eps, n, out, mode,
-                     qs, meta, early);
+    launch_dependent(add_rms_norm_quant_kernel<false, 1>, dim3(rows), dim3(kRowThreads), smem, stream, x, y, c, w, eps, n, out,
+                     mode, qs, meta, early, batch);
   }
   MT_CUDA_CHECK_LAUNCH();
 }
