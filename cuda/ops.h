@@ -230,6 +230,9 @@ float attn_prep_theta_scale(const AttnPrepArgs& a);
 // MOETIER_CUDA_EARLY_LOADS (default on): the decode norms' weights and attn_prep's RoPE
 // angles read / computed before their reductions (the same bytes either way).
 bool early_loads_on();
+// Overrides MOETIER_CUDA_NORM_BATCH (the wide norm's combine loads issued together; off by
+// default until measured; the same bytes) for the process.
+void set_norm_batch(bool on);
 
 // gu (n_rows, 2 * ff) = [gate | up] rows (a fused gate+up product) -> out (n_rows, ff) =
 // silu(gate) * up, as swiglu() computes it.

@@ -34,9 +34,11 @@ using act_detail::silu;  // the one SwiGLU definition (cuda/act_quant.cuh)
 // norm's, attn_prep's q / k norms') and attn_prep's RoPE angles read / computed before
 // the kernels' reductions instead of after them. The same bytes either way.
 EnvSwitch g_early("MOETIER_CUDA_EARLY_LOADS", true);
-// MOETIER_CUDA_NORM_BATCH (default on; =0 off): the wide norm's combine loads issued
-// together (add_rms_norm_quant_kernel's `batch`); the same bytes either way.
-EnvSwitch g_batch("MOETIER_CUDA_NORM_BATCH", true);
+// MOETIER_CUDA_NORM_BATCH=1: the wide norm's combine loads issued together
+// (add_rms_norm_quant_kernel's `batch`); the same bytes either way. Off until it has run on
+// the H200 (written after this session's device time was spent; CudaFused.* checks it
+// against the narrow kernel byte for byte, `RES_VARIANTS="base batch"` measures it).
+EnvSwitch g_batch("MOETIER_CUDA_NORM_BATCH");
 
 // One block per row: x += y, then out = rms_norm(x) * w as rms_norm_kernel computes it.
 __global__ void add_rms_norm_kernel(float* x, const float* y, const float* w, float eps, int n, float* out) {
@@ -416,6 +418,7 @@ float attn_prep_theta_scale(const AttnPrepArgs& a) {
 }
 
 bool early_loads_on() { return g_early.on(); }
+void set_norm_batch(bool on) { g_batch.set(on); }
 
 void attn_prep(const AttnPrepArgs& a, cudaStream_t stream) {
   const float theta_scale = attn_prep_theta_scale(a);

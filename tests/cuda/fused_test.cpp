@@ -196,78 +196,87 @@ float* rows_at(const DeviceBuffer& b, int r0, int width) { return b.as<float>() 
 
 // A batch of 12 rows takes the 256-thread CTAs, the same rows as decode-sized calls (8 and
 // 4 rows) the wide ones: every output byte-equal, for each row kernel.
+// (The wide form with MOETIER_CUDA_NORM_BATCH off and on: 4 and 8 elements per thread,
+// expert counts that fill their load groups and ones that do not.)
 TEST(CudaFused, WideRowKernelsEqualTheNarrowOnes) {
   MT_SKIP_WITHOUT_DEVICE();
   std::mt19937 rng(10);
   const int rows = 12;
   const int pieces[2][2] = {{0, 8}, {8, 4}};  // (first row, rows) of the decode-sized calls
   const float eps = 1e-6f;
-  for (int n : {1280, 2048, 3000, 4096}) {
-    SCOPED_TRACE(testing::Message() << "n " << n);
-    const size_t size = static_cast<size_t>(rows) * n;
-    const std::vector<float> x = randn(size, rng, 2.0f), y = randn(size, rng), w = randn(n, rng);
-    DeviceBuffer dy = to_device(y), dw = to_device(w);
-    {  // add_rms_norm
-      DeviceBuffer x1 = to_device(x), x2 = to_device(x), o1(size * sizeof(float)), o2(size * sizeof(float));
-      add_rms_norm(x1.as<float>(), dy.as<float>(), dw.as<float>(), eps, rows, n, o1.as<float>(), nullptr);
-      for (const auto& p : pieces) {
-        add_rms_norm(rows_at(x2, p[0], n), rows_at(dy, p[0], n), dw.as<float>(), eps, p[1], n, rows_at(o2, p[0], n),
-                     nullptr);
+  for (bool batch : {false, true}) {
+    set_norm_batch(batch);
+    SCOPED_TRACE(testing::Message() << "batch " << batch);
+    for (int n : {1280, 2048, 3000, 4096, 6144}) {
+      SCOPED_TRACE(testing::Message() << "n " << n);
+      const size_t size = static_cast<size_t>(rows) * n;
+      const std::vector<float> x = randn(size, rng, 2.0f), y = randn(size, rng), w = randn(n, rng);
+      DeviceBuffer dy = to_device(y), dw = to_device(w);
+      {  // add_rms_norm
+        DeviceBuffer x1 = to_device(x), x2 = to_device(x), o1(size * sizeof(float)), o2(size * sizeof(float));
+        add_rms_norm(x1.as<float>(), dy.as<float>(), dw.as<float>(), eps, rows, n, o1.as<float>(), nullptr);
+        for (const auto& p : pieces) {
+          add_rms_norm(rows_at(x2, p[0], n), rows_at(dy, p[0], n), dw.as<float>(), eps, p[1], n, rows_at(o2, p[0], n),
+                       nullptr);
+        }
+        EXPECT_TRUE(same_bytes(to_host<float>(x1, size), to_host<float>(x2, size))) << "add_rms_norm x";
+        EXPECT_TRUE(same_bytes(to_host<float>(o1, size), to_host<float>(o2, size))) << "add_rms_norm out";
       }
-      EXPECT_TRUE(same_bytes(to_host<float>(x1, size), to_host<float>(x2, size))) << "add_rms_norm x";
-      EXPECT_TRUE(same_bytes(to_host<float>(o1, size), to_host<float>(o2, size))) << "add_rms_norm out";
-    }
-    for (ActQuant mode : {ActQuant::kQ8_K, ActQuant::kQ8_0}) {  // add_rms_norm_quant
-      if (!add_rms_norm_quant_supports(n, mode)) continue;
-      SCOPED_TRACE(testing::Message() << "mode " << static_cast<int>(mode));
-      DeviceBuffer x1 = to_device(x), x2 = to_device(x), o1(size * sizeof(float)), o2(size * sizeof(float));
-      DeviceBuffer q1(size), q2(size), m1(size / 32 * 8), m2(size / 32 * 8);
-      add_rms_norm_quant(x1.as<float>(), dy.as<float>(), dw.as<float>(), eps, rows, n, o1.as<float>(), mode,
-                         q1.as<int8_t>(), m1.as<uint2>(), nullptr);
-      for (const auto& p : pieces) {
-        const size_t at = static_cast<size_t>(p[0]) * n;
-        add_rms_norm_quant(rows_at(x2, p[0], n), rows_at(dy, p[0], n), dw.as<float>(), eps, p[1], n,
-                           rows_at(o2, p[0], n), mode, q2.as<int8_t>() + at, m2.as<uint2>() + at / 32, nullptr);
-      }
-      EXPECT_TRUE(same_bytes(to_host<float>(x1, size), to_host<float>(x2, size))) << "x";
-      EXPECT_TRUE(same_bytes(to_host<float>(o1, size), to_host<float>(o2, size))) << "normed rows";
-      EXPECT_TRUE(same_bytes(to_host<int8_t>(q1, size), to_host<int8_t>(q2, size))) << "quants";
-      EXPECT_TRUE(same_bytes(to_host<uint2>(m1, size / 32), to_host<uint2>(m2, size / 32))) << "meta";
-    }
-  }
-  // moe_combine_add_rms_norm: no shared expert, gated shared, ungated shared; quantized or not.
-  const int K = 8, n = 2048;
-  const size_t size = static_cast<size_t>(rows) * n;
-  const std::vector<float> d = randn(size * K, rng), wts = randn(static_cast<size_t>(rows) * K, rng);
-  const std::vector<float> dsh = randn(size, rng), gate = randn(n, rng, 0.05f), w = randn(n, rng);
-  const std::vector<float> x = randn(size, rng, 2.0f), h = randn(size, rng);
-  DeviceBuffer dd = to_device(d), dwt = to_device(wts), dds = to_device(dsh), dg = to_device(gate), dn = to_device(w);
-  for (int variant = 0; variant < 3; ++variant) {
-    for (bool quantize : {false, true}) {
-      SCOPED_TRACE(testing::Message() << "combine variant " << variant << " quantize " << quantize);
-      DeviceBuffer x1 = to_device(x), x2 = to_device(x), h1 = to_device(h), h2 = to_device(h);
-      DeviceBuffer q1(size), q2(size), m1(size / 32 * 8), m2(size / 32 * 8);
-      auto combine = [&](int r0, int count, const DeviceBuffer& xb, const DeviceBuffer& hb, const DeviceBuffer& qb,
-                         const DeviceBuffer& mb) {
-        const size_t at = static_cast<size_t>(r0) * n;
-        MoeCombineIn c;
-        c.d = dd.as<float>() + at * K, c.weights = dwt.as<float>() + static_cast<size_t>(r0) * K, c.K = K;
-        c.d_sh = variant > 0 ? dds.as<float>() + at : nullptr;
-        c.gate_inp = variant == 1 ? dg.as<float>() : nullptr;
-        c.h = rows_at(hb, r0, n);
-        moe_combine_add_rms_norm(c, rows_at(xb, r0, n), dn.as<float>(), eps, count, n, rows_at(hb, r0, n), quantize,
-                                 ActQuant::kQ8_K, qb.as<int8_t>() + at, mb.as<uint2>() + at / 32, nullptr);
-      };
-      combine(0, rows, x1, h1, q1, m1);
-      for (const auto& p : pieces) combine(p[0], p[1], x2, h2, q2, m2);
-      EXPECT_TRUE(same_bytes(to_host<float>(x1, size), to_host<float>(x2, size))) << "x";
-      EXPECT_TRUE(same_bytes(to_host<float>(h1, size), to_host<float>(h2, size))) << "h";
-      if (quantize) {
+      for (ActQuant mode : {ActQuant::kQ8_K, ActQuant::kQ8_0}) {  // add_rms_norm_quant
+        if (!add_rms_norm_quant_supports(n, mode)) continue;
+        SCOPED_TRACE(testing::Message() << "mode " << static_cast<int>(mode));
+        DeviceBuffer x1 = to_device(x), x2 = to_device(x), o1(size * sizeof(float)), o2(size * sizeof(float));
+        DeviceBuffer q1(size), q2(size), m1(size / 32 * 8), m2(size / 32 * 8);
+        add_rms_norm_quant(x1.as<float>(), dy.as<float>(), dw.as<float>(), eps, rows, n, o1.as<float>(), mode,
+                           q1.as<int8_t>(), m1.as<uint2>(), nullptr);
+        for (const auto& p : pieces) {
+          const size_t at = static_cast<size_t>(p[0]) * n;
+          add_rms_norm_quant(rows_at(x2, p[0], n), rows_at(dy, p[0], n), dw.as<float>(), eps, p[1], n,
+                             rows_at(o2, p[0], n), mode, q2.as<int8_t>() + at, m2.as<uint2>() + at / 32, nullptr);
+        }
+        EXPECT_TRUE(same_bytes(to_host<float>(x1, size), to_host<float>(x2, size))) << "x";
+        EXPECT_TRUE(same_bytes(to_host<float>(o1, size), to_host<float>(o2, size))) << "normed rows";
         EXPECT_TRUE(same_bytes(to_host<int8_t>(q1, size), to_host<int8_t>(q2, size))) << "quants";
         EXPECT_TRUE(same_bytes(to_host<uint2>(m1, size / 32), to_host<uint2>(m2, size / 32))) << "meta";
       }
     }
+    // moe_combine_add_rms_norm: no shared expert, gated shared, ungated shared; quantized or not.
+    for (const auto& [n, K] : {std::pair{2048, 8}, std::pair{6144, 6}, std::pair{2048, 10}}) {
+      SCOPED_TRACE(testing::Message() << "combine n " << n << " K " << K);
+      const size_t size = static_cast<size_t>(rows) * n;
+      const std::vector<float> d = randn(size * K, rng), wts = randn(static_cast<size_t>(rows) * K, rng);
+      const std::vector<float> dsh = randn(size, rng), gate = randn(n, rng, 0.05f), w = randn(n, rng);
+      const std::vector<float> x = randn(size, rng, 2.0f), h = randn(size, rng);
+      DeviceBuffer dd = to_device(d), dwt = to_device(wts), dds = to_device(dsh), dg = to_device(gate), dn = to_device(w);
+      for (int variant = 0; variant < 3; ++variant) {
+        for (bool quantize : {false, true}) {
+          SCOPED_TRACE(testing::Message() << "combine variant " << variant << " quantize " << quantize);
+          DeviceBuffer x1 = to_device(x), x2 = to_device(x), h1 = to_device(h), h2 = to_device(h);
+          DeviceBuffer q1(size), q2(size), m1(size / 32 * 8), m2(size / 32 * 8);
+          auto combine = [&](int r0, int count, const DeviceBuffer& xb, const DeviceBuffer& hb, const DeviceBuffer& qb,
+                             const DeviceBuffer& mb) {
+            const size_t at = static_cast<size_t>(r0) * n;
+            MoeCombineIn c;
+            c.d = dd.as<float>() + at * K, c.weights = dwt.as<float>() + static_cast<size_t>(r0) * K, c.K = K;
+            c.d_sh = variant > 0 ? dds.as<float>() + at : nullptr;
+            c.gate_inp = variant == 1 ? dg.as<float>() : nullptr;
+            c.h = rows_at(hb, r0, n);
+            moe_combine_add_rms_norm(c, rows_at(xb, r0, n), dn.as<float>(), eps, count, n, rows_at(hb, r0, n), quantize,
+                                     ActQuant::kQ8_K, qb.as<int8_t>() + at, mb.as<uint2>() + at / 32, nullptr);
+          };
+          combine(0, rows, x1, h1, q1, m1);
+          for (const auto& p : pieces) combine(p[0], p[1], x2, h2, q2, m2);
+          EXPECT_TRUE(same_bytes(to_host<float>(x1, size), to_host<float>(x2, size))) << "x";
+          EXPECT_TRUE(same_bytes(to_host<float>(h1, size), to_host<float>(h2, size))) << "h";
+          if (quantize) {
+            EXPECT_TRUE(same_bytes(to_host<int8_t>(q1, size), to_host<int8_t>(q2, size))) << "quants";
+            EXPECT_TRUE(same_bytes(to_host<uint2>(m1, size / 32), to_host<uint2>(m2, size / 32))) << "meta";
+          }
+        }
+      }
+    }
   }
+  set_norm_batch(false);  // the default back
 }
 
 // A (n_out, n_in) float matrix of `type` on the device, from random weights.
