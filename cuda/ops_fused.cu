@@ -62,6 +62,55 @@ __global__ void add_rms_norm_kernel(float* x, const float* y, const float* w, fl
   }
 }
 
+// add_rms_norm_quant_kernel's first pass with `batch` (below): x += (the MoE combine of
+// the row's experts, or y) for this thread's elements tid + j * blockDim.x (j < kPer),
+// into x and row_sh; the loads of kGroup experts' rows (and weights) for all its elements
+// issued before their sums, which are the kernel's loop's operations in its order.
+template <int kPer>
+__device__ __forceinline__ void combine_wide_batched(float* __restrict__ xw, const float* __restrict__ ya,
+                                                     const MoeCombineIn& c, const float* __restrict__ dd,
+                                                     const float* __restrict__ dsh, const float* cw, float gate,
+                                                     int64_t r, int n, float* row_sh) {
+  constexpr int kGroup = kPer >= 8 ? 2 : 4;  // experts whose rows load together (registers)
+  const int tid = threadIdx.x, bd = blockDim.x;
+  float xv[kPer], yv[kPer];
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    const int i = tid + j * bd;
+    xv[j] = i < n ? xw[i] : 0.0f;
+    yv[j] = i < n && dd == nullptr && ya != nullptr ? ya[i] : 0.0f;
+  }
+  for (int k0 = 0; dd != nullptr && k0 < c.K; k0 += kGroup) {
+    float dv[kGroup][kPer], wk[kGroup];
+#pragma unroll
+    for (int kk = 0; kk < kGroup; ++kk) {
+      const bool live = k0 + kk < c.K;
+      wk[kk] = live ? cw[k0 + kk] : 0.0f;
+#pragma unroll
+      for (int j = 0; j < kPer; ++j) {
+        const int i = tid + j * bd;
+        dv[kk][j] = live && i < n ? dd[(r * c.K + k0 + kk) * n + i] : 0.0f;
+      }
+    }
+#pragma unroll
+    for (int kk = 0; kk < kGroup; ++kk) {
+#pragma unroll
+      for (int j = 0; j < kPer; ++j) {
+        if (k0 + kk < c.K) yv[j] = __fadd_rn(yv[j], __fmul_rn(dv[kk][j], wk[kk]));
+      }
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    const int i = tid + j * bd;
+    if (i >= n) continue;
+    if (dd != nullptr && dsh != nullptr) yv[j] = __fadd_rn(yv[j], __fmul_rn(dsh[r * n + i], gate));
+    const float v = dd != nullptr || ya != nullptr ? xv[j] + yv[j] : xv[j];  // x + the combine, x + y, or x
+    xw[i] = v;
+    row_sh[i] = v;
+  }
+}
+
 // add_rms_norm_kernel, then the normed row (kept in shared memory, n floats) quantized
 // in `mode` as cuda/mmvq_quantize.cu does; n >= 256.
 // With c.d set, y is the MoE combine of the row's experts (moe_combine_kernel's math: the
@@ -73,10 +122,10 @@ __global__ void add_rms_norm_kernel(float* x, const float* y, const float* w, fl
 // staged in shared memory and added by the first kRowThreads threads in that order (the
 // other warps contribute +0), so both widths write the same bytes.
 // kPer (wide): a thread's elements at most (tid + j * blockDim.x, j < kPer). `batch`
-// (wide, MOETIER_CUDA_NORM_BATCH): the combine's loads of four (kPer 8: two) experts' rows for all of a
-// thread's elements issued together before their sums (the plain loop waited on one
-// element's experts before the next element's loads: eight L2 round trips in a row for
-// eight experts at four elements per thread); the same operations in the same order.
+// (wide, MOETIER_CUDA_NORM_BATCH): combine_wide_batched, the combine's loads of four (kPer
+// 8: two) experts' rows for all of a thread's elements issued together before their sums
+// (the plain loop waited on one element's experts before the next element's loads: eight
+// L2 round trips in a row for eight experts at four elements per thread); the same bytes.
 template <bool kWide, int kPer>
 __global__ void __launch_bounds__(kWide ? kWideThreads : kRowThreads)
     add_rms_norm_quant_kernel(float* x, const float* y, MoeCombineIn c, const float* w, float eps, int n, float* out,
@@ -123,70 +172,24 @@ __global__ void __launch_bounds__(kWide ? kWideThreads : kRowThreads)
   float* __restrict__ xw = xr;
   double sum = 0.0;
   if (kWide && batch) {
-    const int bd = static_cast<int>(blockDim.x);
-    float xv[kEarly], yv[kEarly];
-#pragma unroll
-    for (int j = 0; j < kEarly; ++j) {
-      const int i = tid + j * bd;
-      xv[j] = i < n ? xw[i] : 0.0f;
-      yv[j] = i < n && dd == nullptr && ya != nullptr ? ya[i] : 0.0f;
-    }
-    constexpr int kGroup = kEarly >= 8 ? 2 : 4;  // experts whose rows load together (registers)
-    if (dd != nullptr) {
-      for (int k0 = 0; k0 < c.K; k0 += kGroup) {
-        float dv[kGroup][kEarly], wk[kGroup];
-#pragma unroll
-        for (int kk = 0; kk < kGroup; ++kk) {
-          wk[kk] = k0 + kk < c.K ? cw[k0 + kk] : 0.0f;
-#pragma unroll
-          for (int j = 0; j < kEarly; ++j) {
-            const int i = tid + j * bd;
-            dv[kk][j] = k0 + kk < c.K && i < n ? dd[(r * c.K + k0 + kk) * n + i] : 0.0f;
-          }
-        }
-#pragma unroll
-        for (int kk = 0; kk < kGroup; ++kk) {
-          if (k0 + kk < c.K) {
-#pragma unroll
-            for (int j = 0; j < kEarly; ++j) yv[j] = __fadd_rn(yv[j], __fmul_rn(dv[kk][j], wk[kk]));
-          }
-        }
-      }
-      if (dsh != nullptr) {
-#pragma unroll
-        for (int j = 0; j < kEarly; ++j) {
-          const int i = tid + j * bd;
-          if (i < n) yv[j] = __fadd_rn(yv[j], __fmul_rn(dsh[r * n + i], gate));
-        }
-      }
-    }
-#pragma unroll
-    for (int j = 0; j < kEarly; ++j) {
-      const int i = tid + j * bd;
-      if (i < n) {
-        // the loop below's v: x + the combine, x + y, or x
-        const float v = dd != nullptr || ya != nullptr ? xv[j] + yv[j] : xv[j];
-        xw[i] = v;
-        row_sh[i] = v;
-      }
-    }
+    combine_wide_batched<kPer>(xw, ya, c, dd, dsh, cw, gate, r, n, row_sh);
   } else {
 #pragma unroll 4
-  for (int i = tid; i < n; i += blockDim.x) {
-    float yv = 0.0f;
-    if (dd != nullptr) {
-      for (int k = 0; k < c.K; ++k) yv = __fadd_rn(yv, __fmul_rn(dd[(r * c.K + k) * n + i], cw[k]));
-      if (dsh != nullptr) yv = __fadd_rn(yv, __fmul_rn(dsh[r * n + i], gate));
+    for (int i = tid; i < n; i += blockDim.x) {
+      float yv = 0.0f;
+      if (dd != nullptr) {
+        for (int k = 0; k < c.K; ++k) yv = __fadd_rn(yv, __fmul_rn(dd[(r * c.K + k) * n + i], cw[k]));
+        if (dsh != nullptr) yv = __fadd_rn(yv, __fmul_rn(dsh[r * n + i], gate));
+      }
+      const float v = dd != nullptr ? xw[i] + yv : (ya != nullptr ? xw[i] + ya[i] : xw[i]);
+      xw[i] = v;
+      if constexpr (kWide) {
+        row_sh[i] = v;
+      } else {
+        const double vd = v;
+        sum += vd * vd;
+      }
     }
-    const float v = dd != nullptr ? xw[i] + yv : (ya != nullptr ? xw[i] + ya[i] : xw[i]);
-    xw[i] = v;
-    if constexpr (kWide) {
-      row_sh[i] = v;
-    } else {
-      const double vd = v;
-      sum += vd * vd;
-    }
-  }
   }
   if constexpr (kWide) {
     __syncthreads();

@@ -7,6 +7,7 @@
 
 #include "core/log.h"
 #include "cuda/check.h"
+#include "cuda/env_switch.h"
 #include "cuda/pdl.h"
 
 namespace mt::cuda::detail {
@@ -44,26 +45,27 @@ CudaSequence::CudaSequence(CudaModel::Impl& m, uint32_t n_ctx, QuantType kv_type
   // unless asked for (=1): measured on the H200 (qwen3-30b-a3b q4_k_m tg128) the merge
   // fused into the partial kernels cost 7% (282.5 vs 303.2 t/s) and the fused router
   // gained nothing (303.2 vs 305.5 with both off); docs/PERFORMANCE.md.
-  auto env_on = [](const char* name) { return std::getenv(name) != nullptr && std::string(std::getenv(name)) == "1"; };
+  auto env_on = [](const char* name) { return EnvSwitch(name).on(); };            // =1 turns it on
+  auto env_not_off = [](const char* name) { return EnvSwitch(name, true).on(); };  // =0 turns it off
   (void)pdl_on();  // the switch and the device's level read once, before any graph capture
   fused_router_ = env_on("MOETIER_CUDA_FUSED_ROUTER");
   fused_attention_merge_ = env_on("MOETIER_CUDA_FUSED_ATTN");
   single_chunk_attention_ = env_on("MOETIER_CUDA_ATTN_SINGLE");  // measured slower (286 vs 302 t/s): off
   // The warps kernel's lanes form (on; =0 off): measured faster from 64 positions on (128:
   // 7.4 vs 13.0 us, 1024: 16.1 vs 27.4), and it keeps the plain form for chunks of <= 32.
-  warp_attention_lanes_ = std::getenv("MOETIER_CUDA_ATTN_LANES") == nullptr || std::string(std::getenv("MOETIER_CUDA_ATTN_LANES")) != "0";
+  warp_attention_lanes_ = env_not_off("MOETIER_CUDA_ATTN_LANES");
   // wo's activation rows quantized by the decode attention's CTAs (one launch fewer per
   // layer where the warps kernel runs in one chunk); =0: a quantize launch before wo.
-  attention_quant_ = std::getenv("MOETIER_CUDA_ATTN_QUANT") == nullptr || std::string(std::getenv("MOETIER_CUDA_ATTN_QUANT")) != "0";
+  attention_quant_ = env_not_off("MOETIER_CUDA_ATTN_QUANT");
   // MOETIER_CUDA_ATTN_PREP=1: the decode token's q / k / v prep in the warps attention's
   // launch (AttentionArgs prep; one launch fewer per layer). Off: measured slower on the
   // H200 (qwen3-30b-a3b tg128 q4_k_m 349.3 / 349.9 vs 355.7 / 358.8 t/s, q4_0 390.0 / 390.7
   // vs 390.5 / 396.2: each CTA's serial prep, three barrier-separated head norms, sits
   // before its first K / V load); docs/PERFORMANCE.md.
   attention_prep_ = env_on("MOETIER_CUDA_ATTN_PREP");
-  // Decode attention by the warps kernel up to 256 and from 1025 to 4096 positions (see
-  // sequence_attention.cpp); MOETIER_CUDA_ATTN_WARP_MAX=n moves the top (0: the grouped
-  // kernel always).
+  // Decode attention by the warps kernel up to 4096 positions (without the lanes form: up
+  // to 256 and from 1025; see sequence_attention.cpp); MOETIER_CUDA_ATTN_WARP_MAX=n moves
+  // the top (0: the grouped kernel always).
   if (const char* wm = std::getenv("MOETIER_CUDA_ATTN_WARP_MAX"); wm != nullptr) {
     warp_attention_max_ = static_cast<uint32_t>(std::max(0, std::atoi(wm)));
   }
