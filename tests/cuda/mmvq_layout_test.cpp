@@ -44,6 +44,15 @@ double rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() ? diff / scale : 1.0;
 }
 
+// Row `row` of matrix `mat` of m (its dequantized weights) dotted with x in double: the
+// loose reference that shows a product is not one of zeros.
+double reference_dot(const HostMatrix& m, int64_t mat, int64_t row, const std::vector<float>& x) {
+  const float* w = &m.rows[static_cast<size_t>((mat * m.n_out + row) * m.n_in)];
+  double ref = 0;
+  for (int64_t i = 0; i < m.n_in; ++i) ref += static_cast<double>(w[i]) * x[static_cast<size_t>(i)];
+  return ref;
+}
+
 // The lanes of short rows: narrow (both wide switches off) against up to 16 or up to 32.
 void set_narrow_or_wide16(bool on) {
   set_mmvq_wide(false);
@@ -102,9 +111,8 @@ TEST(MmvqRows4, OneTokenProductsEqualTheTwoRowKernelsByteForByte) {
         EXPECT_TRUE(same_bytes(r.out[0][0], r.out[1][0])) << "dense, offset " << offset;
         EXPECT_TRUE(same_bytes(r.out[0][1], r.out[1][1])) << "routed, offset " << offset;
         EXPECT_EQ(r.out[1][1][2 * n_out], 5.f);  // the skipped slot untouched
-        // Not a product of zeros: row 0 against the dequantized reference, loosely.
-        double ref = 0;
-        for (int64_t i = 0; i < n_in; ++i) ref += static_cast<double>(m.rows[static_cast<size_t>(n_out * n_in + i)]) * x[static_cast<size_t>(i)];
+        // Not a product of zeros: row 0 of matrix 1 against the dequantized reference, loosely.
+        const double ref = reference_dot(m, 1, 0, x);
         EXPECT_NEAR(r.out[1][0][0], ref, 0.05 * std::fabs(ref) + 0.05);
       }
     }
@@ -129,9 +137,8 @@ TEST(MmvqWide, ShortRowsEqualTheNarrowLanesUpToTheOrderOfTheirSums) {
         EXPECT_LE(rel_diff(r.out[0][0], r.out[1][0]), 1e-5) << "dense, " << name;
         EXPECT_LE(rel_diff(r.out[0][1], r.out[1][1]), 1e-5) << "routed, " << name;
         EXPECT_EQ(r.out[1][1][2 * n_out], 5.f);  // the skipped slot untouched
-        // Not a product of zeros: row 0 against the dequantized reference, loosely.
-        double ref = 0;
-        for (int64_t i = 0; i < n_in; ++i) ref += static_cast<double>(m.rows[static_cast<size_t>(n_out * n_in + i)]) * x[static_cast<size_t>(i)];
+        // Not a product of zeros: row 0 of matrix 1 against the dequantized reference, loosely.
+        const double ref = reference_dot(m, 1, 0, x);
         EXPECT_NEAR(r.out[1][0][0], ref, 0.05 * std::fabs(ref) + 0.05) << name;
       }
     }
@@ -163,10 +170,7 @@ TEST(MmvqSplit, LongRowsOverSeveralWarpsEqualOneWarpUpToTheOrderOfTheirSums) {
           EXPECT_EQ(r.out[1][1][2 * n_out], 5.f);  // the skipped slot untouched
           // Not a product of zeros: rows 0 and n_out - 1 of matrix 1 against the dequantized reference, loosely.
           for (int64_t row : {int64_t{0}, n_out - 1}) {
-            double ref = 0;
-            for (int64_t i = 0; i < n_in; ++i) {
-              ref += static_cast<double>(m.rows[static_cast<size_t>((n_out + row) * n_in + i)]) * x[static_cast<size_t>(i)];
-            }
+            const double ref = reference_dot(m, 1, row, x);
             EXPECT_NEAR(r.out[1][0][static_cast<size_t>(row)], ref, 0.05 * std::fabs(ref) + 0.05) << warps << " warps";
           }
         }
