@@ -121,6 +121,7 @@ void CudaSequence::attention_layer(Pass& p, const DevLayer& L, uint32_t l, const
                         quantizes_activations(L.wo.type) && L.wo.n_in == Q;
   if (quant_wo) {
     att.mode = act_quant_for(L.wo.type);
+    att.qs = p.aq, att.meta = p.am;  // (read only where attention() says it wrote them)
     aa.quant_qs = p.aq, aa.quant_meta = p.am, aa.quant_mode = att.mode;
     aa.quant_counters = m_.attn_quant_counters.as<uint32_t>();
   }
@@ -129,7 +130,6 @@ void CudaSequence::attention_layer(Pass& p, const DevLayer& L, uint32_t l, const
     att.quantized = attention(aa, *ws_, s);
     ws_->rewind(mark);
   }
-  att.qs = p.aq, att.meta = p.am;
   if (L.q_gated) mul_sigmoid(p.att, p.qgate, static_cast<int64_t>(T) * Q, s);
   if (G > 0) mul_softplus_gate(p.att, gate, T, Q, G, s);
   stage(p, "wo");
