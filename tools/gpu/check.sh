@@ -39,7 +39,8 @@
 #                              resident decode under the switches of RES_VARIANTS (ATTN_BENCH:
 #                              moetier_cuda_attention --decode first), pp512 /
 #                              pp4096, llama-bench on the same files (QUANTS, NO_LLAMA, NO_PP,
-#                              LLAMA_ARGS: its tests, default -p 512,4096 -n 128 -r 3)
+#                              LLAMA_ARGS: its tests, default -p 512,4096 -n 128 -r 3;
+#                              FLOOR=1: moetier_cuda_floor, a kernel boundary's fixed cost)
 #   tools/gpu/check.sh chain   a product's fixed cost: moetier_cuda_mmvq at 1-256 MiB (CHAIN_MIB),
 #                              dense and routed, plain and dependent launches (CHAIN_TYPES)
 #   tools/gpu/check.sh kprof   (after prep) each decode kernel's time from ncu, moetier vs llama-bench
@@ -381,6 +382,12 @@ resab)  # issue 6 (machine warm after prep): the CUDA tests of FILTER, then full
   if [ -n "${ATTN_BENCH:-}" ]; then
     run attn_decode ./build-gpu/moetier_cuda_attention --decode --reps 10
     grep '^| [0-9]' "$OUT/attn_decode.log"
+  fi
+  # FLOOR=1 (with moetier_cuda_floor in BUILD_TARGETS): a kernel boundary's and a grid
+  # barrier's fixed cost (graphs of empty / norm-shaped kernels, cooperative barriers)
+  if [ -n "${FLOOR:-}" ]; then
+    run floor ./build-gpu/moetier_cuda_floor --reps 20
+    cat "$OUT/floor.log"
   fi
   # MEMCHECK_ARCHS="a b": compute-sanitizer memcheck over those tiny models' prefill and decode
   if [ -n "${MEMCHECK_ARCHS:-}" ]; then

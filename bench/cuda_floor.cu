@@ -1,0 +1,197 @@
+// moetier_cuda_floor: the fixed cost of a kernel boundary on this GPU, the floor under a
+// decode step that is a chain of dependent kernels (cuda/sequence.h: 11 per layer of a
+// Qwen3-MoE model at one token) or of grid-wide barriers (the persistent step,
+// cuda/decode_persistent.h: 8 per layer).
+//
+// Chains: --kernels launches of one kernel, each depending on the one before (one
+// stream), captured into one CUDA graph as a decode step is; the figure is the median
+// over --reps graph launches (after a warm-up) of the graph's time / --kernels:
+//   empty 1x32          a CTA of one warp that does nothing
+//   empty 264x256       two CTAs per SM that do nothing (a product's grid)
+//   row 1x1024          one CTA reads a 2,048-float row, sums its squares (a block
+//                       reduction) and writes the row scaled (a norm's shape)
+//   ... pdl             the same launched with programmatic dependent launch (sm_90):
+//                       each kernel waits on the one before, then lets the next start
+// Barriers: one cooperative launch of one CTA (256 threads) per SM (and two per SM)
+// passing --kernels cooperative_groups grid barriers; the figure is us per barrier.
+// Timed with CUDA events; every CUDA call checked.
+#include <CLI/CLI.hpp>
+#include <cooperative_groups.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <functional>
+#include <vector>
+
+#include "cuda/check.h"
+
+namespace {
+
+namespace cg = cooperative_groups;
+
+constexpr int kRow = 2048;  // a Qwen3-30B-A3B residual row (floats)
+
+__device__ __forceinline__ void dependent_start(bool pdl) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (pdl) {
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  }
+#else
+  (void)pdl;
+#endif
+}
+
+__global__ void empty_kernel(bool pdl) { dependent_start(pdl); }
+
+// x (kRow) -> y (kRow) = x / sqrt(mean(x^2) + 1e-6); one CTA of 1024 threads.
+__global__ void row_kernel(const float* x, float* y, bool pdl) {
+  dependent_start(pdl);
+  __shared__ float warp_sums[32];
+  float v[kRow / 1024];
+  float s = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kRow / 1024; ++j) {
+    v[j] = x[threadIdx.x + j * 1024];
+    s += v[j] * v[j];
+  }
+  for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+  if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = s;
+  __syncthreads();
+  float total = 0.0f;
+  for (int w = 0; w < 32; ++w) total += warp_sums[w];
+  const float scale = rsqrtf(total / kRow + 1e-6f);
+#pragma unroll
+  for (int j = 0; j < kRow / 1024; ++j) y[threadIdx.x + j * 1024] = v[j] * scale;
+}
+
+__global__ void barrier_kernel(int n_barriers, unsigned* sink) {
+  cg::grid_group grid = cg::this_grid();
+  unsigned acc = 0;
+  for (int i = 0; i < n_barriers; ++i) {
+    acc += blockIdx.x ^ static_cast<unsigned>(i);
+    grid.sync();
+  }
+  if (threadIdx.x == 0 && acc == 0xFFFFFFFFu) *sink = acc;  // (keeps the loop)
+}
+
+// Median us of one timed launch of `launch` over `reps`, after one warm-up.
+double median_us(int reps, cudaStream_t s, const std::function<void()>& launch) {
+  launch();
+  MT_CUDA_CHECK(cudaStreamSynchronize(s));
+  cudaEvent_t start, stop;
+  MT_CUDA_CHECK(cudaEventCreate(&start));
+  MT_CUDA_CHECK(cudaEventCreate(&stop));
+  std::vector<float> ms(static_cast<size_t>(reps));
+  for (int i = 0; i < reps; ++i) {
+    MT_CUDA_CHECK(cudaEventRecord(start, s));
+    launch();
+    MT_CUDA_CHECK(cudaEventRecord(stop, s));
+    MT_CUDA_CHECK(cudaEventSynchronize(stop));
+    MT_CUDA_CHECK(cudaEventElapsedTime(&ms[static_cast<size_t>(i)], start, stop));
+  }
+  MT_CUDA_CHECK(cudaEventDestroy(start));
+  MT_CUDA_CHECK(cudaEventDestroy(stop));
+  std::nth_element(ms.begin(), ms.begin() + reps / 2, ms.end());
+  return 1000.0 * ms[static_cast<size_t>(reps / 2)];
+}
+
+// A chain of n launches of one kernel, captured as one graph: us per kernel.
+template <class... Args>
+double chain_us(int n, int reps, bool pdl, dim3 grid, dim3 block, void (*kernel)(Args...), Args... args) {
+  cudaStream_t s;
+  MT_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.stream = s;
+  cfg.attrs = pdl ? &attr : nullptr;
+  cfg.numAttrs = pdl ? 1 : 0;
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  MT_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < n; ++i) MT_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, args...));
+  MT_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
+  MT_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  const double us = median_us(reps, s, [&] { MT_CUDA_CHECK(cudaGraphLaunch(exec, s)); });
+  MT_CUDA_CHECK(cudaGraphExecDestroy(exec));
+  MT_CUDA_CHECK(cudaGraphDestroy(graph));
+  MT_CUDA_CHECK(cudaStreamDestroy(s));
+  return us / n;
+}
+
+// One cooperative launch of ctas_per_sm CTAs per SM passing n grid barriers: us per barrier.
+double barrier_us(int n, int reps, int ctas_per_sm, unsigned* sink) {
+  int dev = 0, sms = 0, coop = 0, fit = 0;
+  MT_CUDA_CHECK(cudaGetDevice(&dev));
+  MT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  MT_CUDA_CHECK(cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev));
+  MT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit, barrier_kernel, 256, 0));
+  if (coop == 0 || fit < ctas_per_sm) return -1.0;
+  cudaStream_t s;
+  MT_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  void* params[] = {&n, &sink};
+  const dim3 grid(static_cast<unsigned>(sms * ctas_per_sm)), block(256);
+  const double us = median_us(reps, s, [&] {
+    MT_CUDA_CHECK(cudaLaunchCooperativeKernel(reinterpret_cast<void*>(barrier_kernel), grid, block, params, 0, s));
+  });
+  MT_CUDA_CHECK(cudaStreamDestroy(s));
+  return us / n;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"moetier_cuda_floor: the fixed cost of a kernel boundary and of a grid barrier on this GPU"};
+  int kernels = 528;  // 11 launches per layer x 48 layers: one Qwen3-30B-A3B decode token
+  int reps = 20;
+  int per_layer = 11;
+  int layers = 48;
+  app.add_option("--kernels", kernels, "launches per graph (and barriers per cooperative launch)")->check(CLI::Range(1, 100000));
+  app.add_option("--reps", reps, "timed repetitions (median)")->check(CLI::Range(1, 10000));
+  app.add_option("--per-layer", per_layer, "kernel boundaries per layer, for the per-token column")->check(CLI::Range(1, 1000));
+  app.add_option("--layers", layers, "layers per token, for the per-token column")->check(CLI::Range(1, 1000));
+  CLI11_PARSE(app, argc, argv);
+
+  cudaDeviceProp prop{};
+  int dev = 0;
+  MT_CUDA_CHECK(cudaGetDevice(&dev));
+  MT_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
+  int pdl_capable = prop.major >= 9 ? 1 : 0;
+  float *x = nullptr, *y = nullptr;
+  unsigned* sink = nullptr;
+  MT_CUDA_CHECK(cudaMalloc(&x, kRow * sizeof(float)));
+  MT_CUDA_CHECK(cudaMalloc(&y, kRow * sizeof(float)));
+  MT_CUDA_CHECK(cudaMalloc(&sink, sizeof(unsigned)));
+  std::vector<float> ones(kRow, 1.0f);
+  MT_CUDA_CHECK(cudaMemcpy(x, ones.data(), kRow * sizeof(float), cudaMemcpyHostToDevice));
+
+  std::printf("device: %s (sm_%d%d, %d SMs); %d launches per graph, median of %d\n\n", prop.name, prop.major,
+              prop.minor, prop.multiProcessorCount, kernels, reps);
+  std::printf("| chain | us per boundary | us per token at %d x %d |\n| --- | ---: | ---: |\n", per_layer, layers);
+  auto row = [&](const char* name, double us) {
+    if (us < 0) {
+      std::printf("| %s | n/a | n/a |\n", name);
+    } else {
+      std::printf("| %s | %.3f | %.1f |\n", name, us, us * per_layer * layers);
+    }
+  };
+  const dim3 one(1), warp(32), wide(static_cast<unsigned>(2 * prop.multiProcessorCount)), t256(256), t1024(1024);
+  for (int pdl = 0; pdl <= pdl_capable; ++pdl) {
+    const bool p = pdl != 0;
+    row(p ? "empty 1x32, pdl" : "empty 1x32", chain_us(kernels, reps, p, one, warp, empty_kernel, p));
+    row(p ? "empty 264x256, pdl" : "empty 264x256", chain_us(kernels, reps, p, wide, t256, empty_kernel, p));
+    row(p ? "row 1x1024, pdl" : "row 1x1024",
+        chain_us<const float*, float*, bool>(kernels, reps, p, one, t1024, row_kernel, x, y, p));
+  }
+  row("grid barrier, 1 CTA per SM", barrier_us(kernels, reps, 1, sink));
+  row("grid barrier, 2 CTAs per SM", barrier_us(kernels, reps, 2, sink));
+  MT_CUDA_CHECK(cudaFree(x));
+  MT_CUDA_CHECK(cudaFree(y));
+  MT_CUDA_CHECK(cudaFree(sink));
+  return 0;
+}
