@@ -84,6 +84,14 @@ bool matmul_experts_swiglu_fits(const DeviceMatrix& w, int K);
 void matmul_experts_swiglu(const DeviceMatrix& w, const int32_t* ids, int K, const float* gu, float* y,
                            cudaStream_t stream);
 
+// A decode token's routed [gate | up] product (x: its one quantized row) into gu (K, 2 ff)
+// whose CTAs also write the down projection's input, out.act = silu(gate) * up and its
+// quantization in out.mode (cuda/mmvq_kernels.h GuQuant): the bytes of matmul_experts and
+// swiglu_pairs_quant, one launch. Only where matmul_experts_gu_quant_fits.
+bool matmul_experts_gu_quant_fits(const DeviceMatrix& w, const ActRows& x, int K, ActQuant mode);
+void matmul_experts_gu_quant(const DeviceMatrix& w, const int32_t* ids, int K, const ActRows& x, float* gu,
+                             const GuQuant& out, cudaStream_t stream);
+
 // Workspace bytes the calls above may take for these shapes (the executor sizes its
 // workspace with the largest over its matrices).
 size_t matmul_workspace_bytes(const DeviceMatrix& w, int n_tokens, int K);

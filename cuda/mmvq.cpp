@@ -3,6 +3,7 @@
 // runtime weight type into a launcher template argument.
 #include "cuda/mmvq.h"
 
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <string>
@@ -234,6 +235,30 @@ void mmvq_experts(const DeviceMatrix& w, const int32_t* ids, int n_tokens, int K
   } else {
     set_activations(a, w.type, x, x_per_slot ? a.n_slots : n_tokens, ws, stream);
   }
+  launcher(w.type)(a, stream);
+}
+
+bool mmvq_gu_quant_supported(const DeviceMatrix& w, int K, ActQuant mode) {
+  const int per = mode == ActQuant::kQ8_K ? 256 : 32;  // a SwiGLU block; rows per CTA (2..32) divide it
+  return quantizes_activations(w.type) && K >= 1 && K <= kMaxGridY && w.n_out > 0 && w.n_out % (2 * per) == 0 &&
+         !g_rows4.on() && !prologue_fits(w, K);
+}
+
+std::atomic<uint64_t> g_gu_quant_launches{0};
+
+uint64_t mmvq_gu_quant_launches() { return g_gu_quant_launches.load(std::memory_order_relaxed); }
+
+void mmvq_experts_gu_quant(const DeviceMatrix& w, const int32_t* ids, int K, const int8_t* qs, const uint2* meta,
+                           float* gu, const GuQuant& out, cudaStream_t stream) {
+  g_gu_quant_launches.fetch_add(1, std::memory_order_relaxed);
+  check_matrix(w);
+  MT_CHECK(mmvq_gu_quant_supported(w, K, out.mode));
+  MT_CHECK(out.act != nullptr && out.counters != nullptr && reinterpret_cast<uintptr_t>(out.qs) % 8 == 0 &&
+           reinterpret_cast<uintptr_t>(out.meta) % 8 == 0);
+  MmvqArgs a = routed_args(w, ids, 1, K, /*x_per_slot=*/false, gu);
+  a.xq = qs;
+  a.xmeta = meta;
+  a.gu_quant = out;
   launcher(w.type)(a, stream);
 }
 

@@ -69,6 +69,18 @@ void set_mmvq_wide16(bool on);
 // order: each warp's partial, then the warps' partials added in shared memory.
 void set_mmvq_split(int warps);
 
+// One token's routed [gate | up] product over activation rows quantized beforehand
+// (mmvq_experts_quantized's), gu (K, 2 ff) its output, whose CTAs also write the down
+// projection's input: out.act (K, ff) = silu(gate) * up and its quantization in out.mode
+// (cuda/mmvq_kernels.h GuQuant), byte for byte swiglu_pairs_quant over gu, one launch
+// instead of two. Supported: quantized weights, 2 ff a multiple of twice the mode's block,
+// neither MOETIER_CUDA_MMVQ_ROWS4 nor the prologue on.
+bool mmvq_gu_quant_supported(const DeviceMatrix& w, int K, ActQuant mode);
+void mmvq_experts_gu_quant(const DeviceMatrix& w, const int32_t* ids, int K, const int8_t* qs, const uint2* meta,
+                           float* gu, const GuQuant& out, cudaStream_t stream);
+// Calls of mmvq_experts_gu_quant since the process began (a graph replay is not a call).
+uint64_t mmvq_gu_quant_launches();
+
 bool mmvq_swiglu_supported(const DeviceMatrix& w, int n_tokens, int K);
 void mmvq_experts_swiglu(const DeviceMatrix& w, const int32_t* ids, int n_tokens, int K, const float* gu, float* y,
                          cudaStream_t stream);

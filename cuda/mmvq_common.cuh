@@ -35,6 +35,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "core/check.h"
 #include "cuda/act_quant.cuh"
 #include "cuda/check.h"
 #include "cuda/mmvq_kernels.h"
@@ -387,6 +388,51 @@ __device__ __forceinline__ void prologue_quantize(const MmvqArgs& p, int x_row, 
   __syncthreads();
 }
 
+// MmvqArgs::gu_quant (cuda/mmvq_kernels.h): after this CTA's rows of the slot's [gate |
+// up] row are written, it counts itself done on the counter of the SwiGLU block its rows
+// feed (kRowsPerCta rows, a divisor of the block, all of them gate rows or all up rows);
+// the CTA that counts last (the block's 2 * block / kRowsPerCta CTAs in all) reads the
+// block's gate and up values back from L2 and writes the block of silu(gate) * up and its
+// quantization, as swiglu_pairs_quant_kernel does. Every thread of the CTA calls it.
+template <int kRowsPerCta>
+__device__ __forceinline__ void gu_quant_tail(const MmvqArgs& p) {
+  const GuQuant& g = p.gu_quant;
+  const int per = g.mode == ActQuant::kQ8_K ? 256 : 32;  // elements of a block
+  const int ff = static_cast<int>(p.n_out / 2);
+  const int s = static_cast<int>(blockIdx.y);
+  const int row0 = static_cast<int>(blockIdx.x) * kRowsPerCta;
+  const int blk = (row0 < ff ? row0 : row0 - ff) / per;
+  __shared__ bool last_sh;
+  __threadfence();  // this CTA's rows before its count
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    uint32_t* counter = g.counters + static_cast<int64_t>(s) * (ff / per) + blk;
+    const bool last = atomicAdd(counter, 1u) == static_cast<unsigned>(2 * per / kRowsPerCta) - 1;
+    if (last) *counter = 0;  // ready for the next launch
+    last_sh = last;
+  }
+  __syncthreads();
+  if (!last_sh || threadIdx.x >= 32) return;
+  __threadfence();  // the block's other CTAs' rows, seen through their counts
+  const int lane = static_cast<int>(threadIdx.x);
+  const float* row = p.y + static_cast<int64_t>(s) * p.n_out;  // [gate | up] (2 ff)
+  const int64_t first = static_cast<int64_t>(s) * ff + static_cast<int64_t>(blk) * per;  // element of act / qs
+  if (g.mode == ActQuant::kQ8_K) {
+    float v[8];
+    for (int i = 0; i < 8; ++i) {
+      const int c = blk * 256 + 8 * lane + i;
+      v[i] = act_detail::swiglu_value(__ldcg(row + c), __ldcg(row + ff + c));  // (L2: not a stale L1 line)
+      g.act[first + 8 * lane + i] = v[i];
+    }
+    act_detail::quantize_q8_k_warp(v, lane, g.qs + first, g.meta + first / 32);
+  } else {
+    const int c = blk * 32 + lane;
+    const float v = act_detail::swiglu_value(__ldcg(row + c), __ldcg(row + ff + c));
+    g.act[first + lane] = v;
+    act_detail::quantize_q8_0_warp(v, lane, g.qs + first + lane, g.meta + first / 32);
+  }
+}
+
 // Rows row0 .. row0 + R - 1 of the slot's matrix against x, summed over each group of L
 // lanes and written by its first lane. L = 64 or 128 (MmvqArgs::split_warps): a group is
 // L / 32 consecutive warps, each warp's sum staged in shared memory and added in warp
@@ -467,6 +513,9 @@ __global__ void __launch_bounds__(kThreads) mmvq_quant_kernel(const MmvqArgs p) 
       x[t] = {p.xq + r * p.n_in, p.xmeta + r * nq};
     }
     rows_out<Tr, A, NT, L, R>(p, v, row0, sub, x);
+    if constexpr (NT == 1 && R == kRows) {
+      if (p.gu_quant.counters != nullptr) gu_quant_tail<kWarps / kSplit * (32 / LW) * R>(p);
+    }
   }
 }
 
@@ -526,6 +575,9 @@ void launch_quant_lanes(const MmvqArgs& a, cudaStream_t stream) {
 template <class Tr>
 void launch_quant(const MmvqArgs& args, cudaStream_t stream) {
   MmvqArgs a = args;
+  // gu_quant: a routed one-token product on the plain 2-rows kernels (its tail's rows per CTA)
+  MT_CHECK(a.gu_quant.counters == nullptr ||
+           (a.ids != nullptr && a.n_tokens == 1 && a.prologue == ActPrologue::kNone && !a.rows4));
   const int n_tasks = a.n_in / Tr::kElems * Tr::kTasks;
   const int narrow = a.n_tokens > 1 || n_tasks >= 32 ? 32 : n_tasks >= 16 ? 16 : 8;
   const int wide = a.n_tokens > 1 || n_tasks > 16 ? 32 : n_tasks > 8 ? 16 : 8;

@@ -54,6 +54,21 @@ struct Q8_1Rows {
 // prologue_quantize): kRow quantizes the f32 row x, kSwiglu the row silu(gate) * up of
 // x's [gate | up] row (2 n_in floats); each CTA keeps its copy in shared memory.
 enum class ActPrologue { kNone, kRow, kSwiglu };
+// A routed one-token [gate | up] product (n_out = 2 ff, gate rows then up rows) whose
+// own CTAs also make the down projection's input (cuda/mmvq_common.cuh gu_quant_tail):
+// act (n_slots, ff) = silu(gate) * up and its quantization in `mode` (qs, meta in
+// quantize_act's layout), the bytes of swiglu_pairs_quant over the product's output.
+// Each CTA counts itself done on its (slot, block of 256 (kQ8_K) or 32 elements) counter;
+// the one that counts last makes that block. counters: (n_slots, ff / block) zeroed
+// uint32, left zeroed. counters null: off.
+struct GuQuant {
+  float* act = nullptr;
+  int8_t* qs = nullptr;
+  uint2* meta = nullptr;
+  ActQuant mode = ActQuant::kQ8_0;
+  uint32_t* counters = nullptr;
+};
+
 inline constexpr int kMaxPrologueIn = 16384;  // n_in a prologue takes (20 KiB of shared memory)
 inline size_t prologue_smem_bytes(int n_in) {
   return static_cast<size_t>(n_in) + static_cast<size_t>(n_in) / 32 * sizeof(uint2);
@@ -97,6 +112,9 @@ struct MmvqArgs {
   // A dense product launched dependent (cuda/pdl.h): each row group prefetches its rows
   // to L2 before it waits for the kernel before.
   bool prefetch = false;
+  // A routed one-token [gate | up] product's SwiGLU rows quantized by its own CTAs
+  // (GuQuant above; the 2-rows-per-group, non-prologue kernels only).
+  GuQuant gu_quant;
 };
 
 // Defined (explicitly specialised) in cuda/mmvq_float.cu, mmvq_simple.cu, mmvq_k.cu.

@@ -63,6 +63,9 @@ CudaSequence::CudaSequence(CudaModel::Impl& m, uint32_t n_ctx, QuantType kv_type
   // vs 390.5 / 396.2: each CTA's serial prep, three barrier-separated head norms, sits
   // before its first K / V load); docs/PERFORMANCE.md.
   attention_prep_ = env_on("MOETIER_CUDA_ATTN_PREP");
+  // MOETIER_CUDA_GU_QUANT=1: the SwiGLU rows and their quantization made by the routed
+  // gate|up product's CTAs (GuQuant; one launch fewer per MoE layer; the same bytes).
+  gu_quant_ = env_on("MOETIER_CUDA_GU_QUANT");
   // Decode attention by the warps kernel up to 4096 positions (without the lanes form: up
   // to 256 and from 1025; see sequence_attention.cpp); MOETIER_CUDA_ATTN_WARP_MAX=n moves
   // the top (0: the grouped kernel always).

@@ -38,6 +38,7 @@ struct CudaModel::Impl {
   // zero): router_fused's (1) and the fused decode attention merge's (kAttnDecodeCounters).
   DeviceBuffer router_counter, decode_counters;
   DeviceBuffer attn_quant_counters;  // (kAttnDecodeCounters) AttentionArgs quant_counters, zeroed
+  DeviceBuffer gu_quant_counters;    // (n_expert_used, n_ff_exp / 32) GuQuant counters, zeroed
   const Model* host = nullptr;       // the host model (its CPU experts and thread pool)
   bool experts_on_host = false;      // CudaOptions::experts_on_host
   CudaTiering* tiering = nullptr;    // set_tiering(); required when experts_on_host
@@ -276,8 +277,11 @@ class CudaSequence final : public Evaluator {
   // measured faster than the plain warps kernel.
   static constexpr uint32_t kWarpAttnOneChunk = 256, kWarpAttnGroupedUpTo = 1024;
   uint32_t warp_attention_max_ = 4096;
-  bool attention_quant_ = true;
-  bool attention_prep_ = false;  // MOETIER_CUDA_ATTN_PREP=1: attn_prep done by attention() (AttentionArgs prep; slower)  // MOETIER_CUDA_ATTN_QUANT (=0 off): wo's activation rows quantized by the attention
+  bool attention_quant_ = true;   // MOETIER_CUDA_ATTN_QUANT (=0 off): wo's activation rows quantized by the attention
+  bool attention_prep_ = false;  // MOETIER_CUDA_ATTN_PREP=1: attn_prep done by attention() (AttentionArgs prep; slower)
+  // MOETIER_CUDA_GU_QUANT=1: a decode token's routed gate|up product writes the down
+  // product's quantized SwiGLU rows itself (cuda/matmul.h matmul_experts_gu_quant).
+  bool gu_quant_ = false;
   bool warp_attention_lanes_ = true;  // MOETIER_CUDA_ATTN_LANES (=0 off): AttentionArgs warp_lanes
   static constexpr uint32_t kAttnSingleChunkMax = 256;
   std::unique_ptr<Persistent, PersistentDeleter> persistent_;

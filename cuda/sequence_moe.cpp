@@ -96,7 +96,20 @@ void CudaSequence::moe_layer(Pass& p, const DevLayer& L, uint32_t l, const ActRo
                             swiglu_pairs_quant_supports(ff, act_quant_for(dt));
     // One token: the down product's CTAs make their SwiGLU row themselves (no launch between).
     const bool swiglu_in_down = !oai && T == 1 && shape.gate_up.data != nullptr && matmul_experts_swiglu_fits(shape.down, K);
-    if (shape.gate_up.data != nullptr) {
+    // Resident, one token (MOETIER_CUDA_GU_QUANT=1): the gate|up product's CTAs make the
+    // quantized SwiGLU rows themselves (GuQuant), no launch between it and the down product.
+    const bool gu_quant = gu_quant_ && quant_down && !swiglu_in_down && m_.tiering == nullptr && n_sets == 1 &&
+                          T == 1 && shape.gate_up.data != nullptr && static_cast<uint32_t>(ff) <= hp.n_ff_exp &&
+                          matmul_experts_gu_quant_fits(shape.gate_up, hx, K, act_quant_for(dt));
+    if (gu_quant) {
+      act.quantized = true;
+      act.mode = act_quant_for(dt);
+      act.qs = p.uq;
+      act.meta = p.um;
+      GuQuant g;
+      g.act = p.u, g.qs = p.uq, g.meta = p.um, g.mode = act.mode, g.counters = m_.gu_quant_counters.as<uint32_t>();
+      matmul_experts_gu_quant(sets[0].m.gate_up, sets[0].ids, K, hx, p.gu, g, s);
+    } else if (shape.gate_up.data != nullptr) {
       for (int i = 0; i < n_sets; ++i) mm_experts(sets[i].m.gate_up, sets[i].ids, K, hx, p.gu);
       if (swiglu_in_down) {
         // (p.gu is the down product's input)
