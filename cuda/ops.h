@@ -230,8 +230,8 @@ float attn_prep_theta_scale(const AttnPrepArgs& a);
 // MOETIER_CUDA_EARLY_LOADS (default on): the decode norms' weights and attn_prep's RoPE
 // angles read / computed before their reductions (the same bytes either way).
 bool early_loads_on();
-// Overrides MOETIER_CUDA_NORM_BATCH (the wide norm's combine loads issued together; off by
-// default until measured; the same bytes) for the process.
+// Overrides MOETIER_CUDA_NORM_BATCH (the wide norm's combine loads issued together; on by
+// default; the same bytes) for the process.
 void set_norm_batch(bool on);
 
 // gu (n_rows, 2 * ff) = [gate | up] rows (a fused gate+up product) -> out (n_rows, ff) =

@@ -34,11 +34,12 @@ using act_detail::silu;  // the one SwiGLU definition (cuda/act_quant.cuh)
 // norm's, attn_prep's q / k norms') and attn_prep's RoPE angles read / computed before
 // the kernels' reductions instead of after them. The same bytes either way.
 EnvSwitch g_early("MOETIER_CUDA_EARLY_LOADS", true);
-// MOETIER_CUDA_NORM_BATCH=1: the wide norm's combine loads issued together
-// (add_rms_norm_quant_kernel's `batch`); the same bytes either way. Off until it has run on
-// the H200 (written after this session's device time was spent; CudaFused.* checks it
-// against the narrow kernel byte for byte, `RES_VARIANTS="base batch"` measures it).
-EnvSwitch g_batch("MOETIER_CUDA_NORM_BATCH");
+// MOETIER_CUDA_NORM_BATCH (default on; =0 off): the wide norm's combine loads issued
+// together (add_rms_norm_quant_kernel's `batch`); the same bytes either way (CudaFused.*
+// checks it against the narrow kernel byte for byte). qwen3-30b-a3b tg128 on the H200
+// (2026-12-03): q4_k_m 371.9 / 367.6 vs 364.2 / 360.5 t/s, q4_0 400.1 / 404.6 vs 389.6 /
+// 394.3; docs/PERFORMANCE.md.
+EnvSwitch g_batch("MOETIER_CUDA_NORM_BATCH", true);
 
 // One block per row: x += y, then out = rms_norm(x) * w as rms_norm_kernel computes it.
 __global__ void add_rms_norm_kernel(float* x, const float* y, const float* w, float eps, int n, float* out) {

@@ -64,7 +64,10 @@ CudaSequence::CudaSequence(CudaModel::Impl& m, uint32_t n_ctx, QuantType kv_type
   // before its first K / V load); docs/PERFORMANCE.md.
   attention_prep_ = env_on("MOETIER_CUDA_ATTN_PREP");
   // MOETIER_CUDA_GU_QUANT=1: the SwiGLU rows and their quantization made by the routed
-  // gate|up product's CTAs (GuQuant; one launch fewer per MoE layer; the same bytes).
+  // gate|up product's CTAs (GuQuant; one launch fewer per MoE layer; the same bytes). Off:
+  // measured slower on the H200 (qwen3-30b-a3b tg128, 2026-12-03: q4_k_m 351.7 / 347.3 vs
+  // 364.2 / 360.5 t/s, q4_0 384.1 / 380.2 vs 389.6 / 394.3): every CTA's fence and count,
+  // and the block's last CTA's tail, cost more than the launch; docs/PERFORMANCE.md.
   gu_quant_ = env_on("MOETIER_CUDA_GU_QUANT");
   // Decode attention by the warps kernel up to 4096 positions (without the lanes form: up
   // to 256 and from 1025; see sequence_attention.cpp); MOETIER_CUDA_ATTN_WARP_MAX=n moves

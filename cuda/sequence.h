@@ -280,7 +280,7 @@ class CudaSequence final : public Evaluator {
   bool attention_quant_ = true;   // MOETIER_CUDA_ATTN_QUANT (=0 off): wo's activation rows quantized by the attention
   bool attention_prep_ = false;  // MOETIER_CUDA_ATTN_PREP=1: attn_prep done by attention() (AttentionArgs prep; slower)
   // MOETIER_CUDA_GU_QUANT=1: a decode token's routed gate|up product writes the down
-  // product's quantized SwiGLU rows itself (cuda/matmul.h matmul_experts_gu_quant).
+  // product's quantized SwiGLU rows itself (cuda/matmul.h matmul_experts_gu_quant; slower).
   bool gu_quant_ = false;
   bool warp_attention_lanes_ = true;  // MOETIER_CUDA_ATTN_LANES (=0 off): AttentionArgs warp_lanes
   static constexpr uint32_t kAttnSingleChunkMax = 256;

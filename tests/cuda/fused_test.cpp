@@ -272,7 +272,7 @@ TEST(CudaFused, WideRowKernelsEqualTheNarrowOnes) {
       }
     }
   }
-  set_norm_batch(false);  // the default back
+  set_norm_batch(true);  // the default back
 }
 
 // A (n_out, n_in) float matrix of `type` on the device, from random weights.

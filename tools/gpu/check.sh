@@ -414,7 +414,7 @@ resab)  # issue 6 (machine warm after prep): the CUDA tests of FILTER, then full
     # lanes (MOETIER_CUDA_ATTN_LANES=1), split2 / split4 (MOETIER_CUDA_MMVQ_SPLIT=2 / 4),
     # late (MOETIER_CUDA_EARLY_LOADS=0), noaq (MOETIER_CUDA_ATTN_QUANT=0), noprep
     # (MOETIER_CUDA_ATTN_PREP=0, the default), prep (=1), nolanes (MOETIER_CUDA_ATTN_LANES=0), nosplit
-    # (MOETIER_CUDA_MMVQ_SPLIT=0), batch (MOETIER_CUDA_NORM_BATCH=1), guq
+    # (MOETIER_CUDA_MMVQ_SPLIT=0), batch / nobatch (MOETIER_CUDA_NORM_BATCH=1 / 0), guq
     # (MOETIER_CUDA_GU_QUANT=1), before (the
     # defaults of d8adba5)
     for round in 1 2; do
@@ -445,7 +445,8 @@ resab)  # issue 6 (machine warm after prep): the CUDA tests of FILTER, then full
           prep) envs="MOETIER_CUDA_ATTN_PREP=1" ;;              # attn_prep in the warps attention's launch (slower)
           nolanes) envs="MOETIER_CUDA_ATTN_LANES=0" ;;          # the plain warps kernel (and the grouped window)
           nosplit) envs="MOETIER_CUDA_MMVQ_SPLIT=0" ;;          # one warp per MMVQ row group
-          batch) envs="MOETIER_CUDA_NORM_BATCH=1" ;;            # the wide norm's combine loads issued together (not yet run)
+          batch) envs="MOETIER_CUDA_NORM_BATCH=1" ;;            # the wide norm's combine loads issued together (the default since 2026-12-03)
+          nobatch) envs="MOETIER_CUDA_NORM_BATCH=0" ;;          # ... one element's loads at a time (before)
           guq) envs="MOETIER_CUDA_GU_QUANT=1" ;;                # the gate|up product makes the down product's quantized input
           before) envs="MOETIER_CUDA_EARLY_LOADS=0 MOETIER_CUDA_ATTN_QUANT=0 MOETIER_CUDA_ATTN_PREP=0 MOETIER_CUDA_ATTN_LANES=0 MOETIER_CUDA_MMVQ_SPLIT=0" ;;  # the defaults of d8adba5
           *) echo "unknown variant $v"; envs="UNKNOWN_VARIANT=1" ;;
