@@ -10,6 +10,7 @@
 #include <cuda_runtime.h>
 
 #include <cmath>
+#include <cstdint>
 
 #include "cuda/check.h"
 
@@ -54,7 +55,21 @@ __device__ __forceinline__ float block_max(float v, float* scratch) {
 }
 
 // Warp arg-max: every lane gets the warp's largest v and its index i, ties to the lower i.
+// v is never NaN (the callers' candidates come from strict > comparisons) and i >= 0.
+// sm_80+: two warp-wide integer reductions instead of five shuffle rounds (a decode step's
+// top-k runs K of these back to back): the largest order key of v (equal floats, -0 and
+// +0 included, give equal keys), the lowest i among the lanes holding it, and v from the
+// lane holding both, so the result is the shuffle tree's, bit for bit.
 __device__ __forceinline__ void warp_argmax(float& v, int& i) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const uint32_t b = __float_as_uint(v == 0.0f ? 0.0f : v);
+  const uint32_t key = (b & 0x80000000u) != 0 ? ~b : (b | 0x80000000u);  // monotonic in v
+  const uint32_t top = __reduce_max_sync(0xffffffffu, key);
+  const uint32_t idx = __reduce_min_sync(0xffffffffu, key == top ? static_cast<uint32_t>(i) : 0xFFFFFFFFu);
+  const unsigned holder = __ballot_sync(0xffffffffu, key == top && static_cast<uint32_t>(i) == idx);
+  v = __shfl_sync(0xffffffffu, v, __ffs(static_cast<int>(holder)) - 1);
+  i = static_cast<int>(idx);
+#else
   for (int o = 16; o > 0; o >>= 1) {
     const float ov = __shfl_xor_sync(0xffffffffu, v, o);
     const int oi = __shfl_xor_sync(0xffffffffu, i, o);
@@ -63,6 +78,7 @@ __device__ __forceinline__ void warp_argmax(float& v, int& i) {
       i = oi;
     }
   }
+#endif
 }
 
 // Softmax of n values by one warp, as model/attention.cpp's softmax: p[e] = exp(row[e] -

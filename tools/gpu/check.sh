@@ -45,6 +45,7 @@
 #                              dense and routed, plain and dependent launches (CHAIN_TYPES)
 #   tools/gpu/check.sh kprof   (after prep) each decode kernel's time from ncu, moetier vs llama-bench
 #                              (QUANTS, default q4_0; KPROF_N tokens)
+#   tools/gpu/check.sh kdetail (after prep) ncu's warp states of the decode step's small kernels
 #   tools/gpu/check.sh cpu     the whole CPU test suite with this machine's compiler
 #   tools/gpu/check.sh all     test, then bench
 # Carry .gpu-carry (made here by tools/gpu/prepare.sh): the Debian packages of the header
@@ -501,12 +502,21 @@ kprof)  # (machine warm after prep) each decode kernel's time, moetier vs llama-
     python3 tools/gpu/kprof.py "llama.cpp $q" "$OUT/ncu_llama_$q.log" $((N + 1)) | tee "$OUT/kprof_llama_$q.txt" | head -40
   done
   ;;
+kdetail)  # (machine warm after prep) ncu's warp-state sections of the decode step's small
+  # kernels (KDETAIL_KERNELS, a regex), KDETAIL_N launches each, on the q4_k_m file
+  NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+  run kdetail "$NCU" --clock-control none --cache-control none --section WarpStateStats --section SchedulerStats \
+    --section LaunchStats --section Occupancy --section SpeedOfLight --section MemoryWorkloadAnalysis \
+    -k "regex:${KDETAIL_KERNELS:-add_rms_norm_quant|router_topk|attn_prep|swiglu_pairs_quant|attn_decode_warps}" \
+    -c "${KDETAIL_N:-10}" $M bench -m /tmp/q30-q4_k_m.gguf --device cuda -p 0 -n 2 -r 1
+  grep -E "^  [a-z_]+.*\(|Duration|Stall|Warp Cycles Per|Issued Warp|Active Warps|Achieved Occ|Registers|Block Size|Grid Size|Memory Throughput|DRAM Through|L2 Hit" "$OUT/kdetail.log" | head -400
+  ;;
 cpu)
   build
   run unit ctest --test-dir build-gpu --output-on-failure -j "$JOBS" -LE "kjv|cuda"
   ;;
 *)
-  echo "usage: tools/gpu/check.sh test|bench|all|prep|llama|tier|quick|hybrid|unified|families|verify|cpuexp|split|resab|chain|kprof|cpu"
+  echo "usage: tools/gpu/check.sh test|bench|all|prep|llama|tier|quick|hybrid|unified|families|verify|cpuexp|split|resab|chain|kprof|kdetail|cpu"
   exit 2
   ;;
 esac
