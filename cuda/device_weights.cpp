@@ -6,6 +6,7 @@
 
 #include "core/check.h"
 #include "cuda/check.h"
+#include "cuda/env_switch.h"
 #include "model/layers.h"
 
 namespace mt::cuda {
@@ -29,11 +30,29 @@ DeviceMatrix view_of(const Tensor& t, const uint8_t* data, uint64_t matrix_strid
 // Rows of one matrix back to back (no padding between rows or matrices).
 bool dense_rows(const Tensor& t) { return t.matrix_bytes == t.row_bytes * t.ne[1]; }
 
+// The parts can be one matrix's rows: present, one type, one row width, dense rows.
+bool stackable(std::initializer_list<const Tensor*> parts) {
+  const Tensor& first = **parts.begin();
+  bool ok = true;
+  for (const Tensor* t : parts) {
+    ok = ok && t->present() && t->type == first.type && t->ne[0] == first.ne[0] && t->ne[2] == 1 &&
+         t->row_bytes == first.row_bytes && dense_rows(*t);
+  }
+  return ok;
+}
+
+// MOETIER_CUDA_STACK_QK (default on; =0 off): where wv's type differs from wq's and wk's
+// (Q4_K_M files give V Q6_K in half the layers), wq | wk still stacked (wqk): two products
+// for the layer's Q / K / V instead of three.
+EnvSwitch g_stack_qk("MOETIER_CUDA_STACK_QK", true);
+
 void copy_to(uint8_t* dst, const void* src, uint64_t bytes) {
   if (dst != nullptr && bytes > 0) MT_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
 }
 
 }  // namespace
+
+void set_stack_qk(bool on) { g_stack_qk.set(on); }
 
 uint64_t DeviceWeights::bytes_needed(const Model& model, bool experts_on_host) {
   DeviceWeights w;
@@ -81,11 +100,9 @@ DeviceMatrix DeviceWeights::stacked(std::initializer_list<const Tensor*> parts,
                                     std::initializer_list<DeviceMatrix*> out, bool dry) {
   MT_CHECK(parts.size() == out.size() && parts.size() > 0);
   const Tensor& first = **parts.begin();
-  bool ok = true;
+  const bool ok = stackable(parts);
   uint64_t bytes = 0, rows = 0;
   for (const Tensor* t : parts) {
-    ok = ok && t->present() && t->type == first.type && t->ne[0] == first.ne[0] && t->ne[2] == 1 &&
-         t->row_bytes == first.row_bytes && dense_rows(*t);
     bytes += t->matrix_bytes;
     rows += t->ne[1];
   }
@@ -141,7 +158,12 @@ void DeviceWeights::place_all(const Model& model, bool dry) {
     const LayerWeights& lw = w.layers[l];
     const LayerVectors& lv = model.vectors()[l];
     DevLayer& d = layers[l];
-    d.wqkv = stacked({&lw.wq, &lw.wk, &lw.wv}, {&d.wq, &d.wk, &d.wv}, dry);
+    if (!stackable({&lw.wq, &lw.wk, &lw.wv}) && stackable({&lw.wq, &lw.wk}) && g_stack_qk.on()) {
+      d.wqk = stacked({&lw.wq, &lw.wk}, {&d.wq, &d.wk}, dry);
+      d.wv = matrix(lw.wv, dry);
+    } else {
+      d.wqkv = stacked({&lw.wq, &lw.wk, &lw.wv}, {&d.wq, &d.wk, &d.wv}, dry);
+    }
     d.wo = matrix(lw.wo, dry);
     d.router = matrix(lw.router, dry);
     if (experts_on_host_) {  // shapes only: the tiering's slots hold the bytes
@@ -202,7 +224,7 @@ void DeviceWeights::place_all(const Model& model, bool dry) {
 std::vector<const DeviceMatrix*> DeviceWeights::matrices() const {
   std::vector<const DeviceMatrix*> all{&token_embd, &output};
   for (const DevLayer& d : layers) {
-    for (const DeviceMatrix* m : {&d.wq, &d.wk, &d.wv, &d.wo, &d.wqkv, &d.router, &d.gate_exps, &d.up_exps,
+    for (const DeviceMatrix* m : {&d.wq, &d.wk, &d.wv, &d.wo, &d.wqkv, &d.wqk, &d.router, &d.gate_exps, &d.up_exps,
                                   &d.down_exps, &d.gate_up_exps, &d.shexp_gate, &d.shexp_up, &d.shexp_down,
                                   &d.shexp_gate_up, &d.ffn_gate, &d.ffn_up, &d.ffn_down, &d.ffn_gate_up, &d.gdn_in,
                                   &d.ssm_qkv, &d.ssm_z, &d.ssm_beta, &d.ssm_alpha, &d.ssm_ba, &d.ssm_out,

@@ -2,7 +2,7 @@
 // every tensor keeps its GGUF rows byte for byte, but matrices one step multiplies by the
 // same activations sit next to each other, so a single product covers them:
 //   wq | wk | wv rows back to back (when the three share type and row bytes): wqkv, one
-//       (n_embd -> q_dim + 2 kv_dim) matrix;
+//       (n_embd -> q_dim + 2 kv_dim) matrix; else wq | wk (wqk) when those two share them;
 //   per expert e: gate[e] rows then up[e] rows, so gate_exps and up_exps are views with
 //       the matrix stride of the pair, and gate_up_exps is one (n_embd -> 2 n_ff) matrix
 //       per expert; the shared expert's and dense FFN's gate | up likewise.
@@ -21,6 +21,7 @@ namespace mt::cuda {
 struct DevLayer {
   DeviceMatrix wq, wk, wv, wo;  // (n_embd -> q_dim / kv_dim), (q_dim -> n_embd)
   DeviceMatrix wqkv;            // (n_embd -> q_dim + 2 kv_dim) over wq | wk | wv, or none
+  DeviceMatrix wqk;             // (n_embd -> q_dim + kv_dim) over wq | wk where wqkv is none, or none
   DeviceMatrix router, gate_exps, up_exps, down_exps;  // experts: n_mat = n_expert
   DeviceMatrix gate_up_exps;                           // (n_embd -> 2 n_ff_exp) per expert, or none
   DeviceMatrix shexp_gate, shexp_up, shexp_down, shexp_gate_up;
@@ -50,6 +51,10 @@ struct DevLayer {
   const float *q_a_norm = nullptr, *kv_a_norm = nullptr;
   bool mla = false;
 };
+
+// Overrides MOETIER_CUDA_STACK_QK (wq | wk stacked where wv cannot join them; on by
+// default) for the uploads that follow (tests, A/B runs).
+void set_stack_qk(bool on);
 
 class DeviceWeights {
  public:

@@ -1,5 +1,5 @@
 // CudaSequence: a grouped-query attention layer (model/attention.cpp's twin; see
-// sequence.h): Q/K/V (one product when stacked), bias + q/k norm + RoPE + cache store in
+// sequence.h): Q/K/V (one product when stacked, two when only Q | K are), bias + q/k norm + RoPE + cache store in
 // one launch (YaRN angles where the model has them), attention over the sequence's cache
 // (a sliding window and sink logits where the layer has them), the output gate where the
 // architecture has one (gated attention's sigmoid, laguna's softplus), the output
@@ -33,6 +33,14 @@ void CudaSequence::attention_layer(Pass& p, const DevLayer& L, uint32_t l, const
     mm(L.wqkv, hx, p.qkv);
     pa.q_src = p.qkv, pa.k_src = p.qkv + Ql, pa.v_src = p.qkv + Ql + KVd;
     pa.q_stride = pa.k_stride = pa.v_stride = Ql + 2 * KVd;
+  } else if (L.wqk.data != nullptr) {  // wq | wk in one product (T, Ql + kv_dim), wv apart (T, kv_dim)
+    float* qk = p.qkv;
+    float* vr = p.qkv + static_cast<size_t>(T) * (Ql + KVd);
+    mm(L.wqk, hx, qk);
+    mm(L.wv, hx, vr);
+    pa.q_src = qk, pa.k_src = qk + Ql, pa.v_src = vr;
+    pa.q_stride = pa.k_stride = Ql + KVd;
+    pa.v_stride = KVd;
   } else {
     float* qr = p.qkv;                                 // (T, attn_q rows)
     float* kr = p.qkv + static_cast<size_t>(T) * Ql;   // (T, kv_dim)

@@ -16,7 +16,7 @@ namespace {
 const DeviceMatrix& attn_reader(const DevLayer& L) {
   if (L.recurrent) return L.gdn_in.data ? L.gdn_in : L.ssm_qkv;
   if (L.mla) return L.wq_a.data ? L.wq_a : L.wq;
-  return L.wqkv.data ? L.wqkv : L.wq;
+  return L.wqkv.data ? L.wqkv : L.wqk.data ? L.wqk : L.wq;
 }
 const DeviceMatrix& ffn_reader(const DevLayer& L) {
   if (L.moe) return L.gate_up_exps.data ? L.gate_up_exps : L.up_exps;

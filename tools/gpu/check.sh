@@ -416,7 +416,7 @@ resab)  # issue 6 (machine warm after prep): the CUDA tests of FILTER, then full
     # late (MOETIER_CUDA_EARLY_LOADS=0), noaq (MOETIER_CUDA_ATTN_QUANT=0), noprep
     # (MOETIER_CUDA_ATTN_PREP=0, the default), prep (=1), nolanes (MOETIER_CUDA_ATTN_LANES=0), nosplit
     # (MOETIER_CUDA_MMVQ_SPLIT=0), batch / nobatch (MOETIER_CUDA_NORM_BATCH=1 / 0), guq
-    # (MOETIER_CUDA_GU_QUANT=1), before (the
+    # (MOETIER_CUDA_GU_QUANT=1), noqk (MOETIER_CUDA_STACK_QK=0), before (the
     # defaults of d8adba5)
     for round in 1 2; do
       for v in ${RES_VARIANTS:-base single}; do
@@ -448,6 +448,7 @@ resab)  # issue 6 (machine warm after prep): the CUDA tests of FILTER, then full
           nosplit) envs="MOETIER_CUDA_MMVQ_SPLIT=0" ;;          # one warp per MMVQ row group
           batch) envs="MOETIER_CUDA_NORM_BATCH=1" ;;            # the wide norm's combine loads issued together (the default since 2026-12-03)
           nobatch) envs="MOETIER_CUDA_NORM_BATCH=0" ;;          # ... one element's loads at a time (before)
+          noqk) envs="MOETIER_CUDA_STACK_QK=0" ;;               # Q, K, V three products where V's type differs (before)
           guq) envs="MOETIER_CUDA_GU_QUANT=1" ;;                # the gate|up product makes the down product's quantized input
           before) envs="MOETIER_CUDA_EARLY_LOADS=0 MOETIER_CUDA_ATTN_QUANT=0 MOETIER_CUDA_ATTN_PREP=0 MOETIER_CUDA_ATTN_LANES=0 MOETIER_CUDA_MMVQ_SPLIT=0" ;;  # the defaults of d8adba5
           *) echo "unknown variant $v"; envs="UNKNOWN_VARIANT=1" ;;
