@@ -14,6 +14,13 @@
 //                       each kernel waits on the one before, then lets the next start
 // Barriers: one cooperative launch of one CTA (256 threads) per SM (and two per SM)
 // passing --kernels cooperative_groups grid barriers; the figure is us per barrier.
+// Hand-offs inside one resident grid (one CTA per SM, cooperative launch for residency),
+// the dependencies a persistent step would wait on instead of whole-grid barriers:
+//   fan-in / fan-out    every CTA adds to a counter (release); CTA 0 waits for all of
+//                       them (acquire), sets a flag (release); every CTA waits for the
+//                       flag: a product feeding a norm feeding a product (two hand-offs)
+//   hop                 CTA i waits for CTA i-1's flag, then sets its own: one
+//                       producer-consumer hand-off between two SMs
 // Timed with CUDA events; every CUDA call checked.
 #include <CLI/CLI.hpp>
 #include <cooperative_groups.h>
@@ -74,6 +81,66 @@ __global__ void barrier_kernel(int n_barriers, unsigned* sink) {
     grid.sync();
   }
   if (threadIdx.x == 0 && acc == 0xFFFFFFFFu) *sink = acc;  // (keeps the loop)
+}
+
+__device__ __forceinline__ void add_release(unsigned* p, unsigned v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
+  asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+#else
+  __threadfence();
+  atomicAdd(p, v);
+#endif
+}
+__device__ __forceinline__ void store_release(unsigned* p, unsigned v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
+  asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+#else
+  __threadfence();
+  *reinterpret_cast<volatile unsigned*>(p) = v;
+#endif
+}
+__device__ __forceinline__ unsigned load_acquire(const unsigned* p) {
+  unsigned v;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+#else
+  v = *reinterpret_cast<const volatile unsigned*>(p);
+  __threadfence();
+#endif
+  return v;
+}
+// Thread 0 spins until *p >= target; then the CTA goes on together.
+__device__ __forceinline__ void wait_at_least(const unsigned* p, unsigned target) {
+  if (threadIdx.x == 0) {
+    while (load_acquire(p) < target) {
+    }
+  }
+  __syncthreads();
+}
+
+// n_pairs rounds of fan-in (every CTA -> CTA 0) and fan-out (CTA 0 -> every CTA). The
+// counter and flag start at 0 (the host zeroes them before each launch).
+__global__ void fan_kernel(int n_pairs, unsigned* counter, unsigned* flag) {
+  const unsigned ctas = gridDim.x;
+  for (int i = 0; i < n_pairs; ++i) {
+    __syncthreads();  // the CTA's work of this phase done
+    if (threadIdx.x == 0) add_release(counter, 1u);
+    if (blockIdx.x == 0) {
+      wait_at_least(counter, ctas * static_cast<unsigned>(i + 1));
+      if (threadIdx.x == 0) store_release(flag, static_cast<unsigned>(i + 1));
+    }
+    wait_at_least(flag, static_cast<unsigned>(i + 1));
+  }
+}
+
+// n_hops hand-offs around the ring of CTAs: hop h is CTA h % ctas waiting for *flag == h,
+// then writing h + 1. The flag starts at 0.
+__global__ void hop_kernel(int n_hops, unsigned* flag) {
+  const unsigned ctas = gridDim.x;
+  for (unsigned h = blockIdx.x; h < static_cast<unsigned>(n_hops); h += ctas) {
+    wait_at_least(flag, h);
+    if (threadIdx.x == 0) store_release(flag, h + 1);
+  }
 }
 
 // Median us of one timed launch of `launch` over `reps`, after one warm-up.
@@ -143,6 +210,27 @@ double barrier_us(int n, int reps, int ctas_per_sm, unsigned* sink) {
   return us / n;
 }
 
+// A cooperative launch of one CTA of 256 threads per SM (all resident) running `kernel`
+// with `params`, `words` counters zeroed before each launch: us per hand-off of `n`.
+double handoff_us(int n, int reps, void* kernel, void** params, unsigned* words, size_t n_words) {
+  int dev = 0, sms = 0, coop = 0;
+  MT_CUDA_CHECK(cudaGetDevice(&dev));
+  MT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  MT_CUDA_CHECK(cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev));
+  if (coop == 0) return -1.0;
+  cudaStream_t s;
+  MT_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  const dim3 grid(static_cast<unsigned>(sms)), block(256);
+  // (the zeroing is outside the timed interval's kernel but inside its events: one memset
+  // of a few bytes, ~2 us, spread over n hand-offs)
+  const double us = median_us(reps, s, [&] {
+    MT_CUDA_CHECK(cudaMemsetAsync(words, 0, n_words * sizeof(unsigned), s));
+    MT_CUDA_CHECK(cudaLaunchCooperativeKernel(kernel, grid, block, params, 0, s));
+  });
+  MT_CUDA_CHECK(cudaStreamDestroy(s));
+  return us / n;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -190,6 +278,23 @@ int main(int argc, char** argv) {
   }
   row("grid barrier, 1 CTA per SM", barrier_us(kernels, reps, 1, sink));
   row("grid barrier, 2 CTAs per SM", barrier_us(kernels, reps, 2, sink));
+  unsigned* words = nullptr;  // [counter, flag]
+  MT_CUDA_CHECK(cudaMalloc(&words, 2 * sizeof(unsigned)));
+  {
+    int pairs = std::max(1, kernels / 2);
+    unsigned* counter = words;
+    unsigned* flag = words + 1;
+    void* params[] = {&pairs, &counter, &flag};
+    row("fan-in / fan-out, 1 CTA per SM (per hand-off)",
+        handoff_us(2 * pairs, reps, reinterpret_cast<void*>(fan_kernel), params, words, 2));
+  }
+  {
+    int hops = kernels;
+    unsigned* flag = words;
+    void* params[] = {&hops, &flag};
+    row("hop, CTA to the next CTA", handoff_us(hops, reps, reinterpret_cast<void*>(hop_kernel), params, words, 1));
+  }
+  MT_CUDA_CHECK(cudaFree(words));
   MT_CUDA_CHECK(cudaFree(x));
   MT_CUDA_CHECK(cudaFree(y));
   MT_CUDA_CHECK(cudaFree(sink));

@@ -41,6 +41,8 @@
 #                              pp4096, llama-bench on the same files (QUANTS, NO_LLAMA, NO_PP,
 #                              LLAMA_ARGS: its tests, default -p 512,4096 -n 128 -r 3;
 #                              FLOOR=1: moetier_cuda_floor, a kernel boundary's fixed cost)
+#   tools/gpu/check.sh floor   (a bare machine is enough: builds in seconds) moetier_cuda_floor
+#                              alone: a kernel boundary's, a grid barrier's and a hand-off's cost
 #   tools/gpu/check.sh chain   a product's fixed cost: moetier_cuda_mmvq at 1-256 MiB (CHAIN_MIB),
 #                              dense and routed, plain and dependent launches (CHAIN_TYPES)
 #   tools/gpu/check.sh kprof   (after prep) each decode kernel's time from ncu, moetier vs llama-bench
@@ -467,6 +469,12 @@ resab)  # issue 6 (machine warm after prep): the CUDA tests of FILTER, then full
   done
   F=/tmp/q30-q4_k_m.gguf
   [ -n "${PROFILE:-}" ] && { MOETIER_CUDA_PROFILE=1 run profile_tg_graph $M bench -m "$F" --device cuda -p 0 -n 64 -r 1; tail -30 "$OUT/profile_tg_graph.log"; }
+  ;;
+floor)  # moetier_cuda_floor alone (it links no library of ours): launches, barriers,
+  # the hand-offs a persistent step would wait on
+  BUILD_TARGETS=moetier_cuda_floor build
+  run floor timeout 120 ./build-gpu/moetier_cuda_floor --reps "${FLOOR_REPS:-20}"
+  cat "$OUT/floor.log"
   ;;
 chain)  # a product's fixed cost: moetier_cuda_mmvq over small matrices (the decode step's
   # products are 1-16 MiB), dense and routed, launched plain and dependent (MOETIER_CUDA_PDL)
