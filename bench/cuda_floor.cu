@@ -191,40 +191,23 @@ double chain_us(int n, int reps, bool pdl, dim3 grid, dim3 block, void (*kernel)
   return us / n;
 }
 
-// One cooperative launch of ctas_per_sm CTAs per SM passing n grid barriers: us per barrier.
-double barrier_us(int n, int reps, int ctas_per_sm, unsigned* sink) {
+// One cooperative launch (all CTAs resident) of ctas_per_sm CTAs of 256 threads per SM
+// running `kernel` with `params`, `n_words` words at `words` zeroed before each launch
+// (one memset of a few bytes inside the timed interval, ~2 us spread over n): us per
+// barrier / hand-off of the n the kernel passes. -1 where the device cannot.
+double cooperative_us(int n, int reps, const void* kernel, void** params, int ctas_per_sm, unsigned* words = nullptr,
+                      size_t n_words = 0) {
   int dev = 0, sms = 0, coop = 0, fit = 0;
   MT_CUDA_CHECK(cudaGetDevice(&dev));
   MT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   MT_CUDA_CHECK(cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev));
-  MT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit, barrier_kernel, 256, 0));
+  MT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit, kernel, 256, 0));
   if (coop == 0 || fit < ctas_per_sm) return -1.0;
   cudaStream_t s;
   MT_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  void* params[] = {&n, &sink};
   const dim3 grid(static_cast<unsigned>(sms * ctas_per_sm)), block(256);
   const double us = median_us(reps, s, [&] {
-    MT_CUDA_CHECK(cudaLaunchCooperativeKernel(reinterpret_cast<void*>(barrier_kernel), grid, block, params, 0, s));
-  });
-  MT_CUDA_CHECK(cudaStreamDestroy(s));
-  return us / n;
-}
-
-// A cooperative launch of one CTA of 256 threads per SM (all resident) running `kernel`
-// with `params`, `words` counters zeroed before each launch: us per hand-off of `n`.
-double handoff_us(int n, int reps, void* kernel, void** params, unsigned* words, size_t n_words) {
-  int dev = 0, sms = 0, coop = 0;
-  MT_CUDA_CHECK(cudaGetDevice(&dev));
-  MT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  MT_CUDA_CHECK(cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev));
-  if (coop == 0) return -1.0;
-  cudaStream_t s;
-  MT_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  const dim3 grid(static_cast<unsigned>(sms)), block(256);
-  // (the zeroing is outside the timed interval's kernel but inside its events: one memset
-  // of a few bytes, ~2 us, spread over n hand-offs)
-  const double us = median_us(reps, s, [&] {
-    MT_CUDA_CHECK(cudaMemsetAsync(words, 0, n_words * sizeof(unsigned), s));
+    if (n_words > 0) MT_CUDA_CHECK(cudaMemsetAsync(words, 0, n_words * sizeof(unsigned), s));
     MT_CUDA_CHECK(cudaLaunchCooperativeKernel(kernel, grid, block, params, 0, s));
   });
   MT_CUDA_CHECK(cudaStreamDestroy(s));
@@ -276,8 +259,12 @@ int main(int argc, char** argv) {
     row(p ? "row 1x1024, pdl" : "row 1x1024",
         chain_us<const float*, float*, bool>(kernels, reps, p, one, t1024, row_kernel, x, y, p));
   }
-  row("grid barrier, 1 CTA per SM", barrier_us(kernels, reps, 1, sink));
-  row("grid barrier, 2 CTAs per SM", barrier_us(kernels, reps, 2, sink));
+  {
+    void* params[] = {&kernels, &sink};
+    const void* k = reinterpret_cast<const void*>(barrier_kernel);
+    row("grid barrier, 1 CTA per SM", cooperative_us(kernels, reps, k, params, 1));
+    row("grid barrier, 2 CTAs per SM", cooperative_us(kernels, reps, k, params, 2));
+  }
   unsigned* words = nullptr;  // [counter, flag]
   MT_CUDA_CHECK(cudaMalloc(&words, 2 * sizeof(unsigned)));
   {
@@ -286,13 +273,14 @@ int main(int argc, char** argv) {
     unsigned* flag = words + 1;
     void* params[] = {&pairs, &counter, &flag};
     row("fan-in / fan-out, 1 CTA per SM (per hand-off)",
-        handoff_us(2 * pairs, reps, reinterpret_cast<void*>(fan_kernel), params, words, 2));
+        cooperative_us(2 * pairs, reps, reinterpret_cast<const void*>(fan_kernel), params, 1, words, 2));
   }
   {
     int hops = kernels;
     unsigned* flag = words;
     void* params[] = {&hops, &flag};
-    row("hop, CTA to the next CTA", handoff_us(hops, reps, reinterpret_cast<void*>(hop_kernel), params, words, 1));
+    row("hop, CTA to the next CTA",
+        cooperative_us(hops, reps, reinterpret_cast<const void*>(hop_kernel), params, 1, words, 1));
   }
   MT_CUDA_CHECK(cudaFree(words));
   MT_CUDA_CHECK(cudaFree(x));
