@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# Before and after on the GPU machine: a base revision's tree (.gpu-base/, written here by
+# `tools/gpu/ab.sh prepare REV`) and this tree built side by side, the same timing files,
+# every benchmark run in fresh processes that alternate between the two builds, so a
+# restructuring is measured against its parent on one machine in one call.
+#
+#   tools/gpu/ab.sh prepare REV   (here) the source of REV into .gpu-base/ (git-ignored
+#                                 through .git/info/exclude; carry it with .gpu-carry/debs)
+#   tools/gpu/ab.sh build         (device) both builds (BUILD_TARGETS for this tree, default
+#                                 moetier mt_cuda_tests), the qwen3-30b-a3b q4_k_m files of
+#                                 router skew 0 and 1 (SKEWS)
+#   tools/gpu/ab.sh tests         (device) mt_cuda_tests --gtest_filter=$FILTER on this tree
+#   tools/gpu/ab.sh bench         (device) resident tg128 / pp512 / pp4096 (ROUNDS rounds) and
+#                                 tiered --expert-cache 25% / 10% tg64 on each skew
+#                                 (TIER_ROUNDS fresh processes per build), then a table of
+#                                 every repetition (tools/gpu/ab_summary.py)
+# Logs and JSON under $OUT.
+set -uo pipefail
+MODE=${1:-bench}
+OUT=${OUT:-$PWD/out/ab}
+mkdir -p "$OUT"
+
+if [ "$MODE" = prepare ]; then
+  REV=${2:?usage: tools/gpu/ab.sh prepare REV}
+  rm -rf .gpu-base && mkdir -p .gpu-base
+  git archive "$REV" | tar -x -C .gpu-base
+  rm -rf .gpu-base/models .gpu-base/docs .gpu-base/tests  # a moetier binary is all it builds
+  grep -qx '/.gpu-base/' .git/info/exclude 2>/dev/null || echo /.gpu-base/ >>.git/info/exclude
+  echo "$REV" >.gpu-base/REVISION
+  du -sh .gpu-base
+  exit 0
+fi
+
+SYSROOT=$PWD/.gpu-sysroot
+if [ -d .gpu-carry/debs ] && [ ! -d "$SYSROOT/usr" ]; then
+  mkdir -p "$SYSROOT"
+  for deb in .gpu-carry/debs/*.deb; do dpkg -x "$deb" "$SYSROOT"; done
+fi
+TESTDATA=$(cd .. && pwd)/shared/testdata
+[ -d "$TESTDATA/models" ] || TESTDATA=$PWD/.gpu-carry/testdata
+JOBS=$(nproc)
+NEW=build-gpu/moetier
+BASE=build-base/moetier
+status=0
+run() {  # name command...
+  local name=$1
+  shift
+  echo "=== $name ($(date +%T))"
+  if "$@" >"$OUT/$name.log" 2>&1; then echo "ok"; else echo "FAILED (see $name.log)"; tail -25 "$OUT/$name.log"; status=1; fi
+}
+qfile() {  # skew -> the timing file
+  if [ "$1" = 0 ]; then echo /tmp/q30-q4_k_m.gguf; else echo "/tmp/q30-s$1-q4_k_m.gguf"; fi
+}
+
+case $MODE in
+build)
+  [ -f build-gpu/build.ninja ] || cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOETIER_CUDA=ON \
+    -DCMAKE_CUDA_ARCHITECTURES=90 -DMOETIER_WERROR=ON -DMOETIER_SERVER=OFF -DCMAKE_PREFIX_PATH="$SYSROOT/usr" \
+    -DMOETIER_TESTDATA_DIR="$TESTDATA" >"$OUT/configure_new.log" 2>&1
+  [ -f build-base/build.ninja ] || cmake -S .gpu-base -B build-base -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOETIER_CUDA=ON \
+    -DCMAKE_CUDA_ARCHITECTURES=90 -DMOETIER_SERVER=OFF -DMOETIER_TESTS=OFF -DCMAKE_PREFIX_PATH="$SYSROOT/usr" \
+    >"$OUT/configure_base.log" 2>&1
+  run compile_base cmake --build build-base -j "$JOBS" --target moetier &
+  # shellcheck disable=SC2086
+  run compile_new cmake --build build-gpu -j "$JOBS" --target ${BUILD_TARGETS:-moetier mt_cuda_tests} &
+  wait
+  for skew in ${SKEWS:-0 1}; do
+    F=$(qfile "$skew")
+    [ -f "$F" ] || run "synth_skew$skew" $BASE synth --preset qwen3-30b-a3b --quant q4_k_m --router-skew "$skew" --fast -o "$F" &
+  done
+  wait
+  sync  # the files' writeback done before any benchmark
+  ls -la /tmp/*.gguf "$NEW" "$BASE"
+  ;;
+tests)
+  run tests ./build-gpu/mt_cuda_tests --gtest_filter="${FILTER:-*}"
+  grep -E "max rel|argmax equal|OK \]|FAILED|Failure|Expected|actual|PASSED|SKIPPED" "$OUT/tests.log" | tail -80
+  ;;
+bench)
+  F0=$(qfile 0)
+  for r in $(seq 1 "${ROUNDS:-2}"); do
+    for b in base new; do
+      bin=$BASE
+      [ $b = new ] && bin=$NEW
+      run "res_tg_${b}_r$r" $bin bench -m "$F0" --device cuda -p 0 -n 128 -r 3 -o json
+      run "res_pp_${b}_r$r" $bin bench -m "$F0" --device cuda -p 512 -n 0 -r 2 -o json
+      run "res_pp4096_${b}_r$r" $bin bench -m "$F0" --device cuda -p 4096 -n 0 -r 2 -o json
+    done
+  done
+  for skew in ${SKEWS:-0 1}; do
+    F=$(qfile "$skew")
+    for budget in 25 10; do
+      for r in $(seq 1 "${TIER_ROUNDS:-2}"); do
+        for b in base new; do
+          bin=$BASE
+          [ $b = new ] && bin=$NEW
+          run "tier_s${skew}_b${budget}_${b}_r$r" $bin bench -m "$F" --device cuda --expert-cache "$budget%" -p 0 -n 64 -r 3 -o json
+        done
+      done
+    done
+  done
+  python3 tools/gpu/ab_summary.py "$OUT" | tee "$OUT/summary.txt"
+  ;;
+*)
+  echo "usage: tools/gpu/ab.sh prepare REV | build | tests | bench" >&2
+  exit 2
+  ;;
+esac
+exit $status
