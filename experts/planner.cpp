@@ -116,6 +116,112 @@ HwProfile effective_hw(const PlanInputs& in, uint32_t threads, std::vector<std::
   return hw;
 }
 
+// The inputs make_plan refuses, each with why.
+Status check_inputs(const PlanInputs& in) {
+  const ExpertGeometry& g = in.geometry;
+  if (g.layers.empty() || g.n_expert == 0) return invalid_argument("the model has no routed experts: nothing to plan");
+  if (in.model.n_expert_used == 0 || in.model.n_expert_used > g.n_expert) {
+    return invalid_argument("top-k " + std::to_string(in.model.n_expert_used) + " must be 1.." +
+                            std::to_string(g.n_expert));
+  }
+  if (in.ctx == 0) return invalid_argument("context length must be positive");
+  if (in.batch == 0) return invalid_argument("batch must be positive");
+  if (in.host_bytes == 0) return invalid_argument("host memory must be positive");
+  if (in.popularity != nullptr && in.popularity->n_expert != g.n_expert) {
+    return invalid_argument("the popularity profile counts " + std::to_string(in.popularity->n_expert) +
+                            " experts per layer, the model has " + std::to_string(g.n_expert));
+  }
+  return {};
+}
+
+// Whether the GPU holds the fixed items (dense weights, KV cache, shared experts, reserve)
+// and the expert cache, and why not; p's device items and pools.
+struct DevicePlan {
+  bool gpu = false, fits = false;
+  std::string why;
+};
+
+DevicePlan plan_device(const PlanInputs& in, Plan& p) {
+  const ExpertGeometry& g = in.geometry;
+  DevicePlan d;
+  d.gpu = d.fits = in.device_bytes > 0;
+  if (!d.gpu) d.why = "no GPU (device memory 0)";
+  p.expert_cache_auto = !in.expert_cache_bytes.has_value();
+  if (d.gpu) {
+    p.reserve_bytes = std::max(kMinReserve, in.device_bytes / kReserveDivisor);
+    const uint64_t fixed = in.model.dense_bytes + p.kv_bytes + in.model.shared_expert_bytes + p.reserve_bytes;
+    const uint64_t left = fixed <= in.device_bytes ? in.device_bytes - fixed : 0;
+    if (fixed > in.device_bytes) {
+      d.fits = false;
+      d.why = device_shortfall(in, p.reserve_bytes, p.kv_bytes);
+    }
+    p.expert_cache_bytes = in.expert_cache_bytes.value_or(left);
+    if (d.fits && p.expert_cache_bytes > left) {
+      d.fits = false;
+      d.why = "device memory: an expert cache of " + human_bytes(p.expert_cache_bytes) + " does not fit; " +
+              human_bytes(in.device_bytes) + " less dense weights, KV cache, shared experts and reserve leaves " +
+              human_bytes(left) + " (--expert-cache auto takes it)";
+    }
+    p.pools = plan_pools(g, p.expert_cache_bytes);
+    p.gpu.push_back({"dense weights", in.model.dense_bytes});
+    p.gpu.push_back({"kv cache", p.kv_bytes});
+    if (in.model.shared_expert_bytes > 0) p.gpu.push_back({"shared experts", in.model.shared_expert_bytes});
+    for (size_t i = 0; i < p.pools.pools.size(); ++i) {
+      if (p.pools.pools[i].slots > 0) p.gpu.push_back({"expert pool " + g.groups[i].types, p.pools.pools[i].bytes()});
+    }
+    p.gpu.push_back({"reserve", p.reserve_bytes});
+    for (const GpuItem& item : p.gpu) p.gpu_bytes += item.bytes;
+  } else {
+    p.pools = plan_pools(g, 0);
+    if (in.expert_cache_bytes.value_or(0) > 0) p.notes.push_back("no GPU: the expert cache size is ignored");
+  }
+  return d;
+}
+
+// What each mode may use, and why it cannot.
+struct ModeFits {
+  bool gpu, gpu_fits;
+  const std::string& gpu_why;
+  bool file_fits;
+  const std::string& file_why;
+};
+
+// One mode's traffic, whether it fits and its predicted decode speed.
+ModePlan plan_mode(MoeMode m, const PlanInputs& in, const Plan& p, const DecodeTraffic& base, const ExpertTraffic& et,
+                   const HwProfile& hw, const ModeFits& f, double pageable_cost) {
+  ModePlan mp;
+  mp.mode = m;
+  mp.traffic = base;
+  if (m == MoeMode::kCpu) {
+    mp.available = true;
+    mp.traffic.cpu_expert_bytes = et.selected;
+    const uint64_t need = in.model.file_bytes + p.kv_bytes;
+    mp.fits = need <= in.host_bytes;
+    if (!f.file_fits) {
+      mp.why = f.file_why;
+    } else if (!mp.fits) {
+      mp.why = "host memory: the file and the KV cache need " + human_bytes(need) + " > " + human_bytes(in.host_bytes);
+    }
+  } else {
+    mp.available = f.gpu;
+    mp.fits = f.gpu_fits && f.file_fits;
+    mp.why = !f.gpu_fits ? f.gpu_why : (!f.file_fits ? f.file_why : "");
+    mp.traffic.hit_bytes = et.hit;
+    if (m == MoeMode::kStream) mp.traffic.copied_bytes = et.miss_pinned + et.miss_pageable * pageable_cost;
+    else mp.traffic.cpu_expert_bytes = et.miss_pinned + et.miss_pageable;
+    mp.traffic.split_misses = m == MoeMode::kHybrid;  // the GPU's default (--split-misses auto)
+  }
+  if (mp.available) {
+    mp.predicted = predict_decode(m, mp.traffic, hw);
+    mp.predicted.tokens_per_s *= in.batch;  // a step decodes one token of each sequence
+    mp.predicted.seconds_per_token /= in.batch;
+  } else {
+    mp.predicted.mode = m;
+    mp.predicted.bottleneck = "no gpu";
+  }
+  return mp;
+}
+
 }  // namespace
 
 const char* kv_type_name(KvType t) { return t == KvType::kF16 ? "f16" : "q8_0"; }
@@ -131,19 +237,8 @@ const char* requested_mode_name(RequestedMode m) {
 }
 
 StatusOr<Plan> make_plan(const PlanInputs& in) {
+  MT_RETURN_IF_ERROR(check_inputs(in));
   const ExpertGeometry& g = in.geometry;
-  if (g.layers.empty() || g.n_expert == 0) return invalid_argument("the model has no routed experts: nothing to plan");
-  if (in.model.n_expert_used == 0 || in.model.n_expert_used > g.n_expert) {
-    return invalid_argument("top-k " + std::to_string(in.model.n_expert_used) + " must be 1.." +
-                            std::to_string(g.n_expert));
-  }
-  if (in.ctx == 0) return invalid_argument("context length must be positive");
-  if (in.batch == 0) return invalid_argument("batch must be positive");
-  if (in.host_bytes == 0) return invalid_argument("host memory must be positive");
-  if (in.popularity != nullptr && in.popularity->n_expert != g.n_expert) {
-    return invalid_argument("the popularity profile counts " + std::to_string(in.popularity->n_expert) +
-                            " experts per layer, the model has " + std::to_string(g.n_expert));
-  }
 
   Plan p;
   p.requested = in.mode;
@@ -160,39 +255,8 @@ StatusOr<Plan> make_plan(const PlanInputs& in) {
   p.kv_bytes = static_cast<uint64_t>(in.ctx) * in.batch * kv_per_token(in.model, in.kv) + uint64_t{in.batch} * in.model.state_bytes_per_seq;
   const HwProfile hw = effective_hw(in, p.cpu_threads, &p.notes);
 
-  // Device memory: the fixed items, then the expert cache.
-  const bool gpu = in.device_bytes > 0;
-  bool gpu_fits = gpu;
-  std::string gpu_why = gpu ? "" : "no GPU (device memory 0)";
-  p.expert_cache_auto = !in.expert_cache_bytes.has_value();
-  if (gpu) {
-    p.reserve_bytes = std::max(kMinReserve, in.device_bytes / kReserveDivisor);
-    const uint64_t fixed = in.model.dense_bytes + p.kv_bytes + in.model.shared_expert_bytes + p.reserve_bytes;
-    const uint64_t left = fixed <= in.device_bytes ? in.device_bytes - fixed : 0;
-    if (fixed > in.device_bytes) {
-      gpu_fits = false;
-      gpu_why = device_shortfall(in, p.reserve_bytes, p.kv_bytes);
-    }
-    p.expert_cache_bytes = in.expert_cache_bytes.value_or(left);
-    if (gpu_fits && p.expert_cache_bytes > left) {
-      gpu_fits = false;
-      gpu_why = "device memory: an expert cache of " + human_bytes(p.expert_cache_bytes) + " does not fit; " +
-                human_bytes(in.device_bytes) + " less dense weights, KV cache, shared experts and reserve leaves " +
-                human_bytes(left) + " (--expert-cache auto takes it)";
-    }
-    p.pools = plan_pools(g, p.expert_cache_bytes);
-    p.gpu.push_back({"dense weights", in.model.dense_bytes});
-    p.gpu.push_back({"kv cache", p.kv_bytes});
-    if (in.model.shared_expert_bytes > 0) p.gpu.push_back({"shared experts", in.model.shared_expert_bytes});
-    for (size_t i = 0; i < p.pools.pools.size(); ++i) {
-      if (p.pools.pools[i].slots > 0) p.gpu.push_back({"expert pool " + g.groups[i].types, p.pools.pools[i].bytes()});
-    }
-    p.gpu.push_back({"reserve", p.reserve_bytes});
-    for (const GpuItem& item : p.gpu) p.gpu_bytes += item.bytes;
-  } else {
-    p.pools = plan_pools(g, 0);
-    if (in.expert_cache_bytes.value_or(0) > 0) p.notes.push_back("no GPU: the expert cache size is ignored");
-  }
+  const DevicePlan device = plan_device(in, p);
+  const bool gpu = device.gpu;
 
   // Host memory: the mapped file, then pinned copies within the capped budget.
   const uint64_t asked = in.pin_budget.value_or(in.host_bytes / 2);
@@ -236,38 +300,9 @@ StatusOr<Plan> make_plan(const PlanInputs& in) {
   const double pageable_bw = hw.h2d_gbps(static_cast<uint64_t>(base.copy_bytes), false);
   const double pageable_cost = pinned_bw > 0 && pageable_bw > 0 ? pinned_bw / pageable_bw : 1.0;
 
+  const ModeFits fits{gpu, device.fits, device.why, file_fits, file_why};
   for (MoeMode m : {MoeMode::kCpu, MoeMode::kStream, MoeMode::kHybrid}) {
-    ModePlan mp;
-    mp.mode = m;
-    mp.traffic = base;
-    if (m == MoeMode::kCpu) {
-      mp.available = true;
-      mp.traffic.cpu_expert_bytes = et.selected;
-      const uint64_t need = in.model.file_bytes + p.kv_bytes;
-      mp.fits = need <= in.host_bytes;
-      if (!file_fits) {
-        mp.why = file_why;
-      } else if (!mp.fits) {
-        mp.why = "host memory: the file and the KV cache need " + human_bytes(need) + " > " + human_bytes(in.host_bytes);
-      }
-    } else {
-      mp.available = gpu;
-      mp.fits = gpu_fits && file_fits;
-      mp.why = !gpu_fits ? gpu_why : (!file_fits ? file_why : "");
-      mp.traffic.hit_bytes = et.hit;
-      if (m == MoeMode::kStream) mp.traffic.copied_bytes = et.miss_pinned + et.miss_pageable * pageable_cost;
-      else mp.traffic.cpu_expert_bytes = et.miss_pinned + et.miss_pageable;
-      mp.traffic.split_misses = m == MoeMode::kHybrid;  // the GPU's default (--split-misses auto)
-    }
-    if (mp.available) {
-      mp.predicted = predict_decode(m, mp.traffic, hw);
-      mp.predicted.tokens_per_s *= in.batch;  // a step decodes one token of each sequence
-      mp.predicted.seconds_per_token /= in.batch;
-    } else {
-      mp.predicted.mode = m;
-      mp.predicted.bottleneck = "no gpu";
-    }
-    p.modes.push_back(mp);
+    p.modes.push_back(plan_mode(m, in, p, base, et, hw, fits, pageable_cost));
   }
 
   // The chosen mode.

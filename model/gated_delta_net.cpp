@@ -27,13 +27,90 @@ void l2_normalize(float* x, uint32_t n, float eps) {
   for (uint32_t i = 0; i < n; ++i) x[i] *= scale;
 }
 
+// Causal depthwise conv per sequence over [its conv state | its rows], then SiLU and the
+// L2 norm of the q and k heads; the state keeps the last Kc - 1 raw rows.
+// qkv: (T, C) the projections' rows; u: (T, C) out.
+void causal_conv(const BlockArgs& a, const float* qkv, float* u) {
+  const HParams& hp = a.hp;
+  const uint32_t dk = hp.ssm_state, nk = hp.ssm_nk, Kc = hp.ssm_conv;
+  const size_t C = hp.ssm_conv_dim();
+  const std::vector<float>& wconv = a.v.ssm_conv1d;  // channel c's taps at c * Kc, oldest first
+  for (const SeqRows& sq : a.seqs) {
+    float* state = sq.kv->conv_state(a.layer);  // (Kc - 1, C), oldest first
+    auto raw = [&](int64_t i) -> const float* {  // row i of the sequence, i < 0 from the state
+      return i >= 0 ? &qkv[(sq.row0 + i) * C] : state + (static_cast<int64_t>(Kc) - 1 + i) * static_cast<int64_t>(C);
+    };
+    maybe_parallel_for(a.pool, sq.n, kMinParallelRows, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) {
+        float* out = &u[(sq.row0 + i) * C];
+        std::fill(out, out + C, 0.0f);
+        for (uint32_t j = 0; j < Kc; ++j) {
+          const float* x = raw(i - static_cast<int64_t>(Kc - 1) + j);
+          for (size_t c = 0; c < C; ++c) out[c] += wconv[c * Kc + j] * x[c];
+        }
+        for (size_t c = 0; c < C; ++c) out[c] = silu(out[c]);
+        for (uint32_t hh = 0; hh < 2 * nk; ++hh) l2_normalize(out + hh * dk, dk, hp.rms_eps);  // q and k heads
+      }
+    });
+    // New state: the last Kc - 1 rows of [state | rows].
+    std::vector<float> next((Kc - 1) * C);
+    for (uint32_t j = 0; j < Kc - 1; ++j) {
+      const float* x = raw(static_cast<int64_t>(sq.n) - static_cast<int64_t>(Kc - 1) + j);
+      std::copy(x, x + C, &next[j * C]);
+    }
+    std::copy(next.begin(), next.end(), state);
+  }
+}
+
+// The delta rule per (sequence, value head) over u's q / k / v heads, the decays g and
+// step sizes beta ((T, nv) each) into o (T, V); value head hh reads key head kappa(hh).
+void delta_rule_heads(const BlockArgs& a, const float* u, const float* gdecay, const float* beta, float* o) {
+  const HParams& hp = a.hp;
+  const uint32_t T = a.n_tokens, dk = hp.ssm_state, nk = hp.ssm_nk, nv = hp.ssm_nv;
+  const size_t C = hp.ssm_conv_dim(), KD = hp.ssm_key_dim(), V = hp.ssm_value_dim();
+  const uint32_t r = nv / nk;
+  const int64_t units = static_cast<int64_t>(a.seqs.size()) * nv;
+  const uint64_t work = static_cast<uint64_t>(T) * nv * dk * dk;
+  auto run_unit = [&](int64_t unit) {
+    const SeqRows& sq = a.seqs[static_cast<size_t>(unit / nv)];
+    const auto hh = static_cast<uint32_t>(unit % nv);
+    const uint32_t kh = hp.ssm_tiled ? hh % nk : hh / r;
+    DeltaRun run;
+    run.n = sq.n;
+    run.dk = dk;
+    run.dv = dk;
+    run.q = &u[sq.row0 * C + kh * dk];
+    run.k = &u[sq.row0 * C + KD + kh * dk];
+    run.qk_stride = C;
+    run.v = &u[sq.row0 * C + 2 * KD + hh * dk];
+    run.v_stride = C;
+    run.g = &gdecay[sq.row0 * nv + hh];
+    run.beta = &beta[sq.row0 * nv + hh];
+    run.gb_stride = nv;
+    run.scale = 1.0f / std::sqrt(static_cast<float>(dk));
+    run.out = &o[sq.row0 * V + hh * dk];
+    run.out_stride = V;
+    float* state = sq.kv->delta_state(a.layer) + static_cast<size_t>(hh) * dk * dk;
+    if (sq.n >= kChunkedMinTokens) delta_rule_chunked(run, state);
+    else delta_rule_recurrent(run, state);
+  };
+  if (units > 1 && work >= (1u << 16)) {
+    a.pool.parallel_for(units, [&](int64_t u0, int64_t u1) {
+      for (int64_t i = u0; i < u1; ++i) run_unit(i);
+    }, 1);
+  } else {
+    for (int64_t i = 0; i < units; ++i) run_unit(i);
+  }
+
+}
+
 }  // namespace
 
 void gated_delta_net_block(const BlockArgs& a) {
   const HParams& hp = a.hp;
   const LayerWeights& w = a.w;
-  const uint32_t T = a.n_tokens, dk = hp.ssm_state, nk = hp.ssm_nk, nv = hp.ssm_nv, Kc = hp.ssm_conv;
-  const size_t E = hp.n_embd, C = hp.ssm_conv_dim(), KD = hp.ssm_key_dim(), V = hp.ssm_value_dim();
+  const uint32_t T = a.n_tokens, dk = hp.ssm_state, nk = hp.ssm_nk, nv = hp.ssm_nv;
+  const size_t E = hp.n_embd, C = hp.ssm_conv_dim(), V = hp.ssm_value_dim();
   std::vector<float> h(T * E);
   maybe_parallel_for(a.pool, T, kMinParallelRows, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) rms_norm(a.x + t * E, a.v.attn_norm, hp.rms_eps, E, &h[t * E]);
@@ -73,71 +150,10 @@ void gated_delta_net_block(const BlockArgs& a) {
     }
   }
 
-  // Causal depthwise conv per sequence over [its conv state | its rows], then SiLU; the
-  // state keeps the last Kc - 1 raw rows. u: (T, C) = q heads | k heads | v heads.
-  std::vector<float> u(T * C);
-  const std::vector<float>& wconv = a.v.ssm_conv1d;  // channel c's taps at c * Kc, oldest first
-  for (const SeqRows& sq : a.seqs) {
-    float* state = sq.kv->conv_state(a.layer);  // (Kc - 1, C), oldest first
-    auto raw = [&](int64_t i) -> const float* {  // row i of the sequence, i < 0 from the state
-      return i >= 0 ? &qkv[(sq.row0 + i) * C] : state + (static_cast<int64_t>(Kc) - 1 + i) * static_cast<int64_t>(C);
-    };
-    maybe_parallel_for(a.pool, sq.n, kMinParallelRows, [&](int64_t i0, int64_t i1) {
-      for (int64_t i = i0; i < i1; ++i) {
-        float* out = &u[(sq.row0 + i) * C];
-        std::fill(out, out + C, 0.0f);
-        for (uint32_t j = 0; j < Kc; ++j) {
-          const float* x = raw(i - static_cast<int64_t>(Kc - 1) + j);
-          for (size_t c = 0; c < C; ++c) out[c] += wconv[c * Kc + j] * x[c];
-        }
-        for (size_t c = 0; c < C; ++c) out[c] = silu(out[c]);
-        for (uint32_t hh = 0; hh < 2 * nk; ++hh) l2_normalize(out + hh * dk, dk, hp.rms_eps);  // q and k heads
-      }
-    });
-    // New state: the last Kc - 1 rows of [state | rows].
-    std::vector<float> next((Kc - 1) * C);
-    for (uint32_t j = 0; j < Kc - 1; ++j) {
-      const float* x = raw(static_cast<int64_t>(sq.n) - static_cast<int64_t>(Kc - 1) + j);
-      std::copy(x, x + C, &next[j * C]);
-    }
-    std::copy(next.begin(), next.end(), state);
-  }
-
-  // The delta rule per (sequence, value head); value head hh reads key head kappa(hh).
-  std::vector<float> o(T * V);
-  const uint32_t r = nv / nk;
-  const int64_t units = static_cast<int64_t>(a.seqs.size()) * nv;
-  const uint64_t work = static_cast<uint64_t>(T) * nv * dk * dk;
-  auto run_unit = [&](int64_t unit) {
-    const SeqRows& sq = a.seqs[static_cast<size_t>(unit / nv)];
-    const auto hh = static_cast<uint32_t>(unit % nv);
-    const uint32_t kh = hp.ssm_tiled ? hh % nk : hh / r;
-    DeltaRun run;
-    run.n = sq.n;
-    run.dk = dk;
-    run.dv = dk;
-    run.q = &u[sq.row0 * C + kh * dk];
-    run.k = &u[sq.row0 * C + KD + kh * dk];
-    run.qk_stride = C;
-    run.v = &u[sq.row0 * C + 2 * KD + hh * dk];
-    run.v_stride = C;
-    run.g = &gdecay[sq.row0 * nv + hh];
-    run.beta = &beta[sq.row0 * nv + hh];
-    run.gb_stride = nv;
-    run.scale = 1.0f / std::sqrt(static_cast<float>(dk));
-    run.out = &o[sq.row0 * V + hh * dk];
-    run.out_stride = V;
-    float* state = sq.kv->delta_state(a.layer) + static_cast<size_t>(hh) * dk * dk;
-    if (sq.n >= kChunkedMinTokens) delta_rule_chunked(run, state);
-    else delta_rule_recurrent(run, state);
-  };
-  if (units > 1 && work >= (1u << 16)) {
-    a.pool.parallel_for(units, [&](int64_t u0, int64_t u1) {
-      for (int64_t i = u0; i < u1; ++i) run_unit(i);
-    }, 1);
-  } else {
-    for (int64_t i = 0; i < units; ++i) run_unit(i);
-  }
+  std::vector<float> u(T * C);  // (T, C) the conv's output: q heads | k heads | v heads
+  causal_conv(a, qkv.data(), u.data());
+  std::vector<float> o(T * V);  // (T, V) the delta rule's output per value head
+  delta_rule_heads(a, u.data(), gdecay.data(), beta.data(), o.data());
 
   // Gated RMSNorm per value head: rms_norm(o_h) * ssm_norm * silu(z_h); then ssm_out.
   maybe_parallel_for(a.pool, T, kMinParallelRows, [&](int64_t t0, int64_t t1) {
