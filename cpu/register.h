@@ -20,7 +20,8 @@ void register_k_quants_avx512(KernelTable& t);
 
 // The prefill tile dots (KernelTable::gemm) of Q4_K, Q5_K, Q6_K and Q8_0.
 void register_gemm_avx2(KernelTable& t);
-void register_gemm_avx512(KernelTable& t);  // uses VNNI when t.isa == kAvx512Vnni
+void register_gemm_avx512(KernelTable& t);  // uses VNNI when t.isa == kAvx512Vnni; calls the next
+void register_gemm_q32_avx512(KernelTable& t);  // Q8_0, Q4_0, Q5_0, IQ4_NL (from register_gemm_avx512)
 
 // Kernels over the interleaved weight layouts of cpu/repack.h.
 void register_repack_avx512(KernelTable& t);  // VNNI only
