@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# Before and after on the GPU machine: a base revision's tree (.gpu-base/, written here by
-# `tools/gpu/ab.sh prepare REV`) and this tree built side by side, the same timing files,
-# every benchmark run in fresh processes that alternate between the two builds, so a
-# restructuring is measured against its parent on one machine in one call.
+# Before and after on the GPU machine: a base revision's tree (.gpu-base/) and a new one
+# (.gpu-new/, both written here by `tools/gpu/ab.sh prepare`) built side by side, the same
+# timing files, every benchmark run in fresh processes that alternate between the two
+# builds, so a restructuring is measured against its parent on one machine in one call.
+# (The new tree is an export of a commit, not the working tree: work in progress beside
+# it cannot break the build.)
 #
-#   tools/gpu/ab.sh prepare REV   (here) the source of REV into .gpu-base/ (git-ignored
-#                                 through .git/info/exclude; carry it with .gpu-carry/debs)
+#   tools/gpu/ab.sh prepare REV [NEW]  (here) the source of REV into .gpu-base/ and of NEW
+#                                 (default HEAD) into .gpu-new/, git-ignored through
+#                                 .git/info/exclude; carry both with .gpu-carry/debs
 #   tools/gpu/ab.sh build         (device) both builds (BUILD_TARGETS for this tree, default
 #                                 moetier mt_cuda_tests), the qwen3-30b-a3b q4_k_m files of
 #                                 router skew 0 and 1 (SKEWS)
@@ -21,13 +24,17 @@ OUT=${OUT:-$PWD/out/ab}
 mkdir -p "$OUT"
 
 if [ "$MODE" = prepare ]; then
-  REV=${2:?usage: tools/gpu/ab.sh prepare REV}
-  rm -rf .gpu-base && mkdir -p .gpu-base
+  REV=${2:?usage: tools/gpu/ab.sh prepare REV [NEW]}
+  NEWREV=${3:-HEAD}
+  rm -rf .gpu-base .gpu-new && mkdir -p .gpu-base .gpu-new
   git archive "$REV" | tar -x -C .gpu-base
   rm -rf .gpu-base/models .gpu-base/docs .gpu-base/tests  # a moetier binary is all it builds
-  grep -qx '/.gpu-base/' .git/info/exclude 2>/dev/null || echo /.gpu-base/ >>.git/info/exclude
-  echo "$REV" >.gpu-base/REVISION
-  du -sh .gpu-base
+  git archive "$NEWREV" | tar -x -C .gpu-new
+  rm -rf .gpu-new/models .gpu-new/docs  # the tests' models/ is linked to the working tree's there
+  for d in /.gpu-base/ /.gpu-new/; do grep -qx "$d" .git/info/exclude 2>/dev/null || echo "$d" >>.git/info/exclude; done
+  git rev-parse --short "$REV" >.gpu-base/REVISION
+  git rev-parse --short "$NEWREV" >.gpu-new/REVISION
+  du -sh .gpu-base .gpu-new
   exit 0
 fi
 
@@ -54,7 +61,8 @@ qfile() {  # skew -> the timing file
 
 case $MODE in
 build)
-  [ -f build-gpu/build.ninja ] || cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOETIER_CUDA=ON \
+  ln -sfn "$PWD/models" .gpu-new/models
+  [ -f build-gpu/build.ninja ] || cmake -S .gpu-new -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOETIER_CUDA=ON \
     -DCMAKE_CUDA_ARCHITECTURES=90 -DMOETIER_WERROR=ON -DMOETIER_SERVER=OFF -DCMAKE_PREFIX_PATH="$SYSROOT/usr" \
     -DMOETIER_TESTDATA_DIR="$TESTDATA" >"$OUT/configure_new.log" 2>&1
   [ -f build-base/build.ninja ] || cmake -S .gpu-base -B build-base -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOETIER_CUDA=ON \
@@ -62,7 +70,7 @@ build)
     >"$OUT/configure_base.log" 2>&1
   run compile_base cmake --build build-base -j "$JOBS" --target moetier &
   # shellcheck disable=SC2086
-  run compile_new cmake --build build-gpu -j "$JOBS" --target ${BUILD_TARGETS:-moetier mt_cuda_tests} &
+  run compile_new cmake --build build-gpu -j "$JOBS" --target ${BUILD_TARGETS:-moetier mt_cuda_tests mt_unit_tests} &
   wait
   for skew in ${SKEWS:-0 1}; do
     F=$(qfile "$skew")
@@ -73,8 +81,12 @@ build)
   ls -la /tmp/*.gguf "$NEW" "$BASE"
   ;;
 tests)
+  cat .gpu-base/REVISION .gpu-new/REVISION
   run tests ./build-gpu/mt_cuda_tests --gtest_filter="${FILTER:-*}"
-  grep -E "max rel|argmax equal|OK \]|FAILED|Failure|Expected|actual|PASSED|SKIPPED" "$OUT/tests.log" | tail -80
+  grep -E "max rel|argmax equal|FAILED|Failure|Expected|actual|PASSED|SKIPPED|tests ran" "$OUT/tests.log" | tail -60
+  # the AVX-512 CPU kernels (this machine has AVX-512; the one the code is written on may not)
+  run cpu_kernels ./build-gpu/mt_unit_tests --gtest_filter="${CPU_FILTER:-CpuGemm*:MatmulJobs*:Repack*:Shapes/*:CpuIsa*}"
+  grep -E "FAILED|PASSED|SKIPPED|tests ran" "$OUT/cpu_kernels.log" | tail -12
   ;;
 bench)
   F0=$(qfile 0)
