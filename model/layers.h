@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/parallel.h"
+#include "experts/executor.h"
 #include "model/hparams.h"
 #include "model/kv_cache.h"
 #include "model/weights.h"
@@ -126,11 +127,8 @@ void dense_ffn_block(const BlockArgs& a);
 
 // Routed expert outputs for chosen (expert, token) pairs, each exactly as moe_block
 // computes that expert's row: out[i] (n_embd) = down_e(swiglu(gate_e h_t, up_e h_t)) for
-// jobs[i] = {e, t}; h (n_tokens, n_embd) the normed FFN input. The GPU's hybrid decode
-// (cuda/tiering.h) computes the experts it leaves in host memory with it.
-struct ExpertJob {
-  uint32_t expert = 0, token = 0;
-};
+// jobs[i] = {e, t}; h (n_tokens, n_embd) the normed FFN input. The CPU's share of a tiered
+// layer (model/offload.h ModelCpuExperts, behind experts/executor.h CpuExperts).
 void expert_outputs(const LayerWeights& w, const float* h, uint32_t n_tokens, size_t n_embd,
                     std::span<const ExpertJob> jobs, float* out, ThreadPool& pool);
 

@@ -108,7 +108,7 @@ TEST(HybridMoe, LogitsIdenticalToTheCpuPathForEveryPolicyModeAndBudget) {
           if (split) so.split_fraction = 0.5;
           // Half the layers' banks pinned: copies come pinned or staged through the ring.
           const uint64_t pin_budget = geometry->compact_bytes / 2;
-          auto state = make_offload(model.weights(), *geometry, plan, co, so, pin_budget);
+          auto state = make_offload(model, *geometry, plan, co, so, pin_budget);
           ASSERT_TRUE(state.ok()) << state.status().to_string();
           const std::vector<float> got = run_steps(model, &(*state)->offload, nullptr, ids);
           ASSERT_EQ(got.size(), ref.size());
@@ -145,7 +145,7 @@ TEST(HybridMoe, LogitsIdenticalToTheCpuPathForEveryPolicyModeAndBudget) {
             }
             copied += k.bytes_copied + sc.staged_bytes;
           }
-          EXPECT_EQ((*state)->device->bytes_copied(), copied);
+          EXPECT_EQ((*state)->sim->bytes_copied(), copied);
           EXPECT_FALSE((*state)->pins.pinned.empty());
           EXPECT_FALSE((*state)->pins.pageable.empty());
           EXPECT_EQ((*state)->store->pinned_bytes(), (*state)->pins.pinned_bytes);
@@ -184,7 +184,7 @@ TEST(HybridMoe, PinRefusalsAreRecordedAndTheLayersStagedThroughTheRing) {
   const uint64_t bank = geometry->layers[0].bank_bytes();
   const uint64_t ring = 2 * geometry->layers[0].bytes_per_expert();
   // Budget for every layer, but the allocator stops after two banks.
-  auto state = make_offload(model.weights(), *geometry, plan_pools(*geometry, geometry->compact_bytes / 4), {}, {},
+  auto state = make_offload(model, *geometry, plan_pools(*geometry, geometry->compact_bytes / 4), {}, {},
                             geometry->compact_bytes, ring + 2 * bank);
   ASSERT_TRUE(state.ok()) << state.status().to_string();
   const OffloadState& s = **state;
@@ -196,8 +196,8 @@ TEST(HybridMoe, PinRefusalsAreRecordedAndTheLayersStagedThroughTheRing) {
   const std::vector<float> ref = run_steps(model, nullptr, nullptr, ids);
   const std::vector<float> got = run_steps(model, &(*state)->offload, nullptr, ids);
   ASSERT_EQ(std::memcmp(got.data(), ref.data(), ref.size() * sizeof(float)), 0);
-  EXPECT_GT(s.device->bytes_through_ring(), 0u);
-  EXPECT_LT(s.device->bytes_through_ring(), s.device->bytes_copied());  // some came from pinned layers
+  EXPECT_GT(s.sim->bytes_through_ring(), 0u);
+  EXPECT_LT(s.sim->bytes_through_ring(), s.sim->bytes_copied());  // some came from pinned layers
 }
 
 TEST(HybridMoe, FullBudgetLruHitsEverythingAfterTheFirstUse) {
@@ -209,7 +209,7 @@ TEST(HybridMoe, FullBudgetLruHitsEverythingAfterTheFirstUse) {
   const Model& model = **loaded;
   auto geometry = read_expert_geometry(model.file());
   ASSERT_TRUE(geometry.ok());
-  auto state = make_offload(model.weights(), *geometry, plan_pools(*geometry, geometry->compact_bytes), {}, {});
+  auto state = make_offload(model, *geometry, plan_pools(*geometry, geometry->compact_bytes), {}, {});
   ASSERT_TRUE(state.ok());
   std::vector<int32_t> ids(32);
   for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>((i * 7 + 1) % model.hparams().n_vocab);
@@ -262,7 +262,7 @@ TEST(HybridMoe, TheRouterSkewOfAFastFileHoldsInEveryLayerAndIsReported) {
     const Model& model = **loaded;
     auto geometry = read_expert_geometry(model.file());
     ASSERT_TRUE(geometry.ok());
-    auto state = make_offload(model.weights(), *geometry, plan_pools(*geometry, geometry->compact_bytes / 4), {}, {});
+    auto state = make_offload(model, *geometry, plan_pools(*geometry, geometry->compact_bytes / 4), {}, {});
     ASSERT_TRUE(state.ok());
     std::vector<int32_t> ids(24 + 232);
     for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>((i * 977 + 13) % model.hparams().n_vocab);

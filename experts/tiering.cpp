@@ -1,0 +1,44 @@
+#include "experts/tiering.h"
+
+#include "core/check.h"
+
+namespace mt {
+
+ExpertTiering::~ExpertTiering() {
+  executor.reset();
+  device.reset();  // its copies read the store's pinned banks and the allocator's buffers
+  scheduler.reset();
+  store.reset();
+}
+
+Status ExpertTiering::reset() {
+  executor.reset();
+  device.reset();
+  scheduler = std::make_unique<ExpertScheduler>(geometry, plan, n_layer, cache_options, scheduler_options);
+  MT_ASSIGN_OR_RETURN(device, make_device(*this));
+  executor = std::make_unique<TieredExecutor>(*scheduler, *device, *cpu, n_layer);
+  bound();
+  return {};
+}
+
+Status build_tiering(TieringSpec spec, ExpertTiering& t) {
+  MT_CHECK(spec.allocator != nullptr && spec.cpu != nullptr && spec.make_device);
+  t.geometry = std::move(spec.geometry);
+  t.plan = std::move(spec.plan);
+  t.cache_options = spec.cache_options;
+  t.scheduler_options = spec.scheduler_options;
+  t.n_layer = spec.n_layer;
+  t.allocator = std::move(spec.allocator);
+  t.cpu = std::move(spec.cpu);
+  t.make_device = std::move(spec.make_device);
+  t.scheduler = std::make_unique<ExpertScheduler>(t.geometry, t.plan, t.n_layer, t.cache_options, t.scheduler_options);
+  t.store = std::make_unique<HostExpertStore>(t.geometry, spec.source);
+  MT_ASSIGN_OR_RETURN(t.device, t.make_device(t));  // its pinned staging before the layers
+  t.pins = choose_pinned_layers(t.geometry, spec.pin_budget);
+  t.store->pin(t.pins.pinned, *t.allocator, spec.show_progress);
+  t.executor = std::make_unique<TieredExecutor>(*t.scheduler, *t.device, *t.cpu, t.n_layer);
+  t.bound();
+  return {};
+}
+
+}  // namespace mt
