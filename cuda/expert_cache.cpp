@@ -11,7 +11,7 @@
 
 #include "core/check.h"
 #include "core/log.h"
-#include "cuda/check.h"
+#include "cuda/kernels/check.h"
 #include "quant/types.h"
 
 namespace mt::cuda {
@@ -358,7 +358,7 @@ const ExpertViews& DeviceExpertCache::stage_layer(uint32_t layer, cudaStream_t c
   return m.staged_views[m.stage(layer)];
 }
 
-int DeviceExpertCache::stage_experts(uint32_t layer, const std::vector<uint32_t>& experts) {
+int DeviceExpertCache::stage_experts(uint32_t layer, std::span<const uint32_t> experts) {
   Impl& m = *impl_;
   MT_CHECK_MSG(!m.stream_buffers.empty(), "stage_experts without stream buffers");
   MT_CHECK(layer < m.layers.size());

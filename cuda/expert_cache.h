@@ -22,11 +22,12 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "core/status.h"
-#include "cuda/matmul.h"
-#include "cuda/memory.h"
+#include "cuda/kernels/matmul.h"
+#include "cuda/kernels/memory.h"
 #include "experts/cache.h"
 #include "experts/host_store.h"
 #include "experts/pools.h"
@@ -81,10 +82,10 @@ class DeviceExpertCache {
   // wait_staged() before the products that read it.
   const ExpertViews& stage_layer(uint32_t layer, cudaStream_t compute);
   void wait_staged(cudaStream_t compute);
-  // Stream mode's misses the cache refuses: only the listed experts of `layer` copied into
-  // the next staging buffer, each at its own index (the views are stage_layer's), after
-  // compute has released that buffer. Returns the buffer; wait_staged / release_staged it.
-  int stage_experts(uint32_t layer, const std::vector<uint32_t>& experts);
+  // Device misses the cache refuses (stream mode, hybrid's split): only the listed
+  // experts of `layer` copied into the next staging buffer, each at its own index (the
+  // views are stage_layer's), after compute has released that buffer. Returns the buffer; wait_staged / release_staged it.
+  int stage_experts(uint32_t layer, std::span<const uint32_t> experts);
   // Marks the end of compute's reads of the last staged buffer (records its fence).
   void release_staged(cudaStream_t compute);
   // The same with the buffer named: stage_layer(layer) returns the buffer it fills, which

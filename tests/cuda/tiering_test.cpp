@@ -9,7 +9,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <functional>
 
 #include "cuda/cuda_model.h"
@@ -19,6 +18,7 @@
 #include "tiny_model.h"
 #include "experts/stats.h"
 #include "model/model.h"
+#include "model/offload.h"
 #include "synth/synth.h"
 #include "test_util.h"
 
@@ -116,7 +116,7 @@ void check_model(const std::string& path, const std::vector<int32_t>& prompt, bo
       co.policy = policy;
       if (mode == MoeMode::kStream) co.policy = CachePolicy::kFrequency;
       const PoolPlan plan = unified ? plan_unified_pool(*geometry, budget) : plan_pools(*geometry, budget);
-      auto tier = make_cuda_tiering(**host, *geometry, plan, co, so, to);
+      auto tier = make_cuda_tiering(**host, *geometry, plan, co, so, to, std::make_unique<ModelCpuExperts>(**host));
       ASSERT_TRUE(tier.ok()) << tier.status().to_string();
       (*tiered)->set_tiering(tier->get());
       if (exact) {
@@ -257,47 +257,6 @@ TEST(CudaTiering, SplitMissesGreedyTokensEqualTheResidentRun) {
               /*split=*/true, CachePolicy::kFrequency);
 }
 
-// MOETIER_CUDA_HYBRID_AHEAD=1: the CPU rows' copy and the next layer's launches are queued
-// behind a device wait on a host flag before the CPU computes them; the tokens must not
-// change (hybrid with and without the split, the prompt through the hybrid step too).
-// An environment switch on for a scope (read when a sequence is made), unset whatever the
-// test's outcome.
-struct ScopedEnvOn {
-  const char* name;
-  explicit ScopedEnvOn(const char* n) : name(n) { setenv(name, "1", 1); }
-  ~ScopedEnvOn() { unsetenv(name); }
-};
-// Hybrid on kjv-moe with and without the split, and the split with the frequency policy's
-// staged misses on a q4_k_m qwen2moe with a shared expert (written to `qwen2moe_file`).
-void check_hybrid_variants(const std::string& qwen2moe_file) {
-  check_model(kjv_path(), kjv_prompt(), false, MoeMode::kHybrid);
-  check_model(kjv_path(), kjv_prompt(), false, MoeMode::kHybrid, false, true, /*split=*/true);
-  check_model(skewed_qwen2moe(qwen2moe_file), synth_prompt(), true, MoeMode::kHybrid, false, true, /*split=*/true,
-              CachePolicy::kFrequency);
-}
-
-TEST(CudaTiering, HybridAheadGreedyTokensEqualTheResidentRun) {
-  MT_SKIP_WITHOUT_DEVICE();
-  const ScopedEnvOn ahead("MOETIER_CUDA_HYBRID_AHEAD");
-  check_hybrid_variants("tiering-ahead-qwen2moe.gguf");
-}
-
-// MOETIER_CUDA_HYBRID_GRAPHS=1: a decode step's launches between the MoE layers' host
-// decisions replayed as captured segment graphs (on top of the ahead path), re-captured
-// at the 256-position span boundary the 256 generated tokens cross; the tokens must not
-// change (hybrid, the split with admissions and staged misses, a shared expert; a leading
-// dense block and latent attention teacher-forced as the families test does).
-TEST(CudaTiering, HybridSegmentGraphsGreedyTokensEqualTheResidentRun) {
-  MT_SKIP_WITHOUT_DEVICE();
-  const ScopedEnvOn graphs("MOETIER_CUDA_HYBRID_GRAPHS");
-  check_hybrid_variants("tiering-graphs-qwen2moe.gguf");
-  synth::SynthConfig c = synth::tiny_for(Arch::kDeepseek2);
-  c.quant = *synth::parse_quant_mix("q4_k_m");
-  const std::string path = mt::test::temp_path("tiering-graphs-deepseek2.gguf");
-  ASSERT_TRUE(synth::write_model(c, {path, false}).ok());
-  check_model(path, synth_prompt(), true, MoeMode::kHybrid, /*unified=*/false, /*exact=*/false);
-}
-
 TEST(CudaTiering, StreamModeGreedyTokensEqualTheResidentRun) {
   MT_SKIP_WITHOUT_DEVICE();
   check_model(kjv_path(), kjv_prompt(), false, MoeMode::kStream);
@@ -329,7 +288,7 @@ TEST(CudaTiering, AForcedPinRefusalLeavesTheLayerPageableAndTheOutputCorrect) {
   for (const LayerExpertGeometry& l : geometry->layers) largest = std::max(largest, l.bytes_per_expert());
   to.pin_limit = geometry->layers[0].bytes_per_expert() * geometry->n_expert + 8 * largest;
   auto tier = make_cuda_tiering(**host, *geometry, plan_pools(*geometry, geometry->compact_bytes / 4), CacheOptions{},
-                                SchedulerOptions{}, to);
+                                SchedulerOptions{}, to, std::make_unique<ModelCpuExperts>(**host));
   ASSERT_TRUE(tier.ok()) << tier.status().to_string();
   EXPECT_FALSE((*tier)->store->pin_failures().empty());
   EXPECT_NE((*tier)->store->pin_failures()[0].reason.find("pin limit"), std::string::npos);
