@@ -1,7 +1,7 @@
 // moetier_cuda_floor: the fixed cost of a kernel boundary on this GPU, the floor under a
 // decode step that is a chain of dependent kernels (cuda/sequence.h: 11 per layer of a
-// Qwen3-MoE model at one token) or of grid-wide barriers (the persistent step,
-// cuda/decode_persistent.h: 8 per layer).
+// Qwen3-MoE model at one token) or of grid-wide barriers (the persistent step measured
+// on 2026-12-02 and removed in issue 26, docs/PERFORMANCE.md: 8 per layer).
 //
 // Chains: --kernels launches of one kernel, each depending on the one before (one
 // stream), captured into one CUDA graph as a decode step is; the figure is the median

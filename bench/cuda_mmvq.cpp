@@ -10,8 +10,7 @@
 // byte count, counted as read + write traffic, the practical HBM limit. Calls are
 // captured 16 to a CUDA graph (as a decode step runs them, with no launch gaps); each
 // figure is the median over --reps graph launches, after one warm-up, per call. Small
-// --mib values show a product's fixed cost (the decode step's products are 1-16 MiB);
-// MOETIER_CUDA_PDL=1 launches them dependent (cuda/pdl.h).
+// --mib values show a product's fixed cost (the decode step's products are 1-16 MiB).
 #include <CLI/CLI.hpp>
 #include <cuda_runtime.h>
 #include <nlohmann/json.hpp>

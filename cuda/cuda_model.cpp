@@ -89,15 +89,8 @@ StatusOr<std::unique_ptr<CudaModel>> CudaModel::load(const Model& model, const C
   }
   impl->w.upload(model, options.experts_on_host);
   MT_CUDA_CHECK(cudaStreamCreateWithFlags(&impl->stream, cudaStreamNonBlocking));
-  impl->router_counter = DeviceBuffer(sizeof(uint32_t));
-  impl->decode_counters = DeviceBuffer(sizeof(uint32_t) * kAttnDecodeCounters);
   impl->attn_quant_counters = DeviceBuffer(sizeof(uint32_t) * kAttnDecodeCounters);
-  impl->gu_quant_counters =
-      DeviceBuffer(sizeof(uint32_t) * std::max(1u, hp.n_expert_used) * (std::max(32u, hp.n_ff_exp) / 32));
-  MT_CUDA_CHECK(cudaMemsetAsync(impl->router_counter.get(), 0, impl->router_counter.bytes(), impl->stream));
-  MT_CUDA_CHECK(cudaMemsetAsync(impl->decode_counters.get(), 0, impl->decode_counters.bytes(), impl->stream));
   MT_CUDA_CHECK(cudaMemsetAsync(impl->attn_quant_counters.get(), 0, impl->attn_quant_counters.bytes(), impl->stream));
-  MT_CUDA_CHECK(cudaMemsetAsync(impl->gu_quant_counters.get(), 0, impl->gu_quant_counters.bytes(), impl->stream));
   MT_CUDA_CHECK(cudaStreamSynchronize(impl->stream));
   return std::unique_ptr<CudaModel>(new CudaModel(model, std::move(impl)));
 }

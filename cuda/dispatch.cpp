@@ -139,26 +139,6 @@ void matmul_experts(const DeviceMatrix& w, const int32_t* ids, int K, const ActR
   }
 }
 
-bool matmul_experts_gu_quant_fits(const DeviceMatrix& w, const ActRows& x, int K, ActQuant mode) {
-  return x.rows == 1 && reads_quantized(w, x, 1, true) && mmvq_gu_quant_supported(w, K, mode);
-}
-
-void matmul_experts_gu_quant(const DeviceMatrix& w, const int32_t* ids, int K, const ActRows& x, float* gu,
-                             const GuQuant& out, cudaStream_t stream) {
-  MT_CHECK(matmul_experts_gu_quant_fits(w, x, K, out.mode));
-  mmvq_experts_gu_quant(w, ids, K, x.qs, x.meta, gu, out, stream);
-}
-
-bool matmul_experts_swiglu_fits(const DeviceMatrix& w, int K) {
-  return mmvq_swiglu_supported(w, 1, K) && mmvq_max_tokens(current_sm(), w.type, true) >= 1;
-}
-
-void matmul_experts_swiglu(const DeviceMatrix& w, const int32_t* ids, int K, const float* gu, float* y,
-                           cudaStream_t stream) {
-  MT_CHECK(matmul_experts_swiglu_fits(w, K));
-  mmvq_experts_swiglu(w, ids, 1, K, gu, y, stream);
-}
-
 size_t matmul_workspace_bytes(const DeviceMatrix& w, int n_tokens, int K) {
   const int chunk = std::min(n_tokens, kMmvqMaxTokens);
   const size_t mmvq_bytes = supports(w.type) ? mmvq_workspace_bytes(w, chunk, K) : 0;

@@ -76,22 +76,6 @@ void matmul(const DeviceMatrix& w, const ActRows& x, float* y, Workspace& ws, cu
 void matmul_experts(const DeviceMatrix& w, const int32_t* ids, int K, const ActRows& x, bool x_per_slot, float* y,
                     Workspace& ws, cudaStream_t stream);
 
-// The routed down projection of a decode token straight from its [gate | up] rows gu
-// (K, 2 n_in): y row s = W[ids[s]] . (silu(gate) * up), the SwiGLU and the activation
-// quantization done inside the product's launch; the same bytes as swiglu_pairs_quant
-// and the routed product. Only where matmul_experts_swiglu_fits (else run them apart).
-bool matmul_experts_swiglu_fits(const DeviceMatrix& w, int K);
-void matmul_experts_swiglu(const DeviceMatrix& w, const int32_t* ids, int K, const float* gu, float* y,
-                           cudaStream_t stream);
-
-// A decode token's routed [gate | up] product (x: its one quantized row) into gu (K, 2 ff)
-// whose CTAs also write the down projection's input, out.act = silu(gate) * up and its
-// quantization in out.mode (cuda/mmvq_kernels.h GuQuant): the bytes of matmul_experts and
-// swiglu_pairs_quant, one launch. Only where matmul_experts_gu_quant_fits.
-bool matmul_experts_gu_quant_fits(const DeviceMatrix& w, const ActRows& x, int K, ActQuant mode);
-void matmul_experts_gu_quant(const DeviceMatrix& w, const int32_t* ids, int K, const ActRows& x, float* gu,
-                             const GuQuant& out, cudaStream_t stream);
-
 // Workspace bytes the calls above may take for these shapes (the executor sizes its
 // workspace with the largest over its matrices).
 size_t matmul_workspace_bytes(const DeviceMatrix& w, int n_tokens, int K);

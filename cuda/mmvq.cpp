@@ -3,15 +3,11 @@
 // runtime weight type into a launcher template argument.
 #include "cuda/mmvq.h"
 
-#include <atomic>
 #include <cstdint>
-#include <cstdlib>
-#include <string>
 
 #include "core/check.h"
 #include "cuda/env_switch.h"
 #include "cuda/mmvq_kernels.h"
-#include "cuda/pdl.h"
 #include "quant/types.h"
 
 namespace mt::cuda {
@@ -76,25 +72,11 @@ uint64_t round_up(uint64_t v, uint64_t m) { return (v + m - 1) / m * m; }
 uint64_t q8_1_qs_bytes(int rows, int64_t n_in) { return static_cast<uint64_t>(rows) * static_cast<uint64_t>(n_in); }
 uint64_t q8_1_meta_bytes(int rows, int64_t n_in) { return q8_1_qs_bytes(rows, n_in) / 32 * sizeof(uint2); }
 
-// The activation prologue (cuda/mmvq_kernels.h ActPrologue) for a one-token product of
-// quantized weights whose grid is small (every CTA quantizes the row again): off unless
-// MOETIER_CUDA_MMVQ_PROLOGUE=1. Measured on the H200 (qwen3-30b-a3b tg128, 2026-12-02) it
-// costs more than the launch it saves: q4_k_m 297.8 vs 303.7 t/s, q4_0 255 vs 320-324
-// (each CTA's quantization of a 4096-wide row sits before its first dot, and every CTA
-// reads the row from L2 again); docs/PERFORMANCE.md.
-EnvSwitch g_prologue("MOETIER_CUDA_MMVQ_PROLOGUE");
-// MOETIER_CUDA_MMVQ_ROWS4=1: 4 rows per lane group for the one-token products of the
-// 32-weight-task types. Off: measured slower on the H200 (q4_0 qwen3-30b-a3b tg128 ~298 vs
-// ~320 t/s: half the CTAs per product); docs/PERFORMANCE.md.
-EnvSwitch g_rows4("MOETIER_CUDA_MMVQ_ROWS4");
-// MOETIER_CUDA_MMVQ_WIDE=1: one-token rows of fewer than 32 tasks one task per lane, up to
-// 32 lanes. Off: on the H200 the same as WIDE16 on q4_k_m and nothing on q4_0 (24-task rows
-// to 32 lanes: 316.3 / 317.9 vs 317.6 / 319.4 t/s); docs/PERFORMANCE.md.
-EnvSwitch g_wide("MOETIER_CUDA_MMVQ_WIDE");
 // MOETIER_CUDA_MMVQ_WIDE16 (default on; =0 off): the same up to 16 lanes, so the K-quant
 // down rows of a 768-wide expert (12 tasks) get 16 lanes instead of 8 and Q4_0's 24-task
 // rows keep 16. qwen3-30b-a3b q4_k_m tg128 on the H200: 303.08 / 302.94 vs 297.28 / 299.03
-// t/s; every CUDA test passes with it (2026-12-03).
+// t/s; every CUDA test passes with it (2026-12-03). (Up to 32 lanes, MOETIER_CUDA_MMVQ_WIDE,
+// measured the same on q4_k_m and nothing on q4_0, and was removed; docs/PERFORMANCE.md.)
 EnvSwitch g_wide16("MOETIER_CUDA_MMVQ_WIDE16", true);
 // MOETIER_CUDA_MMVQ_SPLIT=2|4: one-token rows of more than 32 tasks over up to that many
 // warps (MmvqArgs::split_warps); 0 / 1: one warp per row group. Default 4: qwen3-30b-a3b
@@ -105,10 +87,8 @@ EnvInt g_split("MOETIER_CUDA_MMVQ_SPLIT", 4);
 
 MmvqArgs base_args(const DeviceMatrix& w, float* y) {
   MmvqArgs a;
-  a.rows4 = g_rows4.on();
-  a.wide_lanes = g_wide.on() ? 32 : g_wide16.on() ? 16 : 0;
+  a.wide_lanes = g_wide16.on() ? 16 : 0;
   a.split_warps = g_split.value();
-  a.prefetch = pdl_on();
   a.w = w.data;
   a.row_bytes = w.row_bytes;
   a.matrix_bytes = w.matrix_bytes;
@@ -145,25 +125,10 @@ void set_activations(MmvqArgs& a, QuantType type, const float* x, int rows, Work
   a.xmeta = q.meta;
 }
 
-constexpr int64_t kMaxPrologueRows = 65536;  // n_out x slots (the prologue: see g_prologue)
-bool prologue_fits(const DeviceMatrix& w, int n_slots) {
-  return g_prologue.on() && quantizes_activations(w.type) && w.n_in <= kMaxPrologueIn &&
-         w.n_in % (act_quant_for(w.type) == ActQuant::kQ8_K ? 256 : 32) == 0 &&
-         w.n_out * n_slots <= kMaxPrologueRows;
-}
-void set_prologue(MmvqArgs& a, QuantType type, const float* x, ActPrologue kind) {
-  a.x = x;
-  a.prologue = kind;
-  a.pro_mode = act_quant_for(type);
-}
-
 }  // namespace
 
 bool supports(QuantType type) { return launcher(type) != nullptr; }
 
-void set_mmvq_prologue(bool on) { g_prologue.set(on); }
-void set_mmvq_rows4(bool on) { g_rows4.set(on); }
-void set_mmvq_wide(bool on) { g_wide.set(on); }
 void set_mmvq_wide16(bool on) { g_wide16.set(on); }
 void set_mmvq_split(int warps) { g_split.set(warps); }
 
@@ -191,11 +156,7 @@ void mmvq(const DeviceMatrix& w, int64_t mat, const float* x, int n_tokens, floa
   a.mat = mat;
   a.n_tokens = n_tokens;
   a.n_slots = 1;
-  if (n_tokens == 1 && prologue_fits(w, 1)) {
-    set_prologue(a, w.type, x, ActPrologue::kRow);
-  } else {
-    set_activations(a, w.type, x, n_tokens, ws, stream);
-  }
+  set_activations(a, w.type, x, n_tokens, ws, stream);
   launcher(w.type)(a, stream);
 }
 
@@ -230,49 +191,7 @@ void mmvq_experts(const DeviceMatrix& w, const int32_t* ids, int n_tokens, int K
   MT_CHECK(n_tokens >= 0 && K >= 1 && static_cast<int64_t>(n_tokens) * K <= kMaxGridY);
   if (n_tokens == 0 || w.n_out == 0) return;
   MmvqArgs a = routed_args(w, ids, n_tokens, K, x_per_slot, y);
-  if (n_tokens == 1 && prologue_fits(w, a.n_slots)) {
-    set_prologue(a, w.type, x, ActPrologue::kRow);
-  } else {
-    set_activations(a, w.type, x, x_per_slot ? a.n_slots : n_tokens, ws, stream);
-  }
-  launcher(w.type)(a, stream);
-}
-
-bool mmvq_gu_quant_supported(const DeviceMatrix& w, int K, ActQuant mode) {
-  const int per = mode == ActQuant::kQ8_K ? 256 : 32;  // a SwiGLU block; rows per CTA (2..32) divide it
-  return quantizes_activations(w.type) && K >= 1 && K <= kMaxGridY && w.n_out > 0 && w.n_out % (2 * per) == 0 &&
-         !g_rows4.on() && !prologue_fits(w, K);
-}
-
-std::atomic<uint64_t> g_gu_quant_launches{0};
-
-uint64_t mmvq_gu_quant_launches() { return g_gu_quant_launches.load(std::memory_order_relaxed); }
-
-void mmvq_experts_gu_quant(const DeviceMatrix& w, const int32_t* ids, int K, const int8_t* qs, const uint2* meta,
-                           float* gu, const GuQuant& out, cudaStream_t stream) {
-  g_gu_quant_launches.fetch_add(1, std::memory_order_relaxed);
-  check_matrix(w);
-  MT_CHECK(mmvq_gu_quant_supported(w, K, out.mode));
-  MT_CHECK(out.act != nullptr && out.counters != nullptr && reinterpret_cast<uintptr_t>(out.qs) % 8 == 0 &&
-           reinterpret_cast<uintptr_t>(out.meta) % 8 == 0);
-  MmvqArgs a = routed_args(w, ids, 1, K, /*x_per_slot=*/false, gu);
-  a.xq = qs;
-  a.xmeta = meta;
-  a.gu_quant = out;
-  launcher(w.type)(a, stream);
-}
-
-bool mmvq_swiglu_supported(const DeviceMatrix& w, int n_tokens, int K) {
-  return n_tokens == 1 && K >= 1 && K <= kMaxGridY && prologue_fits(w, K);
-}
-
-void mmvq_experts_swiglu(const DeviceMatrix& w, const int32_t* ids, int n_tokens, int K, const float* gu, float* y,
-                         cudaStream_t stream) {
-  check_matrix(w);
-  MT_CHECK(mmvq_swiglu_supported(w, n_tokens, K));
-  if (w.n_out == 0) return;
-  MmvqArgs a = routed_args(w, ids, n_tokens, K, /*x_per_slot=*/true, y);
-  set_prologue(a, w.type, gu, ActPrologue::kSwiglu);
+  set_activations(a, w.type, x, x_per_slot ? a.n_slots : n_tokens, ws, stream);
   launcher(w.type)(a, stream);
 }
 

@@ -12,10 +12,6 @@
 // rows (cuda/mmvq_common.cuh); the routed form reads each slot's expert id on the
 // device, so a decode step's K experts are one launch and no host sync.
 //
-// MOETIER_CUDA_MMVQ_PROLOGUE=1 (off by default: measured slower, cuda/mmvq.cpp): one
-// token's CTAs quantize the activation row themselves into shared memory (a prologue)
-// instead of a quantize launch before the product; same bytes, one launch fewer.
-//
 // supports(), mmvq() and mmvq_experts() are declared in cuda/matmul.h. Extension of the
 // routed form: an id < 0 skips its slot (Y row untouched); an id >= n_mat writes NaN.
 #pragma once
@@ -46,43 +42,14 @@ void mmvq_quantized(const DeviceMatrix& w, int64_t mat, const int8_t* qs, const 
 void mmvq_experts_quantized(const DeviceMatrix& w, const int32_t* ids, int n_tokens, int K, const int8_t* qs,
                             const uint2* meta, bool x_per_slot, float* y, cudaStream_t stream);
 
-// The routed down projection of one token's SwiGLU pairs in one launch: y (K, n_out) row s
-// = W[ids[s]] . (silu(gate) * up of gu row s), gu (K, 2 n_in) = [gate | up] rows; each
-// CTA quantizes its slot's row in its prologue, so y equals swiglu_pairs_quant followed
-// by mmvq_experts_quantized byte for byte. Supported: quantized weight types, one token,
-// the prologue's sizes, MOETIER_CUDA_MMVQ_PROLOGUE=1.
-// Overrides MOETIER_CUDA_MMVQ_PROLOGUE for the process (tests, A/B runs).
-void set_mmvq_prologue(bool on);
-// Overrides MOETIER_CUDA_MMVQ_ROWS4 (one-token products of the 32-weight-task types with 4
-// rows per lane group instead of 2; the same bytes) for the process.
-void set_mmvq_rows4(bool on);
-// Overrides MOETIER_CUDA_MMVQ_WIDE (one-token rows of fewer than 32 tasks with a lane per
-// task, up to 32 lanes; off by default) for the process. The sums are those of the narrow
-// lanes in another order: a narrow lane accumulates its tasks one after another, a wide
-// group adds one task per lane in its reduction tree (the last bits differ).
-void set_mmvq_wide(bool on);
-// Overrides MOETIER_CUDA_MMVQ_WIDE16 (the same, up to 16 lanes per row group; on by
-// default) for the process.
+// Overrides MOETIER_CUDA_MMVQ_WIDE16 (one-token rows of fewer than 16 tasks with a lane per
+// task, up to 16 lanes per row group; on by default) for the process. The sums are those
+// of the narrow lanes in another order: a narrow lane accumulates its tasks one after
+// another, a wide group adds one task per lane in its reduction tree (the last bits differ).
 void set_mmvq_wide16(bool on);
 // Overrides MOETIER_CUDA_MMVQ_SPLIT (one-token rows of more than 32 tasks over up to
 // `warps` warps, 2 or 4 (the default); 0 / 1: one warp) for the process. The same sums in another
 // order: each warp's partial, then the warps' partials added in shared memory.
 void set_mmvq_split(int warps);
-
-// One token's routed [gate | up] product over activation rows quantized beforehand
-// (mmvq_experts_quantized's), gu (K, 2 ff) its output, whose CTAs also write the down
-// projection's input: out.act (K, ff) = silu(gate) * up and its quantization in out.mode
-// (cuda/mmvq_kernels.h GuQuant), byte for byte swiglu_pairs_quant over gu, one launch
-// instead of two. Supported: quantized weights, 2 ff a multiple of twice the mode's block,
-// neither MOETIER_CUDA_MMVQ_ROWS4 nor the prologue on.
-bool mmvq_gu_quant_supported(const DeviceMatrix& w, int K, ActQuant mode);
-void mmvq_experts_gu_quant(const DeviceMatrix& w, const int32_t* ids, int K, const int8_t* qs, const uint2* meta,
-                           float* gu, const GuQuant& out, cudaStream_t stream);
-// Calls of mmvq_experts_gu_quant since the process began (a graph replay is not a call).
-uint64_t mmvq_gu_quant_launches();
-
-bool mmvq_swiglu_supported(const DeviceMatrix& w, int n_tokens, int K);
-void mmvq_experts_swiglu(const DeviceMatrix& w, const int32_t* ids, int n_tokens, int K, const float* gu, float* y,
-                         cudaStream_t stream);
 
 }  // namespace mt::cuda

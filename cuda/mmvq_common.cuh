@@ -36,10 +36,8 @@
 #include <type_traits>
 
 #include "core/check.h"
-#include "cuda/act_quant.cuh"
 #include "cuda/check.h"
 #include "cuda/mmvq_kernels.h"
-#include "cuda/pdl.h"
 #include "quant/fp16.h"
 
 #define MT_HD __host__ __device__ __forceinline__
@@ -216,32 +214,20 @@ MT_HD void ld_words(const uint8_t* p, uint32_t (&w)[N]) {
   }
 }
 
-// ---- activations: one token's quantized row (cuda/mmvq_kernels.h Q8_1Rows layout),
-// in global memory (read through the read-only path) or, S = true, in this CTA's shared
-// memory (quantized there by the kernel's prologue; generic loads).
+// ---- activations: one token's quantized row (cuda/mmvq_kernels.h Q8_1Rows layout), in
+// global memory, read through the read-only path.
 
-template <bool S>
-struct ActRowT {
+struct ActRow {
   const int8_t* qs;
   const uint2* meta;
 };
-using ActRow = ActRowT<false>;
-
-template <bool S, class T>
-MT_HD T lda(const T* p) {
-  if constexpr (S) {
-    return *p;
-  } else {
-    return ldg(p);
-  }
-}
 
 // N int8x4 words of activation quants from element e (e a multiple of 4N, N in 4, 8).
-template <int N, bool S>
-MT_HD void act_words(const ActRowT<S>& x, int e, uint32_t (&a)[N]) {
+template <int N>
+MT_HD void act_words(const ActRow& x, int e, uint32_t (&a)[N]) {
   static_assert(N == 4 || N == 8, "activation loads are 16 or 32 bytes");
   for (int i = 0; i < N / 4; ++i) {
-    const uint4 v = lda<S>(reinterpret_cast<const uint4*>(x.qs + e) + i);
+    const uint4 v = ldg(reinterpret_cast<const uint4*>(x.qs + e) + i);
     a[4 * i] = v.x, a[4 * i + 1] = v.y, a[4 * i + 2] = v.z, a[4 * i + 3] = v.w;
   }
 }
@@ -251,15 +237,13 @@ struct ActMeta {
   float d;
   int sum_lo, sum_hi;
 };
-template <bool S>
-MT_HD ActMeta act_meta(const ActRowT<S>& x, int q) {
-  const uint2 m = lda<S>(x.meta + q);
+MT_HD ActMeta act_meta(const ActRow& x, int q) {
+  const uint2 m = ldg(x.meta + q);
   return {bits_to_float(m.x), static_cast<int16_t>(m.y & 0xFFFFu), static_cast<int16_t>(m.y >> 16)};
 }
 // Block q's scale d alone.
-template <bool S>
-MT_HD float act_d(const ActRowT<S>& x, int q) {
-  return bits_to_float(lda<S>(reinterpret_cast<const uint32_t*>(x.meta + q)));
+MT_HD float act_d(const ActRow& x, int q) {
+  return bits_to_float(ldg(reinterpret_cast<const uint32_t*>(x.meta + q)));
 }
 
 // float(fp16(v)), round to nearest even (quant/fp16.h fp32_to_fp16 on the host).
@@ -299,9 +283,9 @@ MT_HD void split_nibbles(const uint32_t (&w)[4], uint32_t (&c)[8]) {
 
 // ---- R rows: this lane's tasks first, first + stride, ... of rows w, w + row_bytes, ...
 
-template <class Tr, int A, int NT, int R, bool S>
+template <class Tr, int A, int NT, int R>
 MT_HD void rows_partial(const uint8_t* __restrict__ w, uint64_t row_bytes, int n_tasks, int first, int stride,
-                        const ActRowT<S> (&x)[NT], float (&acc)[R][NT]) {
+                        const ActRow (&x)[NT], float (&acc)[R][NT]) {
   for (int task = first; task < n_tasks; task += stride) {
     const int kb = task / Tr::kTasks, sub = task - kb * Tr::kTasks, q0 = kb * (Tr::kElems / 32);
     const uint8_t* b = w + static_cast<int64_t>(kb) * Tr::kBytes;
@@ -351,95 +335,13 @@ __device__ __forceinline__ bool slot_view(const MmvqArgs& p, int64_t row0, int r
   return true;
 }
 
-// (cuda/pdl.h) A dense product launched dependent: rows row0 .. row0 + rows - 1 of its
-// matrix (those below n_out) to L2 while the kernel before still runs, by a group of
-// `lanes` threads (this one `lane`). A routed product's matrix is known only from the ids
-// that kernel writes: nothing to prefetch.
-__device__ __forceinline__ void prefetch_dense_rows(const MmvqArgs& p, int64_t row0, int rows, int lane, int lanes) {
-  if (!p.prefetch || p.ids != nullptr || row0 >= p.n_out) return;
-  const int64_t n = p.n_out - row0 < rows ? p.n_out - row0 : rows;
-  prefetch_l2(p.w + static_cast<uint64_t>(p.mat) * p.matrix_bytes + static_cast<uint64_t>(row0) * p.row_bytes,
-              static_cast<uint64_t>(n) * p.row_bytes, lane, lanes);
-}
-
-// The activation prologue (kPro; one token per CTA): the CTA first quantizes its
-// activation row into shared memory (sq: n_in int8, sm: n_in / 32 metas) in
-// MmvqArgs::pro_mode, from the f32 row (kRow) or from the [gate | up] row through SwiGLU
-// (kSwiglu, rows of 2 n_in), with the routines the quantize kernels use
-// (cuda/act_quant.cuh): the same bytes as a quantize launch followed by the product, one
-// launch fewer. Every thread of the CTA calls it.
-__device__ __forceinline__ void prologue_quantize(const MmvqArgs& p, int x_row, int8_t* sq, uint2* sm) {
-  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) & 31;
-  const int n = p.n_in;
-  const bool swiglu = p.prologue == ActPrologue::kSwiglu;
-  const float* row = p.x + static_cast<int64_t>(x_row) * (swiglu ? 2 * n : n);
-  auto value = [&](int c) { return swiglu ? act_detail::swiglu_value(row[c], row[n + c]) : row[c]; };
-  if (p.pro_mode == ActQuant::kQ8_K) {
-    for (int b = warp; b < n / 256; b += kWarps) {
-      float v[8];
-      for (int i = 0; i < 8; ++i) v[i] = value(256 * b + 8 * lane + i);
-      act_detail::quantize_q8_k_warp(v, lane, sq + 256 * b, sm + 8 * b);
-    }
-  } else {
-    for (int b = warp; b < n / 32; b += kWarps) {
-      act_detail::quantize_q8_0_warp(value(32 * b + lane), lane, sq + 32 * b + lane, sm + b);
-    }
-  }
-  __syncthreads();
-}
-
-// MmvqArgs::gu_quant (cuda/mmvq_kernels.h): after this CTA's rows of the slot's [gate |
-// up] row are written, it counts itself done on the counter of the SwiGLU block its rows
-// feed (kRowsPerCta rows, a divisor of the block, all of them gate rows or all up rows);
-// the CTA that counts last (the block's 2 * block / kRowsPerCta CTAs in all) reads the
-// block's gate and up values back from L2 and writes the block of silu(gate) * up and its
-// quantization, as swiglu_pairs_quant_kernel does. Every thread of the CTA calls it.
-template <int kRowsPerCta>
-__device__ __forceinline__ void gu_quant_tail(const MmvqArgs& p) {
-  const GuQuant& g = p.gu_quant;
-  const int per = g.mode == ActQuant::kQ8_K ? 256 : 32;  // elements of a block
-  const int ff = static_cast<int>(p.n_out / 2);
-  const int s = static_cast<int>(blockIdx.y);
-  const int row0 = static_cast<int>(blockIdx.x) * kRowsPerCta;
-  const int blk = (row0 < ff ? row0 : row0 - ff) / per;
-  __shared__ bool last_sh;
-  __threadfence();  // this CTA's rows before its count
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    uint32_t* counter = g.counters + static_cast<int64_t>(s) * (ff / per) + blk;
-    const bool last = atomicAdd(counter, 1u) == static_cast<unsigned>(2 * per / kRowsPerCta) - 1;
-    if (last) *counter = 0;  // ready for the next launch
-    last_sh = last;
-  }
-  __syncthreads();
-  if (!last_sh || threadIdx.x >= 32) return;
-  __threadfence();  // the block's other CTAs' rows, seen through their counts
-  const int lane = static_cast<int>(threadIdx.x);
-  const float* row = p.y + static_cast<int64_t>(s) * p.n_out;  // [gate | up] (2 ff)
-  const int64_t first = static_cast<int64_t>(s) * ff + static_cast<int64_t>(blk) * per;  // element of act / qs
-  if (g.mode == ActQuant::kQ8_K) {
-    float v[8];
-    for (int i = 0; i < 8; ++i) {
-      const int c = blk * 256 + 8 * lane + i;
-      v[i] = act_detail::swiglu_value(__ldcg(row + c), __ldcg(row + ff + c));  // (L2: not a stale L1 line)
-      g.act[first + 8 * lane + i] = v[i];
-    }
-    act_detail::quantize_q8_k_warp(v, lane, g.qs + first, g.meta + first / 32);
-  } else {
-    const int c = blk * 32 + lane;
-    const float v = act_detail::swiglu_value(__ldcg(row + c), __ldcg(row + ff + c));
-    g.act[first + lane] = v;
-    act_detail::quantize_q8_0_warp(v, lane, g.qs + first + lane, g.meta + first / 32);
-  }
-}
-
 // Rows row0 .. row0 + R - 1 of the slot's matrix against x, summed over each group of L
 // lanes and written by its first lane. L = 64 or 128 (MmvqArgs::split_warps): a group is
 // L / 32 consecutive warps, each warp's sum staged in shared memory and added in warp
 // order by the group's first lane (every thread of the CTA calls this: a barrier).
-template <class Tr, int A, int NT, int L, int R, bool S>
+template <class Tr, int A, int NT, int L, int R>
 __device__ __forceinline__ void rows_out(const MmvqArgs& p, const SlotView& v, int64_t row0, int sub,
-                                         const ActRowT<S> (&x)[NT]) {
+                                         const ActRow (&x)[NT]) {
   const int64_t left = p.n_out - row0;
   const int rows = left <= 0 ? 0 : left < R ? static_cast<int>(left) : R;
   float acc[R][NT];
@@ -482,9 +384,9 @@ __device__ __forceinline__ void rows_out(const MmvqArgs& p, const SlotView& v, i
 // Each group of L lanes computes rows row0 .. row0 + R - 1; a CTA kWarps * 32 / L * R
 // rows. A group past n_out does no work but stays for the shuffles; one whose rows run
 // out after row0 re-reads row0 in place of the missing ones (never past the matrix) and
-// drops those results. The slot decision is uniform over the CTA (so is the prologue's
+// drops those results. The slot decision is uniform over the CTA (so is the split's
 // barrier).
-template <class Tr, int A, int NT, int L, int R, bool kPro>
+template <class Tr, int A, int NT, int L, int R>
 __global__ void __launch_bounds__(kThreads) mmvq_quant_kernel(const MmvqArgs p) {
   constexpr int kSplit = L > 32 ? L / 32 : 1;  // warps per row group
   constexpr int LW = L > 32 ? 32 : L;          // a group's lanes in one warp
@@ -493,30 +395,15 @@ __global__ void __launch_bounds__(kThreads) mmvq_quant_kernel(const MmvqArgs p) 
   const int64_t row0 =
       ((static_cast<int64_t>(blockIdx.x) * (kWarps / kSplit) + warp / kSplit) * (32 / LW) + lane / LW) * R;
   const int sub = (warp % kSplit) * 32 + lane % LW;
-  prefetch_dense_rows(p, row0, R, sub, L);
-  pdl_start();
   SlotView v;
   if (!slot_view(p, row0, R, sub == 0, v)) return;
-  if constexpr (kPro) {
-    static_assert(NT == 1, "the prologue quantizes one row");
-    extern __shared__ __align__(16) unsigned char pro_smem[];
-    auto* sq = reinterpret_cast<int8_t*>(pro_smem);
-    auto* sm = reinterpret_cast<uint2*>(pro_smem + p.n_in);
-    prologue_quantize(p, v.x_row, sq, sm);
-    const ActRowT<true> x[1] = {{sq, sm}};
-    rows_out<Tr, A, 1, L, R>(p, v, row0, sub, x);
-  } else {
-    const int nq = p.n_in / 32;
-    ActRow x[NT];
-    for (int t = 0; t < NT; ++t) {
-      const int64_t r = v.x_row + t;
-      x[t] = {p.xq + r * p.n_in, p.xmeta + r * nq};
-    }
-    rows_out<Tr, A, NT, L, R>(p, v, row0, sub, x);
-    if constexpr (NT == 1 && R == kRows) {
-      if (p.gu_quant.counters != nullptr) gu_quant_tail<kWarps / kSplit * (32 / LW) * R>(p);
-    }
+  const int nq = p.n_in / 32;
+  ActRow x[NT];
+  for (int t = 0; t < NT; ++t) {
+    const int64_t r = v.x_row + t;
+    x[t] = {p.xq + r * p.n_in, p.xmeta + r * nq};
   }
+  rows_out<Tr, A, NT, L, R>(p, v, row0, sub, x);
 }
 
 // ---- host side
@@ -544,30 +431,19 @@ inline dim3 mmvq_grid(const MmvqArgs& a, int lanes, int rows_per_group) {
   return dim3(static_cast<unsigned>((a.n_out + rows_per_cta - 1) / rows_per_cta), static_cast<unsigned>(a.n_slots));
 }
 
-template <class Tr, int A, int NT, bool kPro, int R = kRows>
+template <class Tr, int A, int NT>
 void launch_quant_lanes(const MmvqArgs& a, cudaStream_t stream) {
-  const size_t smem = kPro ? prologue_smem_bytes(a.n_in) : 0;
+  constexpr int R = kRows;
   if constexpr (NT == 1) {
-    if (a.lanes == 8) {
-      launch_dependent(mmvq_quant_kernel<Tr, A, 1, 8, R, kPro>, mmvq_grid(a, 8, R), dim3(kThreads), smem, stream, a);
-      return;
-    }
-    if (a.lanes == 16) {
-      launch_dependent(mmvq_quant_kernel<Tr, A, 1, 16, R, kPro>, mmvq_grid(a, 16, R), dim3(kThreads), smem, stream, a);
-      return;
-    }
-    if constexpr (!kPro && R == kRows) {
-      if (a.lanes == 64) {
-        launch_dependent(mmvq_quant_kernel<Tr, A, 1, 64, R, false>, mmvq_grid(a, 64, R), dim3(kThreads), 0, stream, a);
-        return;
-      }
-      if (a.lanes == 128) {
-        launch_dependent(mmvq_quant_kernel<Tr, A, 1, 128, R, false>, mmvq_grid(a, 128, R), dim3(kThreads), 0, stream, a);
-        return;
-      }
+    switch (a.lanes) {
+      case 8: mmvq_quant_kernel<Tr, A, 1, 8, R><<<mmvq_grid(a, 8, R), kThreads, 0, stream>>>(a); return;
+      case 16: mmvq_quant_kernel<Tr, A, 1, 16, R><<<mmvq_grid(a, 16, R), kThreads, 0, stream>>>(a); return;
+      case 64: mmvq_quant_kernel<Tr, A, 1, 64, R><<<mmvq_grid(a, 64, R), kThreads, 0, stream>>>(a); return;
+      case 128: mmvq_quant_kernel<Tr, A, 1, 128, R><<<mmvq_grid(a, 128, R), kThreads, 0, stream>>>(a); return;
+      default: break;
     }
   }
-  launch_dependent(mmvq_quant_kernel<Tr, A, NT, 32, R, kPro>, mmvq_grid(a, 32, R), dim3(kThreads), smem, stream, a);
+  mmvq_quant_kernel<Tr, A, NT, 32, R><<<mmvq_grid(a, 32, R), kThreads, 0, stream>>>(a);
 }
 
 // The quantized-weight launcher: Tr::kAlign where the matrix allows it, else byte-safe
@@ -575,16 +451,13 @@ void launch_quant_lanes(const MmvqArgs& a, cudaStream_t stream) {
 template <class Tr>
 void launch_quant(const MmvqArgs& args, cudaStream_t stream) {
   MmvqArgs a = args;
-  // gu_quant: a routed one-token product on the plain 2-rows kernels (its tail's rows per CTA)
-  MT_CHECK(a.gu_quant.counters == nullptr ||
-           (a.ids != nullptr && a.n_tokens == 1 && a.prologue == ActPrologue::kNone && !a.rows4));
   const int n_tasks = a.n_in / Tr::kElems * Tr::kTasks;
   const int narrow = a.n_tokens > 1 || n_tasks >= 32 ? 32 : n_tasks >= 16 ? 16 : 8;
   const int wide = a.n_tokens > 1 || n_tasks > 16 ? 32 : n_tasks > 8 ? 16 : 8;
   a.lanes = wide <= a.wide_lanes ? wide : narrow;
   // Long rows of one token over 2 or 4 warps (MmvqArgs::split_warps): at most one task per
   // lane where the split allows, so a lane's loads are one round trip instead of several.
-  if (a.n_tokens == 1 && a.prologue == ActPrologue::kNone && a.lanes == 32 && !(a.rows4 && Tr::kTasks == 1)) {
+  if (a.n_tokens == 1 && a.lanes == 32) {
     if (a.split_warps >= 4 && n_tasks > 64) {
       a.lanes = 128;
     } else if (a.split_warps >= 2 && n_tasks > 32) {
@@ -594,30 +467,10 @@ void launch_quant(const MmvqArgs& args, cudaStream_t stream) {
   const bool natural = a.align >= Tr::kAlign;
   with_tokens(a.n_tokens, [&](auto nt) {
     constexpr int NT = decltype(nt)::value;
-    if constexpr (NT == 1 && Tr::kTasks == 1) {
-      if (a.rows4 && a.prologue == ActPrologue::kNone) {
-        if (natural) {
-          launch_quant_lanes<Tr, Tr::kAlign, 1, false, 4>(a, stream);
-        } else {
-          launch_quant_lanes<Tr, 1, 1, false, 4>(a, stream);
-        }
-        return;
-      }
-    }
-    if constexpr (NT == 1) {
-      if (a.prologue != ActPrologue::kNone) {
-        if (natural) {
-          launch_quant_lanes<Tr, Tr::kAlign, 1, true>(a, stream);
-        } else {
-          launch_quant_lanes<Tr, 1, 1, true>(a, stream);
-        }
-        return;
-      }
-    }
     if (natural) {
-      launch_quant_lanes<Tr, Tr::kAlign, NT, false>(a, stream);
+      launch_quant_lanes<Tr, Tr::kAlign, NT>(a, stream);
     } else {
-      launch_quant_lanes<Tr, 1, NT, false>(a, stream);
+      launch_quant_lanes<Tr, 1, NT>(a, stream);
     }
   });
   MT_CUDA_CHECK(cudaGetLastError());

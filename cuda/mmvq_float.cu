@@ -18,8 +18,6 @@ __global__ void __launch_bounds__(kThreads) mmvq_float_kernel(const MmvqArgs p) 
   constexpr int R = F::kRows;
   const int lane = static_cast<int>(threadIdx.x) & 31;
   const int64_t row0 = (static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32) * R;
-  prefetch_dense_rows(p, row0, R, lane, 32);
-  pdl_start();
   if (row0 >= p.n_out) return;  // whole warps
   SlotView v;
   if (!slot_view(p, row0, R, lane == 0, v)) return;
@@ -73,8 +71,6 @@ __global__ void __launch_bounds__(kThreads) mmvq_float_kernel(const MmvqArgs p) 
 // The split form (cuda/mmvq_float.cuh split_row): grid (n_out), a CTA per row.
 template <class W, int NT>
 __global__ void __launch_bounds__(kSplitThreads) mmvq_float_split_kernel(const MmvqArgs p) {
-  prefetch_dense_rows(p, blockIdx.x, 1, static_cast<int>(threadIdx.x), kSplitThreads);
-  pdl_start();
   split_row<W, NT>(p, blockIdx.x);
 }
 
@@ -89,14 +85,13 @@ void launch_float(const MmvqArgs& a, cudaStream_t stream) {
     constexpr int NT = decltype(nt)::value;
     const dim3 grid = mmvq_grid(a, 32, FloatType<W>::kRows), block(kThreads);
     if (split) {
-      launch_dependent(mmvq_float_split_kernel<W, NT>, dim3(static_cast<unsigned>(a.n_out)), dim3(kSplitThreads), 0,
-                       stream, a);
+      mmvq_float_split_kernel<W, NT><<<static_cast<unsigned>(a.n_out), kSplitThreads, 0, stream>>>(a);
     } else if (vec) {
-      launch_dependent(mmvq_float_kernel<W, 16, NT>, grid, block, 0, stream, a);
+      mmvq_float_kernel<W, 16, NT><<<grid, block, 0, stream>>>(a);
     } else if (natural) {
-      launch_dependent(mmvq_float_kernel<W, kNatural, NT>, grid, block, 0, stream, a);
+      mmvq_float_kernel<W, kNatural, NT><<<grid, block, 0, stream>>>(a);
     } else {
-      launch_dependent(mmvq_float_kernel<W, 1, NT>, grid, block, 0, stream, a);
+      mmvq_float_kernel<W, 1, NT><<<grid, block, 0, stream>>>(a);
     }
   });
   MT_CUDA_CHECK(cudaGetLastError());

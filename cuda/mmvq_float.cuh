@@ -1,7 +1,5 @@
 // The float weight types of MMVQ (F32, F16, BF16) as the kernels read them, and the split
-// form's one-row product (few rows: a CTA per row), shared by cuda/mmvq_float.cu and the
-// fused router (cuda/ops_moe.cu router_fused), so both compute a row with the same float
-// operations in the same order: the fused router's logits are the product's bytes.
+// form's one-row product (few rows: a CTA per row), for cuda/mmvq_float.cu.
 #pragma once
 
 #include "cuda/mmvq_common.cuh"

@@ -50,30 +50,6 @@ struct Q8_1Rows {
   uint2* meta = nullptr;
 };
 
-// A one-token product's activation made by the product's own CTAs (cuda/mmvq_common.cuh
-// prologue_quantize): kRow quantizes the f32 row x, kSwiglu the row silu(gate) * up of
-// x's [gate | up] row (2 n_in floats); each CTA keeps its copy in shared memory.
-enum class ActPrologue { kNone, kRow, kSwiglu };
-// A routed one-token [gate | up] product (n_out = 2 ff, gate rows then up rows) whose
-// own CTAs also make the down projection's input (cuda/mmvq_common.cuh gu_quant_tail):
-// act (n_slots, ff) = silu(gate) * up and its quantization in `mode` (qs, meta in
-// quantize_act's layout), the bytes of swiglu_pairs_quant over the product's output.
-// Each CTA counts itself done on its (slot, block of 256 (kQ8_K) or 32 elements) counter;
-// the one that counts last makes that block. counters: (n_slots, ff / block) zeroed
-// uint32, left zeroed. counters null: off.
-struct GuQuant {
-  float* act = nullptr;
-  int8_t* qs = nullptr;
-  uint2* meta = nullptr;
-  ActQuant mode = ActQuant::kQ8_0;
-  uint32_t* counters = nullptr;
-};
-
-inline constexpr int kMaxPrologueIn = 16384;  // n_in a prologue takes (20 KiB of shared memory)
-inline size_t prologue_smem_bytes(int n_in) {
-  return static_cast<size_t>(n_in) + static_cast<size_t>(n_in) / 32 * sizeof(uint2);
-}
-
 struct MmvqArgs {
   const uint8_t* w = nullptr;  // matrix 0 (device)
   uint64_t row_bytes = 0, matrix_bytes = 0;
@@ -93,28 +69,16 @@ struct MmvqArgs {
   int align = 1;       // largest power of two <= 16 dividing every block's address
   int lanes = 32;      // lanes per weight row: 32, or 16 / 8 for short rows, 64 / 128 split (1 token only)
   bool x_aligned16 = false;  // x is 16-byte aligned (float weights' vector path)
-  ActPrologue prologue = ActPrologue::kNone;  // quantized weights, one token: x quantized in the launch
-  ActQuant pro_mode = ActQuant::kQ8_0;        // its mode (act_quant_for the weight type)
-  // One token, 32-weight-task types (Q4_0 ... MXFP4): each lane group takes 4 rows instead
-  // of 2, four blocks' loads in flight per task (MOETIER_CUDA_MMVQ_ROWS4=1; same bytes;
-  // measured slower, off).
-  bool rows4 = false;
   // One token, rows of fewer than 32 tasks (MoE down projections): lanes per row group the
   // next power of two >= the tasks (every lane one task) instead of the largest <= them,
   // where that is at most wide_lanes lanes (0: never, MOETIER_CUDA_MMVQ_WIDE16=0; 16: the
-  // default; 32: MOETIER_CUDA_MMVQ_WIDE=1).
+  // default).
   int wide_lanes = 0;
   // One token, rows of more than 32 tasks (Q4_0 at 2048 / 4096 inputs, K-quants at 4096):
   // a row group's lanes spread over up to this many warps (2 or 4; 0 / 1: one warp), so
   // each lane walks fewer tasks one after the other; the warps' sums are added in shared
   // memory (MOETIER_CUDA_MMVQ_SPLIT, default 4; the sums in another order than one warp's).
   int split_warps = 0;
-  // A dense product launched dependent (cuda/pdl.h): each row group prefetches its rows
-  // to L2 before it waits for the kernel before.
-  bool prefetch = false;
-  // A routed one-token [gate | up] product's SwiGLU rows quantized by its own CTAs
-  // (GuQuant above; the 2-rows-per-group, non-prologue kernels only).
-  GuQuant gu_quant;
 };
 
 // Defined (explicitly specialised) in cuda/mmvq_float.cu, mmvq_simple.cu, mmvq_k.cu.

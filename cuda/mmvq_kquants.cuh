@@ -40,8 +40,8 @@ struct Act16x4 {
   float d;
   int sum[4];  // kSums only
 };
-template <bool kSums, bool S>
-MT_HD Act16x4 load_16x4(const ActRowT<S>& x, int q1, int g) {
+template <bool kSums>
+MT_HD Act16x4 load_16x4(const ActRow& x, int q1, int g) {
   Act16x4 r;
   for (int k = 0; k < 4; ++k) act_words<4>(x, 32 * (q1 + k) + 16 * g, r.a[k]);
   if constexpr (kSums) {
@@ -64,8 +64,8 @@ struct Act2x32 {
   float d;
   int suma, sumb;  // kSums only
 };
-template <bool kSums, bool S>
-MT_HD Act2x32 load_2x32(const ActRowT<S>& x, int qa, int qb) {
+template <bool kSums>
+MT_HD Act2x32 load_2x32(const ActRow& x, int qa, int qb) {
   Act2x32 r;
   act_words<8>(x, 32 * qa, r.a);
   act_words<8>(x, 32 * qb, r.b);
@@ -110,8 +110,7 @@ struct MmvqType<BlockQ2_K> {  // scales@0 qs@16 d@80 dmin@82
     r.dmin = h2f(ld_u16<align_at(A, 82)>(b + 82));
     return r;
   }
-  template <bool S>
-  MT_HD static Act load(const ActRowT<S>& x, int q0, int t) { return load_16x4<true>(x, q0 + 4 * (t >> 1), t & 1); }
+  MT_HD static Act load(const ActRow& x, int q0, int t) { return load_16x4<true>(x, q0 + 4 * (t >> 1), t & 1); }
   MT_HD static float dot(const Codes& c, const Act& a) {
     int sumi = 0, summ = 0;
     for (int k = 0; k < 4; ++k) {
@@ -155,8 +154,7 @@ struct MmvqType<BlockQ3_K> {  // hmask@0 qs@32 scales@96 d@108
     r.d = h2f(ld_u16<align_at(A, 108)>(b + 108));
     return r;
   }
-  template <bool S>
-  MT_HD static Act load(const ActRowT<S>& x, int q0, int t) { return load_16x4<false>(x, q0 + 4 * (t >> 1), t & 1); }
+  MT_HD static Act load(const ActRow& x, int q0, int t) { return load_16x4<false>(x, q0 + 4 * (t >> 1), t & 1); }
   MT_HD static float dot(const Codes& c, const Act& a) {
     int sumi = 0;
     for (int k = 0; k < 4; ++k) sumi += dot_words<4>(c.v[k], a.a[k]) * (byte_at(c.sc, k) - 32);
@@ -205,8 +203,7 @@ struct MmvqType<BlockQ4_K> {  // d@0 dmin@2 scales@4 qs@16
     r.dmin = h2f(dm[0] >> 16);
     return r;
   }
-  template <bool S>
-  MT_HD static Act load(const ActRowT<S>& x, int q0, int c) { return load_2x32<true>(x, q0 + 2 * c, q0 + 2 * c + 1); }
+  MT_HD static Act load(const ActRow& x, int q0, int c) { return load_2x32<true>(x, q0 + 2 * c, q0 + 2 * c + 1); }
   MT_HD static float dot(const Codes& c, const Act& a) { return dot_q45(c, a); }
 };
 
@@ -232,8 +229,7 @@ struct MmvqType<BlockQ5_K> {  // d@0 dmin@2 scales@4 qh@16 qs@48
     r.dmin = h2f(dm[0] >> 16);
     return r;
   }
-  template <bool S>
-  MT_HD static Act load(const ActRowT<S>& x, int q0, int c) { return load_2x32<true>(x, q0 + 2 * c, q0 + 2 * c + 1); }
+  MT_HD static Act load(const ActRow& x, int q0, int c) { return load_2x32<true>(x, q0 + 2 * c, q0 + 2 * c + 1); }
   MT_HD static float dot(const Codes& c, const Act& a) { return dot_q45(c, a); }
 };
 
@@ -261,8 +257,7 @@ struct MmvqType<BlockQ6_K> {  // ql@0 qh@128 scales@192 d@208
     r.d = h2f(ld_u16<align_at(A, 208)>(b + 208));
     return r;
   }
-  template <bool S>
-  MT_HD static Act load(const ActRowT<S>& x, int q0, int t) {
+  MT_HD static Act load(const ActRow& x, int q0, int t) {
     const int qa = q0 + 4 * (t >> 1) + (t & 1);
     return load_2x32<false>(x, qa, qa + 2);
   }
@@ -295,8 +290,7 @@ struct MmvqType<BlockIQ4_XS> {  // d@0 scales_h@2 scales_l@4 qs@8
     r.d = h2f(hdr[0]);
     return r;
   }
-  template <bool S>
-  MT_HD static Act load(const ActRowT<S>& x, int q0, int t) { return load_2x32<false>(x, q0 + 2 * t, q0 + 2 * t + 1); }
+  MT_HD static Act load(const ActRow& x, int q0, int t) { return load_2x32<false>(x, q0 + 2 * t, q0 + 2 * t + 1); }
   MT_HD static float dot(const Codes& c, const Act& a) {
     return task_sum(a.d, c.d, dot_words<8>(c.c, a.a) * c.ls0 + dot_words<8>(c.c + 8, a.b) * c.ls1);
   }

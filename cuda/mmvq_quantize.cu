@@ -25,7 +25,6 @@
 #include "cuda/check.h"
 #include "cuda/act_quant.cuh"
 #include "cuda/mmvq_kernels.h"
-#include "cuda/pdl.h"
 
 namespace mt::cuda {
 namespace {
@@ -36,7 +35,6 @@ constexpr int kThreads32 = 256;  // 8 blocks of 32 per CTA
 
 __global__ void __launch_bounds__(kThreads32)
     quantize_q8_0_kernel(const float* __restrict__ x, int n_in, int8_t* __restrict__ qs, uint2* __restrict__ meta) {
-  pdl_start();  // (cuda/pdl.h: launched dependent)
   const int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads32 + threadIdx.x;
   if (i >= n_in) return;  // n_in % 32 == 0: whole warps leave
   const int64_t at = static_cast<int64_t>(blockIdx.y) * n_in + i;
@@ -52,7 +50,6 @@ constexpr int kPerLane = 8;
 template <bool kVec>
 __global__ void __launch_bounds__(32 * kWarpsK)
     quantize_q8_k_kernel(const float* __restrict__ x, int n_in, int8_t* __restrict__ qs, uint2* __restrict__ meta) {
-  pdl_start();  // (cuda/pdl.h: launched dependent)
   const int lane = static_cast<int>(threadIdx.x) & 31;
   const int64_t block = static_cast<int64_t>(blockIdx.x) * kWarpsK + threadIdx.x / 32;  // 256-block of the row
   if (block * 256 >= n_in) return;  // n_in % 256 == 0: whole warps leave
@@ -104,13 +101,13 @@ void launch_quantize_act(const float* x, int rows, int n_in, ActQuant mode, Q8_1
       constexpr int kElemsPerCta = 256 * kWarpsK;
       const dim3 grid(static_cast<unsigned>((n_in + kElemsPerCta - 1) / kElemsPerCta), static_cast<unsigned>(chunk));
       if (vec) {
-        launch_dependent(quantize_q8_k_kernel<true>, grid, dim3(32 * kWarpsK), 0, stream, xc, n_in, qs, meta);
+        quantize_q8_k_kernel<true><<<grid, 32 * kWarpsK, 0, stream>>>(xc, n_in, qs, meta);
       } else {
-        launch_dependent(quantize_q8_k_kernel<false>, grid, dim3(32 * kWarpsK), 0, stream, xc, n_in, qs, meta);
+        quantize_q8_k_kernel<false><<<grid, 32 * kWarpsK, 0, stream>>>(xc, n_in, qs, meta);
       }
     } else {
       const dim3 grid(static_cast<unsigned>((n_in + kThreads32 - 1) / kThreads32), static_cast<unsigned>(chunk));
-      launch_dependent(quantize_q8_0_kernel, grid, dim3(kThreads32), 0, stream, xc, n_in, qs, meta);
+      quantize_q8_0_kernel<<<grid, kThreads32, 0, stream>>>(xc, n_in, qs, meta);
     }
   }
   MT_CUDA_CHECK(cudaGetLastError());

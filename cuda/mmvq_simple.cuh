@@ -69,8 +69,7 @@ struct Simple32 {
     uint32_t a[8];
     float d, s;  // s: Q4_1 / Q5_1 only
   };
-  template <bool S>
-  MT_HD static Act load(const ActRowT<S>& x, int q0, int) {
+  MT_HD static Act load(const ActRow& x, int q0, int) {
     Act r;
     act_words<8>(x, 32 * q0, r.a);
     if constexpr (kMin) {

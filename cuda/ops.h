@@ -51,13 +51,7 @@ void kv_store(QuantType type, const float* rows, int n_tokens, int kv_dim, uint8
 // pos_dev: when set, pos0 is read on the device from *pos_dev (a CUDA graph replays the
 // same launches at every step); the decode split is then sized for n_kv_cap positions
 // and chunks past the real n_kv do nothing (pos0 + n_tokens must stay <= n_kv_cap).
-// decode_counters: when set (kAttnDecodeCounters zeroed uint32_t of device memory), the
-// decode reduction runs in the partial kernel's launch: the last CTA of each (token, head
-// group) to finish merges its heads' chunks, the bytes the separate reduction writes, and
-// leaves its counter zero again (so calls on one stream, graph replays too, may share
-// them); null: a second launch reduces.
-inline constexpr int kAttnDecodeCounters = 8 * 512;  // (decode tokens <= 8) x (query heads <= 512)
-struct AttnPrepArgs;  // (below)
+inline constexpr int kAttnDecodeCounters = 8 * 512;  // (decode tokens <= 8) x (query heads <= 512): quant_counters
 
 struct AttentionArgs {
   const float* q = nullptr;
@@ -70,10 +64,6 @@ struct AttentionArgs {
   float* out = nullptr;
   const uint32_t* pos_dev = nullptr;
   uint32_t n_kv_cap = 0;
-  uint32_t* decode_counters = nullptr;  // (kAttnDecodeCounters) or null
-  // Decode: when n_kv (n_kv_cap with pos_dev) <= this (<= 256), one chunk per head group
-  // (no split; with decode_counters its CTA merges it in the same launch); 0: the split.
-  uint32_t single_chunk_max = 0;
   // Decode: when n_kv (n_kv_cap with pos_dev) <= this and head_dim is 64, 128 or 256, the
   // warps kernel (a block per chunk and head, each warp an online-softmax decoder; one
   // chunk up to 256 positions, which writes the output in the same launch); 0: never.
@@ -95,16 +85,6 @@ struct AttentionArgs {
   uint2* quant_meta = nullptr;
   ActQuant quant_mode = ActQuant::kQ8_0;
   uint32_t* quant_counters = nullptr;
-  // Set: attention() also does this prep (attn_prep: q / k / v bias, norms, RoPE and the
-  // new rows' cache store) first. A decode token whose attention runs the warps kernel at
-  // head_dim <= 128 does it in that launch: each CTA preps its query head and, where its
-  // chunk holds the new position, its KV head's new K / V rows (rounded as the cache
-  // stores them, kept in shared memory for its own scores), the group's first head's CTA
-  // storing them; the same bytes as attn_prep's launch before attention (one launch
-  // fewer; measured slower in the decode step, so the executor leaves it off unless
-  // MOETIER_CUDA_ATTN_PREP=1). Otherwise attn_prep is launched first. Its k_cache, v_cache, kv_type,
-  // row_bytes, n_tokens, heads, head_dim and position must be this call's.
-  const AttnPrepArgs* prep = nullptr;
 };
 // True when the output rows were also quantized (AttentionArgs quant_qs).
 bool attention(const AttentionArgs& a, Workspace& ws, cudaStream_t stream);
@@ -135,26 +115,6 @@ struct RouteMath {
 };
 void router_route(const float* logits, int n_tokens, int n_expert, int K, const RouteMath& m, const float* bias,
                   int32_t* ids, float* weights, cudaStream_t stream);
-
-// The decode step's router product and router_topk in one launch: logits (T, n_expert) =
-// x . w^T with the bytes matmul(w, 0, x, T, logits) writes (the same kernel body: mmvq's
-// split float form), then, in the CTA that finishes last (a device counter, incremented
-// after a fence), router_topk over them. The counter is zero before the first launch and
-// each launch leaves it zero, so launches on one stream (a replayed graph's too) follow
-// one another. Only where router_fused_supports(w, a): F32 / F16 / BF16 weights, 16-byte
-// aligned rows and x, n_in % 8 == 0, T <= kMmvqMaxTokens, n_expert <= 512, K <= 32.
-struct RouterFusedArgs {
-  const float* x = nullptr;     // (T, n_in) the FFN input rows
-  int n_tokens = 0;
-  int K = 0;
-  bool renormalize = false;
-  float* logits = nullptr;      // (T, n_expert)
-  int32_t* ids = nullptr;       // (T, K)
-  float* weights = nullptr;     // (T, K)
-  uint32_t* counter = nullptr;  // (1) device memory, zeroed once
-};
-void router_fused(const DeviceMatrix& w, const RouterFusedArgs& a, cudaStream_t stream);
-bool router_fused_supports(const DeviceMatrix& w, const RouterFusedArgs& a);
 
 // u = silu(g) * u, or silu(u) when g is null; n elements.
 void swiglu(const float* g, float* u, int64_t n, cudaStream_t stream);
@@ -224,15 +184,6 @@ struct AttnPrepArgs {
   uint64_t row_bytes = 0;
 };
 void attn_prep(const AttnPrepArgs& a, cudaStream_t stream);
-// attn_prep's argument checks (MT_CHECK) and its RoPE theta scale (freq_base^(-2 / n_rot),
-// the CPU's float expression), for a launch that does the prep inside (attention()).
-float attn_prep_theta_scale(const AttnPrepArgs& a);
-// MOETIER_CUDA_EARLY_LOADS (default on): the decode norms' weights and attn_prep's RoPE
-// angles read / computed before their reductions (the same bytes either way).
-bool early_loads_on();
-// Overrides MOETIER_CUDA_NORM_BATCH (the wide norm's combine loads issued together; on by
-// default; the same bytes) for the process.
-void set_norm_batch(bool on);
 
 // gu (n_rows, 2 * ff) = [gate | up] rows (a fused gate+up product) -> out (n_rows, ff) =
 // silu(gate) * up, as swiglu() computes it.

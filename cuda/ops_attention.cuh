@@ -18,10 +18,6 @@
 #include "cuda/mmvq_kernels.h"
 #include "quant/types.h"
 
-namespace mt::cuda {
-struct AttnPrepArgs;  // cuda/ops.h
-}
-
 namespace mt::cuda::detail {
 
 inline constexpr int kMaxHeadDim = 256;
@@ -62,10 +58,8 @@ struct AttnGeom {
   float* out;          // (n_tokens, n_head, D)
   const uint32_t* pos_dev = nullptr;  // set: pos0 is *pos_dev, read on the device (decode)
   uint32_t n_kv_cap = 0;              // with pos_dev: the decode split is sized for this
-  uint32_t* counters = nullptr;       // set: the decode merge fused (AttentionArgs decode_counters)
   uint32_t window = 0;                // sliding window: query at p sees keys (p - window, p]; 0: all
   const float* sinks = nullptr;       // (n_head) a logit per head in the softmax's denominator only, or null
-  uint32_t single_chunk_max = 0;      // AttentionArgs single_chunk_max
   uint32_t warp_max = 0;              // AttentionArgs warp_max
   bool warp_lanes = false;            // AttentionArgs warp_lanes
   int8_t* qs = nullptr;               // AttentionArgs quant_qs, quant_meta, quant_mode, quant_counters
@@ -82,9 +76,7 @@ __device__ __forceinline__ uint32_t first_key(uint32_t window, uint32_t p) {
 // The split-K decode path (ops_attention_decode.cu), n_tokens <= kAttnDecodeMaxTokens,
 // and the workspace it takes for any call of at most n_tokens tokens and n_kv positions.
 // True when it also quantized the output rows (AttnGeom::qs: the warps kernel in one chunk).
-// prep set: AttentionArgs::prep (in the warps kernel's launch where it can, else attn_prep first).
-bool attention_decode(QuantType kv_type, const AttnGeom& g, Workspace& ws, cudaStream_t stream,
-                      const AttnPrepArgs* prep = nullptr);
+bool attention_decode(QuantType kv_type, const AttnGeom& g, Workspace& ws, cudaStream_t stream);
 size_t attention_decode_workspace_bytes(int n_tokens, int n_head, int head_dim, uint32_t n_kv);
 
 // The tiled prefill path (ops_attention_prefill.cu).

@@ -4,10 +4,7 @@
 // computes, per (chunk, query head, token), the chunk's scores, their max m, the sum l of
 // exp(s - m) and the unnormalised accumulator sum_j exp(s_j - m) v_j, in f32, into the
 // workspace; a combine kernel merges the chunks of each (token, head) by rescaling to the
-// global max: out = sum_c acc_c e^(m_c - M) / sum_c l_c e^(m_c - M). With counters
-// (AttnGeom::counters) the merge is fused into the partial launch instead: each CTA counts
-// itself done on its (token, head group)'s counter after a fence, and the CTA that counts
-// last merges the group's heads with the combine kernel's code and resets the counter.
+// global max: out = sum_c acc_c e^(m_c - M) / sum_c l_c e^(m_c - M).
 //
 // Partial kernels:
 //  * grouped (head_dim 64, 128, 256): one block per (chunk, KV head, up to kGB query
@@ -31,7 +28,7 @@
 //    at 7 positions on the H200). One chunk (n_kv <= kMaxChunk) writes the normalised
 //    output itself: no merge launch. Its lanes form (AttnGeom::warp_lanes) scores 32
 //    positions per warp at once, a lane per position. It lives in ops_attention_warps.cu
-//    (its wo-row quantization and in-launch prep too), the shared pieces in
+//    (its wo-row quantization too), the shared pieces in
 //    ops_attention_decode.cuh.
 #include <algorithm>
 #include <cmath>
@@ -41,7 +38,6 @@
 #include "cuda/ops.h"
 #include "cuda/ops_attention.cuh"
 #include "cuda/ops_attention_decode.cuh"
-#include "cuda/pdl.h"
 #include "cuda/ops_reduce.cuh"
 
 namespace mt::cuda::detail {
@@ -77,7 +73,6 @@ DecodeSplit decode_split(int n_tokens, int n_head, uint32_t n_kv) {
 template <QuantType KV, int EPL>
 __global__ void __launch_bounds__(kThreads)
     attn_decode_grouped(AttnGeom g, int chunk_len, int n_chunks, float2* ml, float* acc) {
-  pdl_start();  // (cuda/pdl.h: launched dependent)
   constexpr int D = 32 * EPL;
   // q (kGB, D) and scores (kGB, kMaxChunk) first; after the last read of both, the
   // warps' accumulators (kWarps, kGB, D) over the same memory.
@@ -99,7 +94,6 @@ __global__ void __launch_bounds__(kThreads)
   const ChunkSpan span = chunk_span(g, n_kv, c, chunk_len);
   if (span.len == 0) {  // uniform over the block, before any barrier
     if (tid < Gb) ml[part0 + static_cast<int64_t>(tid) * n_chunks] = make_float2(-INFINITY, 0.0f);
-    if (g.counters != nullptr) merge_if_last(g, ml, acc, n_chunks, t, h0, Gb);
     return;
   }
   const uint32_t j0 = span.jb;
@@ -192,14 +186,12 @@ __global__ void __launch_bounds__(kThreads)
     acc[(part0 + static_cast<int64_t>(i) * n_chunks) * D + e] = a;
   }
   if (tid < Gb) ml[part0 + static_cast<int64_t>(tid) * n_chunks] = ml_sh[tid];
-  if (g.counters != nullptr) merge_if_last(g, ml, acc, n_chunks, t, h0, Gb);
 }
 
 // Grid (n_chunks, n_head, n_tokens); the partial layout of attn_decode_grouped.
 template <QuantType KV>
 __global__ void __launch_bounds__(kThreads)
     attn_decode_per_head(AttnGeom g, int chunk_len, int n_chunks, float2* ml, float* acc) {
-  pdl_start();  // (cuda/pdl.h: launched dependent)
   __shared__ float q_sh[kMaxHeadDim];
   __shared__ float s_sh[kMaxChunk];
   __shared__ float scratch[32];
@@ -211,7 +203,6 @@ __global__ void __launch_bounds__(kThreads)
   const ChunkSpan span = chunk_span(g, n_kv, c, chunk_len);
   if (span.len == 0) {  // uniform over the block, before any barrier
     if (tid == 0) ml[part] = make_float2(-INFINITY, 0.0f);
-    if (g.counters != nullptr) merge_if_last(g, ml, acc, n_chunks, t, h, 1);
     return;
   }
   const uint32_t j0 = span.jb;
@@ -251,13 +242,11 @@ __global__ void __launch_bounds__(kThreads)
     acc[part * D + e] = a;
   }
   if (tid == 0) ml[part] = make_float2(m, l);
-  if (g.counters != nullptr) merge_if_last(g, ml, acc, n_chunks, t, h, 1);
 }
 
 // Grid (n_head, n_tokens): block (h, t) merges that head's chunks (merge_stats, merge_element).
 __global__ void __launch_bounds__(kThreads) attn_decode_combine(const float2* ml, const float* acc, int n_chunks,
                                                                 int n_head, int D, const float* sinks, float* out) {
-  pdl_start();  // (cuda/pdl.h: launched dependent)
   const int h = blockIdx.x, t = blockIdx.y;
   const int64_t base = (static_cast<int64_t>(t) * n_head + h) * n_chunks;
   const float2 st = merge_stats(ml, base, n_chunks, sinks != nullptr ? sinks[h] : -INFINITY);
@@ -267,8 +256,7 @@ __global__ void __launch_bounds__(kThreads) attn_decode_combine(const float2* ml
 }
 
 template <QuantType KV>
-void launch_partial(const AttnGeom& g, const DecodeSplit& s, float2* ml, float* acc, const InLaunchPrep& prep,
-                    cudaStream_t stream) {
+void launch_partial(const AttnGeom& g, const DecodeSplit& s, float2* ml, float* acc, cudaStream_t stream) {
   const unsigned chunks = static_cast<unsigned>(s.n_chunks), tokens = static_cast<unsigned>(g.n_tokens);
   const int n_gb = (g.group + kGB - 1) / kGB;
   const dim3 grouped(chunks, static_cast<unsigned>(g.n_head / g.group * n_gb), tokens);
@@ -277,16 +265,16 @@ void launch_partial(const AttnGeom& g, const DecodeSplit& s, float2* ml, float* 
   const uint64_t bits = reinterpret_cast<uintptr_t>(g.k) | reinterpret_cast<uintptr_t>(g.v) | g.row_bytes;
   const bool aligned = bits % align == 0;
   if (s.warps) {  // (attention_decode chose it: head_dim 64, 128 or 256, vector-aligned)
-    launch_warps<KV>(g, s.chunk_len, s.n_chunks, ml, acc, prep, stream);
+    launch_warps<KV>(g, s.chunk_len, s.n_chunks, ml, acc, stream);
     return;
   }
   switch (aligned ? g.D : 0) {
-    case 64: launch_dependent(attn_decode_grouped<KV, 2>, grouped, dim3(kThreads), 0, stream, g, s.chunk_len, s.n_chunks, ml, acc); break;
-    case 128: launch_dependent(attn_decode_grouped<KV, 4>, grouped, dim3(kThreads), 0, stream, g, s.chunk_len, s.n_chunks, ml, acc); break;
-    case 256: launch_dependent(attn_decode_grouped<KV, 8>, grouped, dim3(kThreads), 0, stream, g, s.chunk_len, s.n_chunks, ml, acc); break;
+    case 64: attn_decode_grouped<KV, 2><<<grouped, kThreads, 0, stream>>>(g, s.chunk_len, s.n_chunks, ml, acc); break;
+    case 128: attn_decode_grouped<KV, 4><<<grouped, kThreads, 0, stream>>>(g, s.chunk_len, s.n_chunks, ml, acc); break;
+    case 256: attn_decode_grouped<KV, 8><<<grouped, kThreads, 0, stream>>>(g, s.chunk_len, s.n_chunks, ml, acc); break;
     default:
-      launch_dependent(attn_decode_per_head<KV>, dim3(chunks, static_cast<unsigned>(g.n_head), tokens), dim3(kThreads), 0,
-                       stream, g, s.chunk_len, s.n_chunks, ml, acc);
+      attn_decode_per_head<KV><<<dim3(chunks, static_cast<unsigned>(g.n_head), tokens), kThreads, 0, stream>>>(
+          g, s.chunk_len, s.n_chunks, ml, acc);
   }
   MT_CUDA_CHECK_LAUNCH();
 }
@@ -306,13 +294,10 @@ size_t attention_decode_workspace_bytes(int n_tokens, int n_head, int head_dim, 
   return bytes;
 }
 
-bool attention_decode(QuantType kv_type, const AttnGeom& g, Workspace& ws, cudaStream_t stream,
-                      const AttnPrepArgs* prep) {
+bool attention_decode(QuantType kv_type, const AttnGeom& g, Workspace& ws, cudaStream_t stream) {
   MT_CHECK(g.n_tokens > 0 && g.n_tokens <= kAttnDecodeMaxTokens && g.D > 0 && g.D <= kMaxHeadDim);
   const uint32_t n_kv = g.pos_dev != nullptr ? g.n_kv_cap : g.pos0 + static_cast<uint32_t>(g.n_tokens);
   MT_CHECK(n_kv > 0);
-  // A counter per (token, head group): at most one per (token, query head).
-  MT_CHECK(g.counters == nullptr || static_cast<int64_t>(g.n_tokens) * g.n_head <= kAttnDecodeCounters);
   DecodeSplit s = decode_split(g.n_tokens, g.n_head, n_kv);
   // The warps kernel's vector loads: 16-byte aligned q and rows (2-byte for Q8_0 rows).
   const uint64_t kv_align = kv_type == QuantType::Q8_0 ? 2 : 16;
@@ -324,10 +309,6 @@ bool attention_decode(QuantType kv_type, const AttnGeom& g, Workspace& ws, cudaS
     s.chunk_len = n_kv <= static_cast<uint32_t>(kMaxChunk) ? static_cast<int>((n_kv + 31) / 32 * 32) : kMaxChunk;
     s.n_chunks = static_cast<int>((n_kv + s.chunk_len - 1) / s.chunk_len);
     s.warps = true;
-  } else if (g.single_chunk_max > 0 && n_kv <= g.single_chunk_max) {  // one chunk: fewer parts than the bound
-    MT_CHECK(g.single_chunk_max <= static_cast<uint32_t>(kMaxChunk));
-    s.chunk_len = static_cast<int>((n_kv + 31) / 32 * 32);
-    s.n_chunks = 1;
   }
   // The output rows quantized in the launch: the warps kernel in one chunk, whole blocks
   // within a head or whole heads within a block, a counter per block of a row.
@@ -339,33 +320,18 @@ bool attention_decode(QuantType kv_type, const AttnGeom& g, Workspace& ws, cudaS
                                                static_cast<int64_t>(g.n_tokens) * (row_elems / qblock) <= kAttnDecodeCounters)) &&
                         row_elems % qblock == 0;
   if (!quantize) gq.qs = nullptr;
-  // The prep in the warps kernel's launch where it takes it (one token, a thread per
-  // element, the call's cache), else its own launch first.
-  InLaunchPrep in_launch;
-  if (prep != nullptr) {
-    const float theta_scale = attn_prep_theta_scale(*prep);  // (its checks)
-    MT_CHECK(prep->n_tokens == g.n_tokens && prep->n_head == g.n_head && prep->head_dim == g.D &&
-             prep->n_head_kv * g.group == g.n_head && prep->kv_type == kv_type && prep->row_bytes == g.row_bytes &&
-             prep->k_cache == g.k && prep->v_cache == g.v && prep->pos_dev == g.pos_dev &&
-             (g.pos_dev != nullptr || prep->pos0 == g.pos0));
-    if (s.warps && g.n_tokens == 1 && g.D <= kThreads) {
-      in_launch = {prep, theta_scale, early_loads_on()};
-    } else {
-      attn_prep(*prep, stream);
-    }
-  }
   const size_t parts = static_cast<size_t>(g.n_tokens) * g.n_head * s.n_chunks;
   auto* ml = static_cast<float2*>(ws.take(parts * sizeof(float2)));
   auto* acc = static_cast<float*>(ws.take(parts * g.D * sizeof(float)));
   switch (kv_type) {
-    case QuantType::F16: launch_partial<QuantType::F16>(gq, s, ml, acc, in_launch, stream); break;
-    case QuantType::Q8_0: launch_partial<QuantType::Q8_0>(gq, s, ml, acc, in_launch, stream); break;
-    case QuantType::F32: launch_partial<QuantType::F32>(gq, s, ml, acc, in_launch, stream); break;
+    case QuantType::F16: launch_partial<QuantType::F16>(gq, s, ml, acc, stream); break;
+    case QuantType::Q8_0: launch_partial<QuantType::Q8_0>(gq, s, ml, acc, stream); break;
+    case QuantType::F32: launch_partial<QuantType::F32>(gq, s, ml, acc, stream); break;
     default: MT_CHECK_MSG(false, "attention: KV cache type must be f16, q8_0 or f32");
   }
-  if (g.counters != nullptr || (s.warps && s.n_chunks == 1)) return quantize;  // merged in the partial launch
-  launch_dependent(attn_decode_combine, dim3(static_cast<unsigned>(g.n_head), static_cast<unsigned>(g.n_tokens)),
-                   dim3(kThreads), 0, stream, ml, acc, s.n_chunks, g.n_head, g.D, g.sinks, g.out);
+  if (s.warps && s.n_chunks == 1) return quantize;  // the output written by the partial launch
+  attn_decode_combine<<<dim3(static_cast<unsigned>(g.n_head), static_cast<unsigned>(g.n_tokens)), kThreads, 0, stream>>>(
+      ml, acc, s.n_chunks, g.n_head, g.D, g.sinks, g.out);
   MT_CUDA_CHECK_LAUNCH();
   return false;
 }

@@ -1,8 +1,8 @@
 // Internal to cuda/ops_attention_decode.cu and ops_attention_warps.cu: the split-K decode
 // attention's shared pieces (see ops_attention_decode.cu's overview): the CTA shape and
 // chunk limits, a row's vector loads, the chunk span a query sees, the merge of a head's
-// chunks (merge_stats / merge_element, and the last CTA's fused merge), and the warps
-// kernel's launcher (ops_attention_warps.cu).
+// chunks (merge_stats / merge_element), and the warps kernel's launcher
+// (ops_attention_warps.cu).
 #pragma once
 
 #include <cuda_fp16.h>
@@ -77,8 +77,7 @@ __device__ __forceinline__ void kv_load_n(const uint8_t* row, int e, float* out)
 // One (token, head)'s merge statistics over its n_chunks partials from ml + base: (M, 1 /
 // L), M the largest m of a chunk with l > 0 (and the head's sink logit), L = sum_c l_c
 // e^(m_c - M) in chunk order, plus e^(sink - M) (a sink is a chunk of one key whose value
-// is zero; -inf: no sink). Partials are read past L1: in the fused merge other CTAs wrote
-// them.
+// is zero; -inf: no sink). Partials are read past L1 (another launch wrote them).
 __device__ __forceinline__ float2 merge_stats(const float2* ml, int64_t base, int n_chunks, float sink) {
   float M = sink;
   for (int c = 0; c < n_chunks; ++c) {
@@ -105,38 +104,6 @@ __device__ __forceinline__ float merge_element(const float2* ml, const float* ac
   return __fmul_rn(a, st.y);
 }
 
-// The fused merge, called by every thread of a partial CTA after its partials are
-// written: the CTA's count on counters[blockIdx.z * gridDim.y + blockIdx.y] (its token and
-// head group) after a fence; the CTA that counts the group's n_chunks-th merges heads h0
-// .. h0 + n_heads - 1 (n_heads <= kGB) of token t into g.out and resets the counter.
-__device__ __forceinline__ void merge_if_last(const AttnGeom& g, const float2* ml, const float* acc, int n_chunks,
-                                              int t, int h0, int n_heads) {
-  __shared__ bool last;
-  __shared__ float2 stats[kGB];
-  // One chunk (single_chunk_max): this CTA is the group's only one; the barrier makes its
-  // partials visible to its own threads, no fence or count needed.
-  const bool alone = n_chunks == 1;
-  if (!alone) __threadfence();  // this thread's partials are visible device-wide before the CTA is counted
-  __syncthreads();
-  uint32_t* counter = g.counters + static_cast<int64_t>(blockIdx.z) * gridDim.y + blockIdx.y;
-  if (threadIdx.x == 0) last = alone || atomicAdd(counter, 1u) == static_cast<uint32_t>(n_chunks - 1);
-  __syncthreads();
-  if (!last) return;  // uniform over the CTA
-  if (!alone) __threadfence();  // the other CTAs' partials are seen after their counts
-  const int64_t base0 = (static_cast<int64_t>(t) * g.n_head + h0) * n_chunks;
-  if (threadIdx.x < n_heads) {
-    const float sink = g.sinks != nullptr ? g.sinks[h0 + threadIdx.x] : -INFINITY;
-    stats[threadIdx.x] = merge_stats(ml, base0 + static_cast<int64_t>(threadIdx.x) * n_chunks, n_chunks, sink);
-  }
-  __syncthreads();
-  for (int idx = threadIdx.x; idx < n_heads * g.D; idx += kThreads) {
-    const int i = idx / g.D, e = idx % g.D;
-    g.out[(static_cast<int64_t>(t) * g.n_head + h0 + i) * g.D + e] =
-        merge_element(ml, acc, base0 + static_cast<int64_t>(i) * n_chunks, n_chunks, g.D, e, stats[i]);
-  }
-  if (threadIdx.x == 0 && !alone) *counter = 0;
-}
-
 // Positions query t sees: [0, pos0 + t + 1), pos0 read on the device when the step is a
 // replayed graph (then the split was sized for n_kv_cap; more positions than its chunks
 // cover is a broken invariant).
@@ -160,19 +127,10 @@ __device__ __forceinline__ ChunkSpan chunk_span(const AttnGeom& g, uint32_t n_kv
   return {jb, jb < j1 ? static_cast<int>(j1 - jb) : 0};
 }
 
-
-// The warps kernel's prep in its launch (AttentionArgs::prep): one token, D <= kThreads.
-struct InLaunchPrep {
-  const AttnPrepArgs* a = nullptr;  // null: none
-  float theta_scale = 1.0f;
-  bool early = false;
-};
-
 // The warps kernel (ops_attention_warps.cu) over grid (n_chunks, n_head, n_tokens), head_dim
-// 64, 128 or 256 (the prep forms: 64 and 128), g.warp_lanes its form; partials in
-// attn_decode_grouped's layout, one chunk: the output itself.
+// 64, 128 or 256, g.warp_lanes its form; partials in attn_decode_grouped's layout, one
+// chunk: the output itself.
 template <QuantType KV>
-void launch_warps(const AttnGeom& g, int chunk_len, int n_chunks, float2* ml, float* acc, const InLaunchPrep& prep,
-                  cudaStream_t stream);
+void launch_warps(const AttnGeom& g, int chunk_len, int n_chunks, float2* ml, float* acc, cudaStream_t stream);
 
 }  // namespace mt::cuda::detail::decode

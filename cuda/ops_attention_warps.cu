@@ -2,8 +2,7 @@
 // (chunk, query head, token), each warp an online-softmax decoder over its positions, the
 // four warps merged in shared memory; one chunk writes the normalised output itself (and,
 // AttnGeom::qs set, its rows quantized for the output projection). Its lanes form scores
-// 32 positions per warp at once, a lane per position; its prep form (AttentionArgs::prep)
-// preps the token's heads and new K / V rows in the same launch.
+// 32 positions per warp at once, a lane per position.
 #include <cuda_fp16.h>
 
 #include <cmath>
@@ -13,9 +12,7 @@
 #include "cuda/act_quant.cuh"
 #include "cuda/check.h"
 #include "cuda/ops_attention_decode.cuh"
-#include "cuda/ops_device.cuh"
 #include "cuda/ops_reduce.cuh"
-#include "cuda/pdl.h"
 
 namespace mt::cuda::detail::decode {
 namespace {
@@ -69,72 +66,6 @@ __device__ __forceinline__ void quantize_head_out(const AttnGeom& g, int t, int 
   }
 }
 
-// The prep in the warps kernel's launch (AttentionArgs::prep; one token, head_dim D <=
-// kThreads): thread e takes element e as attn_prep_kernel does (bias, head_norm_rope,
-// the cache's rounding), for query head h into q_out (D floats) and, has_new (this
-// chunk holds the token's position pos), for KV head kvh's new K and V rows into k_new /
-// v_new (the head's slice of a cache row, in the cache's bytes), also stored into the
-// cache where `store`. Every thread of the CTA calls it; it ends with a barrier.
-template <QuantType KV, int D>
-__device__ __forceinline__ void prep_in_launch(const AttnPrepArgs& a, float theta_scale, bool early, int h, int kvh,
-                                               uint32_t pos, bool has_new, bool store, float* q_out, uint8_t* k_new,
-                                               uint8_t* v_new, float* head_sh, double* scratch) {
-  static_assert(D <= kThreads, "a thread per element");
-  const int e = threadIdx.x;
-  const bool live = e < D;
-  const RopeArgs rope{a.n_rot, theta_scale, a.freq_scale, a.attn_factor, a.yarn_ext,
-                      a.yarn_lo, a.yarn_hi, a.yarn_mscale, a.neox};
-  float v = 0.0f;
-  if (live) {
-    v = a.q_src[h * D + e];
-    if (a.bq != nullptr) v += a.bq[h * D + e];
-  }
-  v = head_norm_rope(v, e, D, a.q_norm, a.eps, &rope, pos, head_sh, scratch, early);
-  if (live) q_out[e] = v;
-  if (has_new) {  // uniform over the CTA
-    for (int kind = 0; kind < 2; ++kind) {
-      const bool is_k = kind == 0;
-      const float* src = is_k ? a.k_src : a.v_src;
-      const float* bias = is_k ? a.bk : a.bv;
-      float x = 0.0f;
-      if (live) {
-        x = src[kvh * D + e];
-        if (bias != nullptr) x += bias[kvh * D + e];
-      }
-      x = head_norm_rope(x, e, D, is_k ? a.k_norm : nullptr, a.eps, is_k ? &rope : nullptr, pos, head_sh, scratch, early);
-      uint8_t* row_sh = is_k ? k_new : v_new;  // the KV head's slice of the row
-      uint8_t* row_g = store ? (is_k ? a.k_cache : a.v_cache) + static_cast<uint64_t>(pos) * a.row_bytes +
-                                   static_cast<uint64_t>(kvh) * (KV == QuantType::Q8_0 ? D / 32 * 34 : D * (KV == QuantType::F32 ? 4 : 2))
-                             : nullptr;
-      if constexpr (KV == QuantType::F16) {
-        if (live) {
-          const __half hv = __float2half_rn(x);
-          reinterpret_cast<__half*>(row_sh)[e] = hv;
-          if (row_g != nullptr) reinterpret_cast<__half*>(row_g)[e] = hv;
-        }
-      } else if constexpr (KV == QuantType::F32) {
-        if (live) {
-          reinterpret_cast<float*>(row_sh)[e] = x;
-          if (row_g != nullptr) reinterpret_cast<float*>(row_g)[e] = x;
-        }
-      } else {  // Q8_0: a warp per 32-element block (D a multiple of 32: whole warps)
-        if (live) {
-          float d;
-          const int q = q8_0_code(x, &d);
-          const int off = (e / 32) * 34;
-          if ((e & 31) == 0) *reinterpret_cast<__half*>(row_sh + off) = __float2half_rn(d);
-          row_sh[off + 2 + (e & 31)] = static_cast<uint8_t>(static_cast<int8_t>(q));
-          if (row_g != nullptr) {
-            if ((e & 31) == 0) *reinterpret_cast<__half*>(row_g + off) = __float2half_rn(d);
-            row_g[off + 2 + (e & 31)] = static_cast<uint8_t>(static_cast<int8_t>(q));
-          }
-        }
-      }
-    }
-  }
-  __syncthreads();
-}
-
 // One round of kLanes: lane l's score of position row (its whole head slice, q from
 // shared memory), in eight partial sums.
 template <QuantType KV, int D>
@@ -166,23 +97,13 @@ __device__ __forceinline__ float lane_score(const uint8_t* row, const float4* q_
 // round's scores need one max and one sum reduction instead of a warp sum per position;
 // the values then go as before, each position's p shuffled from its lane. Chunks of at
 // most 32 positions keep the plain form.
-// kPrep (AttentionArgs::prep, one token, D <= kThreads): the CTA preps its query head and,
-// where its chunk holds the new position, its KV head's new rows first (prep_in_launch);
-// the new position's K / V rows are then read from shared memory, the others from the cache.
-template <QuantType KV, int EPL, bool kLanes, bool kPrep>
+template <QuantType KV, int EPL, bool kLanes>
 __global__ void __launch_bounds__(kThreads)
-    attn_decode_warps(AttnGeom g, int chunk_len, int n_chunks, float2* ml, float* acc, AttnPrepArgs pa,
-                      float theta_scale, bool early) {
-  pdl_start();  // (cuda/pdl.h: launched dependent)
+    attn_decode_warps(AttnGeom g, int chunk_len, int n_chunks, float2* ml, float* acc) {
   constexpr int D = 32 * EPL;
-  constexpr int kRowBytes = KV == QuantType::Q8_0 ? D / 32 * 34 : D * (KV == QuantType::F32 ? 4 : 2);
   __shared__ float o_sh[kWarps][D];
   __shared__ float2 ml_sh[kWarps];
   __shared__ float4 q_sh4[kLanes ? D / 4 : 1];
-  __shared__ __align__(16) float q_prep[kPrep ? D : 1];
-  __shared__ __align__(16) uint8_t kv_new[2][kPrep ? kRowBytes : 1];  // the new position's K and V head rows
-  __shared__ float head_sh[kPrep ? D : 1];
-  __shared__ double scratch_d[kPrep ? 32 : 1];
   const int c = blockIdx.x, h = blockIdx.y, t = blockIdx.z;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int64_t part = (static_cast<int64_t>(t) * g.n_head + h) * n_chunks + c;
@@ -190,29 +111,15 @@ __global__ void __launch_bounds__(kThreads)
   const ChunkSpan span = chunk_span(g, n_kv, c, chunk_len);
   if (span.len == 0) {  // uniform over the block, before any barrier (n_chunks > 1 only)
     if (tid == 0) ml[part] = make_float2(-INFINITY, 0.0f);
-    if (g.counters != nullptr) merge_if_last(g, ml, acc, n_chunks, t, h, 1);
     return;
   }
   const int kvh = h / g.group;
   const float* q_row = g.q + (static_cast<int64_t>(t) * g.n_head + h) * D;
   const uint8_t* k_base = g.k + kvh * g.head_bytes + static_cast<uint64_t>(span.jb) * g.row_bytes;
   const uint8_t* v_base = g.v + kvh * g.head_bytes + static_cast<uint64_t>(span.jb) * g.row_bytes;
-  int new_j = -1;  // kPrep: the new position's index in the chunk (-1: not in it)
-  if constexpr (kPrep) {
-    const uint32_t pos = n_kv - 1;  // the token's position (one token)
-    const bool has_new = pos >= span.jb && pos < span.jb + static_cast<uint32_t>(span.len);
-    new_j = has_new ? static_cast<int>(pos - span.jb) : -1;
-    prep_in_launch<KV, D>(pa, theta_scale, early, h, kvh, pos, has_new, has_new && h % g.group == 0, q_prep, kv_new[0],
-                          kv_new[1], head_sh, scratch_d);
-    q_row = q_prep;
-  }
-  // Row j of the chunk (kPrep: the new position's from shared memory).
-  auto k_row = [&](int j) -> const uint8_t* {
-    return kPrep && j == new_j ? kv_new[0] : k_base + static_cast<uint64_t>(j) * g.row_bytes;
-  };
-  auto v_row = [&](int j) -> const uint8_t* {
-    return kPrep && j == new_j ? kv_new[1] : v_base + static_cast<uint64_t>(j) * g.row_bytes;
-  };
+  // Row j of the chunk.
+  auto k_row = [&](int j) -> const uint8_t* { return k_base + static_cast<uint64_t>(j) * g.row_bytes; };
+  auto v_row = [&](int j) -> const uint8_t* { return v_base + static_cast<uint64_t>(j) * g.row_bytes; };
 
   // This warp's flash decoder: running max m, sum l of e^(s - m), o = sum e^(s - m) v.
   float m = -INFINITY, l = 0.0f;
@@ -325,52 +232,33 @@ __global__ void __launch_bounds__(kThreads)
     acc[part * D + e] = a;
   }
   if (tid == 0) ml[part] = make_float2(M, L);
-  if (g.counters != nullptr) merge_if_last(g, ml, acc, n_chunks, t, h, 1);
-}
-
-template <QuantType KV, int EPL, bool kLanes>
-void launch_form(const AttnGeom& g, int chunk_len, int n_chunks, float2* ml, float* acc, const InLaunchPrep& prep,
-                 cudaStream_t stream) {
-  const dim3 grid(static_cast<unsigned>(n_chunks), static_cast<unsigned>(g.n_head), static_cast<unsigned>(g.n_tokens));
-  const AttnPrepArgs pa = prep.a != nullptr ? *prep.a : AttnPrepArgs{};
-  if constexpr (32 * EPL <= kThreads) {  // the prep forms: a thread per element
-    if (prep.a != nullptr) {
-      launch_dependent(attn_decode_warps<KV, EPL, kLanes, true>, grid, dim3(kThreads), 0, stream, g, chunk_len, n_chunks,
-                       ml, acc, pa, prep.theta_scale, prep.early);
-      return;
-    }
-  }
-  MT_CHECK_MSG(prep.a == nullptr, "attention: no in-launch prep for this head_dim");
-  launch_dependent(attn_decode_warps<KV, EPL, kLanes, false>, grid, dim3(kThreads), 0, stream, g, chunk_len, n_chunks, ml,
-                   acc, pa, prep.theta_scale, prep.early);
 }
 
 template <QuantType KV, int EPL>
-void launch_lanes(const AttnGeom& g, int chunk_len, int n_chunks, float2* ml, float* acc, const InLaunchPrep& prep,
-                  cudaStream_t stream) {
+void launch_lanes(const AttnGeom& g, int chunk_len, int n_chunks, float2* ml, float* acc, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(n_chunks), static_cast<unsigned>(g.n_head), static_cast<unsigned>(g.n_tokens));
   if (g.warp_lanes) {
-    launch_form<KV, EPL, true>(g, chunk_len, n_chunks, ml, acc, prep, stream);
+    attn_decode_warps<KV, EPL, true><<<grid, kThreads, 0, stream>>>(g, chunk_len, n_chunks, ml, acc);
   } else {
-    launch_form<KV, EPL, false>(g, chunk_len, n_chunks, ml, acc, prep, stream);
+    attn_decode_warps<KV, EPL, false><<<grid, kThreads, 0, stream>>>(g, chunk_len, n_chunks, ml, acc);
   }
 }
 
 }  // namespace
 
 template <QuantType KV>
-void launch_warps(const AttnGeom& g, int chunk_len, int n_chunks, float2* ml, float* acc, const InLaunchPrep& prep,
-                  cudaStream_t stream) {
+void launch_warps(const AttnGeom& g, int chunk_len, int n_chunks, float2* ml, float* acc, cudaStream_t stream) {
   switch (g.D) {
-    case 64: launch_lanes<KV, 2>(g, chunk_len, n_chunks, ml, acc, prep, stream); break;
-    case 128: launch_lanes<KV, 4>(g, chunk_len, n_chunks, ml, acc, prep, stream); break;
-    case 256: launch_lanes<KV, 8>(g, chunk_len, n_chunks, ml, acc, prep, stream); break;
+    case 64: launch_lanes<KV, 2>(g, chunk_len, n_chunks, ml, acc, stream); break;
+    case 128: launch_lanes<KV, 4>(g, chunk_len, n_chunks, ml, acc, stream); break;
+    case 256: launch_lanes<KV, 8>(g, chunk_len, n_chunks, ml, acc, stream); break;
     default: MT_CHECK_MSG(false, "attention: no warps kernel for this head_dim");
   }
   MT_CUDA_CHECK_LAUNCH();
 }
 
-template void launch_warps<QuantType::F16>(const AttnGeom&, int, int, float2*, float*, const InLaunchPrep&, cudaStream_t);
-template void launch_warps<QuantType::Q8_0>(const AttnGeom&, int, int, float2*, float*, const InLaunchPrep&, cudaStream_t);
-template void launch_warps<QuantType::F32>(const AttnGeom&, int, int, float2*, float*, const InLaunchPrep&, cudaStream_t);
+template void launch_warps<QuantType::F16>(const AttnGeom&, int, int, float2*, float*, cudaStream_t);
+template void launch_warps<QuantType::Q8_0>(const AttnGeom&, int, int, float2*, float*, cudaStream_t);
+template void launch_warps<QuantType::F32>(const AttnGeom&, int, int, float2*, float*, cudaStream_t);
 
 }  // namespace mt::cuda::detail::decode

@@ -11,10 +11,8 @@
 
 #include "core/check.h"
 #include "cuda/act_quant.cuh"
-#include "cuda/env_switch.h"
 #include "cuda/ops.h"
 #include "cuda/ops_device.cuh"
-#include "cuda/pdl.h"
 #include "cuda/ops_reduce.cuh"
 
 namespace mt::cuda {
@@ -29,17 +27,6 @@ constexpr int kWideElems = 4;        // elements per thread a wide CTA aims at
 constexpr int kMaxWideRow = 8192;    // floats of a row a wide CTA stages in shared memory (32 KiB)
 
 using act_detail::silu;  // the one SwiGLU definition (cuda/act_quant.cuh)
-
-// MOETIER_CUDA_EARLY_LOADS (default on; =0 off): the decode norms' weights (the wide row
-// norm's, attn_prep's q / k norms') and attn_prep's RoPE angles read / computed before
-// the kernels' reductions instead of after them. The same bytes either way.
-EnvSwitch g_early("MOETIER_CUDA_EARLY_LOADS", true);
-// MOETIER_CUDA_NORM_BATCH (default on; =0 off): the wide norm's combine loads issued
-// together (add_rms_norm_quant_kernel's `batch`); the same bytes either way (CudaFused.*
-// checks it against the narrow kernel byte for byte). qwen3-30b-a3b tg128 on the H200
-// (2026-12-03): q4_k_m 371.9 / 367.6 vs 364.2 / 360.5 t/s, q4_0 400.1 / 404.6 vs 389.6 /
-// 394.3; docs/PERFORMANCE.md.
-EnvSwitch g_batch("MOETIER_CUDA_NORM_BATCH", true);
 
 // One block per row: x += y, then out = rms_norm(x) * w as rms_norm_kernel computes it.
 __global__ void add_rms_norm_kernel(float* x, const float* y, const float* w, float eps, int n, float* out) {
@@ -63,7 +50,7 @@ __global__ void add_rms_norm_kernel(float* x, const float* y, const float* w, fl
   }
 }
 
-// add_rms_norm_quant_kernel's first pass with `batch` (below): x += (the MoE combine of
+// add_rms_norm_quant_kernel's first pass when wide (below): x += (the MoE combine of
 // the row's experts, or y) for this thread's elements tid + j * blockDim.x (j < kPer),
 // into x and row_sh; the loads of kGroup experts' rows (and weights) for all its elements
 // issued before their sums, which are the kernel's loop's operations in its order.
@@ -122,16 +109,16 @@ __device__ __forceinline__ void combine_wide_batched(float* __restrict__ xw, con
 // rows, blockDim up to kWideThreads so more warps load each row): the row's sums are
 // staged in shared memory and added by the first kRowThreads threads in that order (the
 // other warps contribute +0), so both widths write the same bytes.
-// kPer (wide): a thread's elements at most (tid + j * blockDim.x, j < kPer). `batch`
-// (wide, MOETIER_CUDA_NORM_BATCH): combine_wide_batched, the combine's loads of four (kPer
-// 8: two) experts' rows for all of a thread's elements issued together before their sums
-// (the plain loop waited on one element's experts before the next element's loads: eight
-// L2 round trips in a row for eight experts at four elements per thread); the same bytes.
+// kPer (wide): a thread's elements at most (tid + j * blockDim.x, j < kPer). Wide, the
+// first pass is combine_wide_batched: the combine's loads of four (kPer 8: two) experts'
+// rows for all of a thread's elements issued together before their sums (a plain loop
+// waits on one element's experts before the next element's loads: eight L2 round trips
+// in a row for eight experts at four elements per thread; measured 2-3% slower in the
+// decode step, docs/PERFORMANCE.md); the same bytes.
 template <bool kWide, int kPer>
 __global__ void __launch_bounds__(kWide ? kWideThreads : kRowThreads)
     add_rms_norm_quant_kernel(float* x, const float* y, MoeCombineIn c, const float* w, float eps, int n, float* out,
-                              ActQuant mode, int8_t* qs, uint2* meta, bool early, bool batch) {
-  pdl_start();  // (cuda/pdl.h: launched dependent)
+                              ActQuant mode, int8_t* qs, uint2* meta) {
   extern __shared__ float row_sh[];  // (n)
   __shared__ double scratch[32];
   __shared__ float scratch_f[32];
@@ -140,14 +127,14 @@ __global__ void __launch_bounds__(kWide ? kWideThreads : kRowThreads)
   float* xr = x + r * n;
   const float* yr = y != nullptr ? y + r * n : nullptr;
   float* orow = out + r * n;
-  // Wide, `early`: the norm weights this thread scales by, loaded first. In a decode step
+  // Wide: the norm weights this thread scales by, loaded first. In a decode step
   // they come from HBM (the step's weight stream evicts them from L2); read after the
   // square sum, that latency followed the reduction, read here it hides behind the
   // combine's loads. The same values either way.
   constexpr int kEarly = kWide ? kPer : 1;  // elements per wide thread at most
   float w_early[kEarly];
   if constexpr (kWide) {
-    if (early && w != nullptr) {
+    if (w != nullptr) {
 #pragma unroll
       for (int k = 0; k < kEarly; ++k) {
         const int i = tid + k * static_cast<int>(blockDim.x);
@@ -172,7 +159,7 @@ __global__ void __launch_bounds__(kWide ? kWideThreads : kRowThreads)
   const float* __restrict__ ya = yr;
   float* __restrict__ xw = xr;
   double sum = 0.0;
-  if (kWide && batch) {
+  if constexpr (kWide) {
     combine_wide_batched<kPer>(xw, ya, c, dd, dsh, cw, gate, r, n, row_sh);
   } else {
 #pragma unroll 4
@@ -184,12 +171,8 @@ __global__ void __launch_bounds__(kWide ? kWideThreads : kRowThreads)
       }
       const float v = dd != nullptr ? xw[i] + yv : (ya != nullptr ? xw[i] + ya[i] : xw[i]);
       xw[i] = v;
-      if constexpr (kWide) {
-        row_sh[i] = v;
-      } else {
-        const double vd = v;
-        sum += vd * vd;
-      }
+      const double vd = v;
+      sum += vd * vd;
     }
   }
   if constexpr (kWide) {
@@ -204,7 +187,7 @@ __global__ void __launch_bounds__(kWide ? kWideThreads : kRowThreads)
   sum = detail::block_sum(sum, scratch);  // its barriers: every read of row_sh above is done
   const float mean = static_cast<float>(sum / static_cast<double>(n));
   const float scale = 1.0f / sqrtf(mean + eps);
-  if (kWide && early && w != nullptr) {
+  if (kWide && w != nullptr) {
 #pragma unroll
     for (int k = 0; k < kEarly; ++k) {
       const int i = tid + k * static_cast<int>(blockDim.x);
@@ -243,8 +226,7 @@ __global__ void __launch_bounds__(kWide ? kWideThreads : kRowThreads)
 
 // Grid (n_head + 2 * n_head_kv, n_tokens), one thread per element of a head (blockDim a
 // multiple of 32 >= D). Block y = token t, x = a q head, a k head or a v head.
-__global__ void attn_prep_kernel(AttnPrepArgs a, float theta_scale, bool early) {
-  pdl_start();  // (cuda/pdl.h: launched dependent)
+__global__ void attn_prep_kernel(AttnPrepArgs a, float theta_scale) {
   __shared__ double scratch[32];
   __shared__ float head_sh[kMaxHead];
   const int t = blockIdx.y, e = threadIdx.x, D = a.head_dim;
@@ -263,7 +245,8 @@ __global__ void attn_prep_kernel(AttnPrepArgs a, float theta_scale, bool early) 
   const float* norm_w = is_q ? a.q_norm : (is_k ? a.k_norm : nullptr);
   const detail::RopeArgs rope{a.n_rot, theta_scale, a.freq_scale, a.attn_factor, a.yarn_ext,
                               a.yarn_lo, a.yarn_hi, a.yarn_mscale, a.neox};
-  v = detail::head_norm_rope(v, e, D, norm_w, a.eps, is_q || is_k ? &rope : nullptr, pos, head_sh, scratch, early);
+  v = detail::head_norm_rope(v, e, D, norm_w, a.eps, is_q || is_k ? &rope : nullptr, pos, head_sh, scratch,
+                             /*early=*/true);
   if (is_q) {
     if (live) a.q_out[(static_cast<int64_t>(t) * a.n_head + h) * D + e] = v;
     return;
@@ -341,19 +324,16 @@ void launch_row_norm(float* x, const float* y, const MoeCombineIn& c, const floa
                      float* out, ActQuant mode, int8_t* qs, uint2* meta, cudaStream_t stream) {
   const size_t smem = static_cast<size_t>(n) * sizeof(float);
   const int threads = wide_row_threads(rows, n);
-  const bool early = g_early.on(), batch = g_batch.on();
   if (threads > kRowThreads) {
     // elements per thread: <= 4 while n <= 4 * threads (n <= 4096), else <= 8 (n <= kMaxWideRow)
     if (n <= 4 * threads) {
-      launch_dependent(add_rms_norm_quant_kernel<true, 4>, dim3(rows), dim3(threads), smem, stream, x, y, c, w, eps, n, out, mode,
-                       qs, meta, early, batch);
+      add_rms_norm_quant_kernel<true, 4><<<rows, threads, smem, stream>>>(x, y, c, w, eps, n, out, mode, qs, meta);
     } else {
-      launch_dependent(add_rms_norm_quant_kernel<true, kMaxWideRow / kWideThreads>, dim3(rows), dim3(threads), smem, stream, x,
-                       y, c, w, eps, n, out, mode, qs, meta, early, batch);
+      add_rms_norm_quant_kernel<true, kMaxWideRow / kWideThreads><<<rows, threads, smem, stream>>>(x, y, c, w, eps, n, out,
+                                                                                                 mode, qs, meta);
     }
   } else {
-    launch_dependent(add_rms_norm_quant_kernel<false, 1>, dim3(rows), dim3(kRowThreads), smem, stream, x, y, c, w, eps, n, out,
-                     mode, qs, meta, early, batch);
+    add_rms_norm_quant_kernel<false, 1><<<rows, kRowThreads, smem, stream>>>(x, y, c, w, eps, n, out, mode, qs, meta);
   }
   MT_CUDA_CHECK_LAUNCH();
 }
@@ -412,24 +392,17 @@ bool add_rms_norm_quant_supports(int n, ActQuant mode) {
   return n >= 256 && n <= kMaxFusedRow && n % (mode == ActQuant::kQ8_K ? 256 : 32) == 0;
 }
 
-float attn_prep_theta_scale(const AttnPrepArgs& a) {
+void attn_prep(const AttnPrepArgs& a, cudaStream_t stream) {
   MT_CHECK(a.n_tokens >= 0 && a.n_head > 0 && a.n_head_kv > 0);
   MT_CHECK(a.head_dim > 0 && a.head_dim <= kMaxHead && a.n_rot >= 0 && a.n_rot <= a.head_dim && a.n_rot % 2 == 0);
   MT_CHECK(a.kv_type == QuantType::F16 || a.kv_type == QuantType::F32 ||
            (a.kv_type == QuantType::Q8_0 && a.head_dim % 32 == 0));
   // The CPU's float expression (model/attention.cpp rope_angles), as rope() takes it.
-  return a.n_rot > 0 ? std::pow(a.freq_base, -2.0f / static_cast<float>(a.n_rot)) : 1.0f;
-}
-
-bool early_loads_on() { return g_early.on(); }
-void set_norm_batch(bool on) { g_batch.set(on); }
-
-void attn_prep(const AttnPrepArgs& a, cudaStream_t stream) {
-  const float theta_scale = attn_prep_theta_scale(a);
+  const float theta_scale = a.n_rot > 0 ? std::pow(a.freq_base, -2.0f / static_cast<float>(a.n_rot)) : 1.0f;
   if (a.n_tokens == 0) return;
   const int threads = (a.head_dim + 31) / 32 * 32;
   const dim3 grid(static_cast<unsigned>(a.n_head + 2 * a.n_head_kv), static_cast<unsigned>(a.n_tokens));
-  launch_dependent(attn_prep_kernel, grid, dim3(threads), 0, stream, a, theta_scale, g_early.on());
+  attn_prep_kernel<<<grid, threads, 0, stream>>>(a, theta_scale);
   MT_CUDA_CHECK_LAUNCH();
 }
 

@@ -100,15 +100,13 @@ bool attention(const AttentionArgs& a, Workspace& ws, cudaStream_t stream) {
   detail::AttnGeom g{a.q,      a.k_cache, a.v_cache,           a.kv_row_bytes, *head_bytes,
                            a.n_tokens, a.n_head,  a.n_head / a.n_head_kv, a.head_dim,    a.pos0,
                            1.0f / std::sqrt(static_cast<float>(a.head_dim)), a.out, a.pos_dev, a.n_kv_cap,
-                           a.decode_counters, a.window, a.sinks};
-  g.single_chunk_max = a.single_chunk_max;
+                           a.window, a.sinks};
   g.warp_max = a.warp_max;
   g.warp_lanes = a.warp_lanes;
   g.qs = a.quant_qs, g.qmeta = a.quant_meta, g.qmode = a.quant_mode, g.qcounters = a.quant_counters;
   MT_CHECK_MSG(a.pos_dev == nullptr || a.n_tokens <= detail::kAttnDecodeMaxTokens,
                "attention: a position read on the device is for decode batches only");
-  if (a.n_tokens <= detail::kAttnDecodeMaxTokens) return detail::attention_decode(a.kv_type, g, ws, stream, a.prep);
-  if (a.prep != nullptr) attn_prep(*a.prep, stream);
+  if (a.n_tokens <= detail::kAttnDecodeMaxTokens) return detail::attention_decode(a.kv_type, g, ws, stream);
   detail::attention_prefill(a.kv_type, g, stream);
   return false;
 }

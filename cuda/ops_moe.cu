@@ -1,27 +1,19 @@
-// The MoE element work on the device (cuda/ops.h): router softmax + top-k, SwiGLU, the
-// weighted combine of the experts' rows, and the decode step's router product fused with
-// its top-k.
+// The MoE element work on the device (cuda/ops.h): router softmax + top-k, SwiGLU and the
+// weighted combine of the experts' rows.
 //
 // router_topk: one warp per token, its probabilities (n_expert <= 512) in shared memory,
 // lane l owning experts l, l + 32, ...: every lane reads and writes only its own entries,
 // so the warp needs no barrier. K rounds of a warp arg-max (ties: lower id) pick the
 // ranks; the exp is taken in double and rounded to float (the correctly rounded value
 // the CPU's std::exp(float) gives in all but rare cases), the sum in double as the CPU.
-// router_fused: a CTA per logits row computes it as matmul's split float product does
-// (cuda/mmvq_float.cuh split_row, the same code), counts itself done on a device counter
-// after a fence, and the CTA that counts last routes every token with router_topk's warp
-// routine: the bytes of matmul + router_topk, in one launch.
 // moe_combine: one block per token, the sum in rank order with explicitly rounded
 // multiply and add (no FMA contraction), as model/ffn.cpp's loop.
 #include <climits>
 #include <cmath>
 
 #include "core/check.h"
-#include "cuda/dispatch.h"
-#include "cuda/env_switch.h"
-#include "cuda/mmvq_float.cuh"
+#include "cuda/check.h"
 #include "cuda/ops.h"
-#include "cuda/pdl.h"
 #include "cuda/ops_reduce.cuh"
 #include "cuda/ops_topk.cuh"
 
@@ -31,8 +23,6 @@ namespace {
 constexpr int kRouterWarps = 4;  // tokens per block
 constexpr int kMaxExperts = 512;
 constexpr int kMaxTopK = 32;     // rank r's weight lives in lane r
-constexpr int kFusedWarps = mmvq_detail::kSplitThreads / 32;  // router_fused: tokens routed by its last CTA
-static_assert(kFusedWarps >= kMmvqMaxTokens, "router_fused routes a token per warp of one CTA");
 
 // logits (T, n_expert) -> ids, weights (T, K); PER > 0: the probabilities in registers
 // (n_expert <= 32 * PER: topk_warp_regs, the same bytes), 0: in shared memory.
@@ -40,7 +30,6 @@ template <int PER>
 __global__ void __launch_bounds__(kRouterWarps * 32)
     router_topk_kernel(const float* logits, int n_tokens, int n_expert, int K, bool renormalize, int32_t* ids,
                        float* weights) {
-  pdl_start();  // (cuda/pdl.h: launched dependent)
   const int warp = threadIdx.x >> 5;
   const int t = blockIdx.x * kRouterWarps + warp;
   if (t >= n_tokens) return;  // the whole warp: the kernel has no block barrier
@@ -52,29 +41,6 @@ __global__ void __launch_bounds__(kRouterWarps * 32)
     detail::topk_warp(logits + static_cast<int64_t>(t) * n_expert, probs[warp], n_expert, K, renormalize,
                       ids + static_cast<int64_t>(t) * K, weights + static_cast<int64_t>(t) * K);
   }
-}
-
-// Grid (n_expert), kSplitThreads: CTA e computes logit e of each of the NT tokens (p.y =
-// logits (NT, n_expert), p.x = the rows), then the last CTA to finish routes token t with
-// warp t and puts the counter back to zero for the next launch.
-template <class W, int NT>
-__global__ void __launch_bounds__(mmvq_detail::kSplitThreads)
-    router_fused_kernel(const MmvqArgs p, int K, bool renormalize, int32_t* ids, float* weights, uint32_t* counter) {
-  __shared__ float probs[NT][kMaxExperts];
-  __shared__ bool last;
-  mmvq_detail::split_row<W, NT>(p, blockIdx.x);
-  __threadfence();  // this CTA's logits are visible device-wide before it is counted
-  __syncthreads();
-  if (threadIdx.x == 0) last = atomicAdd(counter, 1u) == gridDim.x - 1;
-  __syncthreads();
-  if (!last) return;  // uniform over the CTA
-  __threadfence();    // every other CTA's logits are seen after its count
-  const int warp = threadIdx.x >> 5;
-  if (warp < NT) {
-    detail::topk_warp(p.y + static_cast<int64_t>(warp) * p.n_out, probs[warp], static_cast<int>(p.n_out), K, renormalize,
-              ids + static_cast<int64_t>(warp) * K, weights + static_cast<int64_t>(warp) * K);
-  }
-  if (threadIdx.x == 0) *counter = 0;
 }
 
 __device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
@@ -115,68 +81,19 @@ void router_topk(const float* logits, int n_tokens, int n_expert, int K, bool re
   MT_CHECK(K > 0 && K <= n_expert && K <= kMaxTopK);
   if (n_tokens <= 0) return;
   const int blocks = (n_tokens + kRouterWarps - 1) / kRouterWarps;
-  // Registers for up to 256 experts (MOETIER_CUDA_TOPK_SMEM=1: shared memory always).
-  static EnvSwitch smem_switch("MOETIER_CUDA_TOPK_SMEM");
-  const bool regs = !smem_switch.on();
+  // The probabilities in registers up to 256 experts, in shared memory above.
   auto launch = [&](auto kernel) {
-    launch_dependent(kernel, dim3(blocks), dim3(kRouterWarps * 32), 0, stream, logits, n_tokens, n_expert, K,
-                     renormalize, ids, weights);
+    kernel<<<blocks, kRouterWarps * 32, 0, stream>>>(logits, n_tokens, n_expert, K, renormalize, ids, weights);
   };
-  if (regs && n_expert <= 64) {
+  if (n_expert <= 64) {
     launch(router_topk_kernel<2>);
-  } else if (regs && n_expert <= 128) {
+  } else if (n_expert <= 128) {
     launch(router_topk_kernel<4>);
-  } else if (regs && n_expert <= 256) {
+  } else if (n_expert <= 256) {
     launch(router_topk_kernel<8>);
   } else {
     launch(router_topk_kernel<0>);
   }
-  MT_CUDA_CHECK_LAUNCH();
-}
-
-bool router_fused_supports(const DeviceMatrix& w, const RouterFusedArgs& a) {
-  const bool float_type = w.type == QuantType::F32 || w.type == QuantType::F16 || w.type == QuantType::BF16;
-  if (!float_type || w.data == nullptr || a.x == nullptr || a.counter == nullptr) return false;
-  // Where matmul(w, 0, x, T, ...) takes mmvq's split float form (cuda/mmvq.cpp, mmvq_float.cu).
-  const uint64_t bits = reinterpret_cast<uintptr_t>(w.data) | w.row_bytes | (w.n_mat > 1 ? w.matrix_bytes : 0);
-  const bool vec = bits % 16 == 0 && w.n_in > 0 && w.n_in % 8 == 0 && reinterpret_cast<uintptr_t>(a.x) % 16 == 0;
-  return vec && a.n_tokens >= 1 && a.n_tokens <= kMmvqMaxTokens &&
-         a.n_tokens <= mmvq_max_tokens(current_sm(), w.type, false) && w.n_out > 0 && w.n_out <= kMaxExperts &&
-         w.n_out <= mmvq_detail::kSplitMaxRows && a.K > 0 && a.K <= w.n_out && a.K <= kMaxTopK;
-}
-
-void router_fused(const DeviceMatrix& w, const RouterFusedArgs& a, cudaStream_t stream) {
-  MT_CHECK_MSG(router_fused_supports(w, a), "router_fused: unsupported router (check router_fused_supports)");
-  MmvqArgs p;
-  p.w = w.data;
-  p.row_bytes = w.row_bytes;
-  p.matrix_bytes = w.matrix_bytes;
-  p.n_mat = w.n_mat;
-  p.n_in = static_cast<int>(w.n_in);
-  p.n_out = w.n_out;
-  p.n_tokens = a.n_tokens;
-  p.x = a.x;
-  p.x_aligned16 = true;
-  p.y = a.logits;
-  p.align = 16;
-  const unsigned grid = static_cast<unsigned>(w.n_out);
-  constexpr int kThreads = mmvq_detail::kSplitThreads;
-  mmvq_detail::with_tokens(a.n_tokens, [&](auto nt) {
-    constexpr int NT = decltype(nt)::value;
-    switch (w.type) {
-      case QuantType::F32:
-        router_fused_kernel<WeightF32, NT><<<grid, kThreads, 0, stream>>>(p, a.K, a.renormalize, a.ids, a.weights,
-                                                                         a.counter);
-        break;
-      case QuantType::F16:
-        router_fused_kernel<WeightF16, NT><<<grid, kThreads, 0, stream>>>(p, a.K, a.renormalize, a.ids, a.weights,
-                                                                         a.counter);
-        break;
-      default:
-        router_fused_kernel<WeightBF16, NT><<<grid, kThreads, 0, stream>>>(p, a.K, a.renormalize, a.ids, a.weights,
-                                                                          a.counter);
-    }
-  });
   MT_CUDA_CHECK_LAUNCH();
 }
 

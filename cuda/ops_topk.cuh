@@ -1,7 +1,7 @@
-// The softmax top-k of one token's router logits by one warp, shared by the router
-// kernels (cuda/ops_moe.cu) and the persistent decode step (cuda/decode_persistent.cu), so
-// both pick the same experts with the same weights: K rounds of a warp arg-max over the
-// probabilities (ties: lower id), renormalized by their sum in rank order if asked.
+// The softmax top-k of one token's router logits by one warp, for the router kernel
+// (cuda/ops_moe.cu): K rounds of a warp arg-max over the probabilities (ties: lower id),
+// renormalized by their sum in rank order if asked; the probabilities in shared memory
+// (topk_warp) or, up to 256 experts, in registers (topk_warp_regs, the same bytes).
 #pragma once
 
 #include <cuda_runtime.h>

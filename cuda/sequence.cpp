@@ -7,8 +7,6 @@
 
 #include "core/log.h"
 #include "cuda/check.h"
-#include "cuda/env_switch.h"
-#include "cuda/pdl.h"
 
 namespace mt::cuda::detail {
 
@@ -41,44 +39,14 @@ CudaSequence::CudaSequence(CudaModel::Impl& m, uint32_t n_ctx, QuantType kv_type
     alloc_tiering_buffers();  // (while graphs_ says whether the pinned step buffers exist)
     graphs_ = false;          // a hybrid step waits for its routing on the host: segment graphs at most
   }
-  // The decode fusions of the router (product + top-k) and of the attention merge are off
-  // unless asked for (=1): measured on the H200 (qwen3-30b-a3b q4_k_m tg128) the merge
-  // fused into the partial kernels cost 7% (282.5 vs 303.2 t/s) and the fused router
-  // gained nothing (303.2 vs 305.5 with both off); docs/PERFORMANCE.md.
-  auto env_on = [](const char* name) { return EnvSwitch(name).on(); };            // =1 turns it on
-  auto env_not_off = [](const char* name) { return EnvSwitch(name, true).on(); };  // =0 turns it off
-  (void)pdl_on();  // the switch and the device's level read once, before any graph capture
-  fused_router_ = env_on("MOETIER_CUDA_FUSED_ROUTER");
-  fused_attention_merge_ = env_on("MOETIER_CUDA_FUSED_ATTN");
-  single_chunk_attention_ = env_on("MOETIER_CUDA_ATTN_SINGLE");  // measured slower (286 vs 302 t/s): off
-  // The warps kernel's lanes form (on; =0 off): measured faster from 64 positions on (128:
-  // 7.4 vs 13.0 us, 1024: 16.1 vs 27.4), and it keeps the plain form for chunks of <= 32.
-  warp_attention_lanes_ = env_not_off("MOETIER_CUDA_ATTN_LANES");
-  // wo's activation rows quantized by the decode attention's CTAs (one launch fewer per
-  // layer where the warps kernel runs in one chunk); =0: a quantize launch before wo.
-  attention_quant_ = env_not_off("MOETIER_CUDA_ATTN_QUANT");
-  // MOETIER_CUDA_ATTN_PREP=1: the decode token's q / k / v prep in the warps attention's
-  // launch (AttentionArgs prep; one launch fewer per layer). Off: measured slower on the
-  // H200 (qwen3-30b-a3b tg128 q4_k_m 349.3 / 349.9 vs 355.7 / 358.8 t/s, q4_0 390.0 / 390.7
-  // vs 390.5 / 396.2: each CTA's serial prep, three barrier-separated head norms, sits
-  // before its first K / V load); docs/PERFORMANCE.md.
-  attention_prep_ = env_on("MOETIER_CUDA_ATTN_PREP");
-  // MOETIER_CUDA_GU_QUANT=1: the SwiGLU rows and their quantization made by the routed
-  // gate|up product's CTAs (GuQuant; one launch fewer per MoE layer; the same bytes). Off:
-  // measured slower on the H200 (qwen3-30b-a3b tg128, 2026-12-03: q4_k_m 351.7 / 347.3 vs
-  // 364.2 / 360.5 t/s, q4_0 384.1 / 380.2 vs 389.6 / 394.3): every CTA's fence and count,
-  // and the block's last CTA's tail, cost more than the launch; docs/PERFORMANCE.md.
-  gu_quant_ = env_on("MOETIER_CUDA_GU_QUANT");
-  // Decode attention by the warps kernel up to 4096 positions (without the lanes form: up
-  // to 256 and from 1025; see sequence_attention.cpp); MOETIER_CUDA_ATTN_WARP_MAX=n moves
-  // the top (0: the grouped kernel always).
+  // Decode attention by the warps kernel up to 4096 positions (see sequence_attention.cpp);
+  // MOETIER_CUDA_ATTN_WARP_MAX=n moves the top (0: the grouped kernel always).
   if (const char* wm = std::getenv("MOETIER_CUDA_ATTN_WARP_MAX"); wm != nullptr) {
     warp_attention_max_ = static_cast<uint32_t>(std::max(0, std::atoi(wm)));
   }
   if (const char* ub = std::getenv("MOETIER_CUDA_UBATCH"); ub != nullptr && std::atoi(ub) > 0) {
     micro_batch_ = static_cast<uint32_t>(std::atoi(ub));
   }
-  persistent_.reset(make_persistent());  // (after the pinned step buffers and the caches)
   // MLA: the per-head ids of the largest micro-batch, once (a captured graph reads them).
   if (m.hp.mla) build_mla_ids(std::max({micro_batch_, CudaModel::kStreamMicroBatch, static_cast<uint32_t>(kMmvqMaxTokens)}));
 }
@@ -123,11 +91,10 @@ Status CudaSequence::feed(std::span<const int32_t> tokens, bool all_logits, std:
     const uint32_t n = std::min(micro, T - c0);
     const bool last = c0 + n == T;
     const uint32_t rows = all_logits ? n : (last ? 1 : 0);
-    // One decode token: the persistent step (routing traced there too), else a graph.
+    // One decode token (untraced): a graph replay.
     const bool one = n == 1 && rows == 1;
-    const bool done = one && (eval_token_persistent(tokens[c0], logits, trace) ||
-                              (trace == nullptr && (eval_token_graph(tokens[c0], logits) ||
-                                                    eval_token_hybrid_graph(tokens[c0], logits))));
+    const bool done = one && trace == nullptr &&
+                      (eval_token_graph(tokens[c0], logits) || eval_token_hybrid_graph(tokens[c0], logits));
     if (!done) {
       eval_chunk(tokens.subspan(c0, n), rows, logits, trace);
     }
@@ -196,11 +163,6 @@ void CudaSequence::eval_chunk(std::span<const int32_t> tokens, uint32_t rows, st
   collect_device_times();
   timer_.step_done(step.T);
 }
-
-// One decode token by replaying the graph of its span of positions: the step's
-// launches captured once (token id and position read from step_dev_, copied there from
-// pinned memory by the graph's first node) and replayed unchanged at every position
-
 
 // One decode token by replaying the graph of its span of positions: the step's
 // launches captured once (token id and position read from step_dev_, copied there from

@@ -34,11 +34,9 @@ struct CudaModel::Impl {
   HParams hp;
   const ArchInfo* arch = nullptr;
   DeviceWeights w;
-  // The decode step's completion counters, zero between launches (each launch leaves them
-  // zero): router_fused's (1) and the fused decode attention merge's (kAttnDecodeCounters).
-  DeviceBuffer router_counter, decode_counters;
-  DeviceBuffer attn_quant_counters;  // (kAttnDecodeCounters) AttentionArgs quant_counters, zeroed
-  DeviceBuffer gu_quant_counters;    // (n_expert_used, n_ff_exp / 32) GuQuant counters, zeroed
+  // (kAttnDecodeCounters) AttentionArgs quant_counters: zero between launches (each launch
+  // leaves them zero).
+  DeviceBuffer attn_quant_counters;
   const Model* host = nullptr;       // the host model (its CPU experts and thread pool)
   bool experts_on_host = false;      // CudaOptions::experts_on_host
   CudaTiering* tiering = nullptr;    // set_tiering(); required when experts_on_host
@@ -119,15 +117,6 @@ class CudaSequence final : public Evaluator {
   bool eval_token_graph(int32_t token, std::vector<float>* logits);
   // The last position (+ 1) of the span of kGraphSpan positions a decode graph at pos_ serves.
   uint32_t graph_cap() const { return std::min(n_ctx_, (pos_ / kGraphSpan + 1) * kGraphSpan); }
-
-  // sequence_persistent.cpp: MOETIER_CUDA_PERSISTENT=1, a decode token in one cooperative
-  // launch (cuda/decode_persistent.h); null when off or out of the kernel's scope.
-  struct Persistent;
-  struct PersistentDeleter {
-    void operator()(Persistent* p) const;
-  };
-  Persistent* make_persistent();
-  bool eval_token_persistent(int32_t token, std::vector<float>* logits, Trace* trace);
 
   // sequence_step.cpp
   void enqueue(const Step& st);
@@ -267,24 +256,11 @@ class CudaSequence final : public Evaluator {
     HybridPart part;
   };
   PendingCpu pending_;
-  bool fused_router_ = false;           // MOETIER_CUDA_FUSED_ROUTER=1: router product and top-k in one launch
-  bool fused_attention_merge_ = false;  // MOETIER_CUDA_FUSED_ATTN=1: decode attention merge in the partials
-  bool single_chunk_attention_ = false; // MOETIER_CUDA_ATTN_SINGLE=1: short contexts in one chunk, one launch (slower)
   // Decode attention over at most this many positions (the graph's n_kv_cap) by the warps
-  // kernel (AttentionArgs warp_max; in its lanes form faster than the grouped kernel at
-  // every length measured, 8 to 4096 positions); MOETIER_CUDA_ATTN_WARP_MAX=n sets it, 0:
-  // never. Without the lanes form the grouped kernel takes 257 to 1024 positions, where it
-  // measured faster than the plain warps kernel.
-  static constexpr uint32_t kWarpAttnOneChunk = 256, kWarpAttnGroupedUpTo = 1024;
+  // kernel in its lanes form (AttentionArgs warp_max, warp_lanes; faster than the grouped
+  // kernel at every length measured, 8 to 4096 positions); MOETIER_CUDA_ATTN_WARP_MAX=n
+  // sets it, 0: never.
   uint32_t warp_attention_max_ = 4096;
-  bool attention_quant_ = true;   // MOETIER_CUDA_ATTN_QUANT (=0 off): wo's activation rows quantized by the attention
-  bool attention_prep_ = false;  // MOETIER_CUDA_ATTN_PREP=1: attn_prep done by attention() (AttentionArgs prep; slower)
-  // MOETIER_CUDA_GU_QUANT=1: a decode token's routed gate|up product writes the down
-  // product's quantized SwiGLU rows itself (cuda/matmul.h matmul_experts_gu_quant; slower).
-  bool gu_quant_ = false;
-  bool warp_attention_lanes_ = true;  // MOETIER_CUDA_ATTN_LANES (=0 off): AttentionArgs warp_lanes
-  static constexpr uint32_t kAttnSingleChunkMax = 256;
-  std::unique_ptr<Persistent, PersistentDeleter> persistent_;
 };
 
 }  // namespace detail

@@ -88,7 +88,7 @@ void CudaSequence::attention_layer(Pass& p, const DevLayer& L, uint32_t l, const
   pa.kv_type = kv_type_;
   pa.row_bytes = kv_row_bytes_;
   stage(p, "attn prep");
-  if (!attention_prep_) attn_prep(pa, s);  // (else attention() does it, in its own launch where it can)
+  attn_prep(pa, s);
   stage(p, "attention");
   AttentionArgs aa;
   aa.q = p.q;
@@ -106,26 +106,16 @@ void CudaSequence::attention_layer(Pass& p, const DevLayer& L, uint32_t l, const
   aa.n_kv_cap = p.st->graph_n_kv_cap;
   aa.window = hp.is_swa(l) ? hp.n_swa : 0u;
   aa.sinks = L.sinks;
-  aa.prep = attention_prep_ ? &pa : nullptr;
-  // MOETIER_CUDA_ATTN_SINGLE=1: a short context (<= 256 positions, the graph's span for a
-  // decode step) in one chunk per head group, merged by its own CTA: one launch.
-  const uint32_t n_kv_bound = p.pos_dev != nullptr ? p.st->graph_n_kv_cap : pos_ + T;
-  // The warps kernel where it measured faster (moetier_cuda_attention --decode, H200,
-  // 2026-12-03; docs/PERFORMANCE.md): in its lanes form at every length up to 4096 (512:
-  // 15.6 vs 21.2 us, 4096: 28.5 vs 43.8); in its plain form up to 256 positions and past
-  // 1024, the grouped kernel between (512: 21.2 vs 26.8).
-  const bool warps = warp_attention_lanes_ || n_kv_bound <= kWarpAttnOneChunk || n_kv_bound > kWarpAttnGroupedUpTo;
-  aa.warp_max = warps ? warp_attention_max_ : 0;
-  aa.warp_lanes = warp_attention_lanes_;
-  const bool single = single_chunk_attention_ && n_kv_bound <= kAttnSingleChunkMax;
-  if (static_cast<int64_t>(Ti) * aa.n_head <= kAttnDecodeCounters) {  // the decode merge in the partial launch
-    aa.decode_counters = fused_attention_merge_ || single ? m_.decode_counters.as<uint32_t>() : nullptr;
-    aa.single_chunk_max = single ? kAttnSingleChunkMax : 0;
-  }
+  // The warps kernel in its lanes form where it measured faster (moetier_cuda_attention
+  // --decode, H200, 2026-12-03; docs/PERFORMANCE.md): at every length up to 4096 (512:
+  // 15.6 vs 21.2 us, 4096: 28.5 vs 43.8).
+  aa.warp_max = warp_attention_max_;
+  aa.warp_lanes = true;
   // wo's activation rows quantized by the attention's CTAs (where its one-chunk warps
-  // kernel runs) when nothing changes them between and wo's product reads quantized rows.
+  // kernel runs) when nothing changes them between and wo's product reads quantized rows
+  // (one launch fewer per layer; a quantize launch before wo measured 0.7-1.3% slower).
   ActRows att{p.att, Ti};
-  const bool quant_wo = attention_quant_ && !L.q_gated && G == 0 && T <= static_cast<uint32_t>(kMmvqMaxTokens) &&
+  const bool quant_wo = !L.q_gated && G == 0 && T <= static_cast<uint32_t>(kMmvqMaxTokens) &&
                         quantizes_activations(L.wo.type) && L.wo.n_in == Q;
   if (quant_wo) {
     att.mode = act_quant_for(L.wo.type);

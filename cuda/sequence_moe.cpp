@@ -17,10 +17,7 @@ void CudaSequence::moe_layer(Pass& p, const DevLayer& L, uint32_t l, const ActRo
   const int Ti = p.Ti;
   const int E = static_cast<int>(hp.n_embd), K = static_cast<int>(hp.n_expert_used), X = static_cast<int>(hp.n_expert);
   const int ff = static_cast<int>(L.up_exps.n_out);
-  stage(p, "router");  // decode: the product and the top-k in one launch (unless a segment graph did)
-  RouterFusedArgs ra;
-  ra.x = p.h, ra.n_tokens = Ti, ra.K = K, ra.renormalize = arch.renormalize_topk;
-  ra.logits = p.probs, ra.ids = p.sel, ra.weights = p.wts, ra.counter = m_.router_counter.as<uint32_t>();
+  stage(p, "router");  // (unless a segment graph launched it)
   const bool plain = hp.gating == ExpertGating::kSoftmax && hp.expert_weights_scale == 1.0f && hp.n_expert_groups <= 1 &&
                      L.exp_probs_b == nullptr && L.router_b == nullptr && hp.renormalize == arch.renormalize_topk;
   if (p.replay) {
@@ -36,8 +33,6 @@ void CudaSequence::moe_layer(Pass& p, const DevLayer& L, uint32_t l, const ActRo
     rm.softmax_selected = hp.gating == ExpertGating::kSoftmaxOfSelected;
     rm.logit_bias = L.router_b;
     router_route(p.probs, Ti, X, K, rm, L.exp_probs_b, p.sel, p.wts, s);
-  } else if (fused_router_ && T <= static_cast<uint32_t>(kMmvqMaxTokens) && router_fused_supports(L.router, ra)) {
-    router_fused(L.router, ra, s);
   } else {
     mm(L.router, p.h, Ti, p.probs);
     stage(p, "router top-k");
@@ -94,26 +89,9 @@ void CudaSequence::moe_layer(Pass& p, const DevLayer& L, uint32_t l, const ActRo
     const bool oai = L.swiglu_oai;  // gpt-oss: per-expert biases and the clamped SwiGLU
     const bool quant_down = !oai && T <= static_cast<uint32_t>(kMmvqMaxTokens) && quantizes_activations(dt) &&
                             swiglu_pairs_quant_supports(ff, act_quant_for(dt));
-    // One token: the down product's CTAs make their SwiGLU row themselves (no launch between).
-    const bool swiglu_in_down = !oai && T == 1 && shape.gate_up.data != nullptr && matmul_experts_swiglu_fits(shape.down, K);
-    // Resident, one token (MOETIER_CUDA_GU_QUANT=1): the gate|up product's CTAs make the
-    // quantized SwiGLU rows themselves (GuQuant), no launch between it and the down product.
-    const bool gu_quant = gu_quant_ && quant_down && !swiglu_in_down && m_.tiering == nullptr && n_sets == 1 &&
-                          T == 1 && shape.gate_up.data != nullptr && static_cast<uint32_t>(ff) <= hp.n_ff_exp &&
-                          matmul_experts_gu_quant_fits(shape.gate_up, hx, K, act_quant_for(dt));
-    if (gu_quant) {
-      act.quantized = true;
-      act.mode = act_quant_for(dt);
-      act.qs = p.uq;
-      act.meta = p.um;
-      GuQuant g;
-      g.act = p.u, g.qs = p.uq, g.meta = p.um, g.mode = act.mode, g.counters = m_.gu_quant_counters.as<uint32_t>();
-      matmul_experts_gu_quant(sets[0].m.gate_up, sets[0].ids, K, hx, p.gu, g, s);
-    } else if (shape.gate_up.data != nullptr) {
+    if (shape.gate_up.data != nullptr) {
       for (int i = 0; i < n_sets; ++i) mm_experts(sets[i].m.gate_up, sets[i].ids, K, hx, p.gu);
-      if (swiglu_in_down) {
-        // (p.gu is the down product's input)
-      } else if (oai) {  // every slot's bias by its expert (the CPU's rows are replaced later)
+      if (oai) {  // every slot's bias by its expert (the CPU's rows are replaced later)
         add_expert_bias(p.gu, slots, ff, 2 * ff, p.sel, L.gate_exps_b, s);
         add_expert_bias(p.gu + ff, slots, ff, 2 * ff, p.sel, L.up_exps_b, s);
         swiglu_oai_pairs(p.gu, slots, ff, p.u, s);
@@ -140,13 +118,7 @@ void CudaSequence::moe_layer(Pass& p, const DevLayer& L, uint32_t l, const ActRo
       }
     }
     stage(p, "experts down");
-    for (int i = 0; i < n_sets; ++i) {
-      if (swiglu_in_down) {
-        matmul_experts_swiglu(sets[i].m.down, sets[i].ids, K, p.gu, p.d, s);
-      } else {
-        mm_experts(sets[i].m.down, sets[i].ids, K, act, p.d, /*per_slot=*/true);
-      }
-    }
+    for (int i = 0; i < n_sets; ++i) mm_experts(sets[i].m.down, sets[i].ids, K, act, p.d, /*per_slot=*/true);
     if (oai) add_expert_bias(p.d, slots, E, E, p.sel, L.down_exps_b, s);
   }
   if (cpu_part.staged_buf >= 0) m_.tiering->cache->release_staged(cpu_part.staged_buf, s);

@@ -3,7 +3,7 @@
 // rows; add_rms_norm_quant = add_rms_norm + quantize_act; swiglu_pairs_quant =
 // swiglu_pairs + quantize_act; moe_combine_add_rms_norm = moe_combine + add_rms_norm(_quant).
 // The row kernels' wide CTAs (a decode step's <= 8 rows) write the bytes of their 256-thread
-// CTAs; router_fused = matmul + router_topk (graph replays included). And the model: decode
+// CTAs. And the model: decode
 // through the replayed CUDA graph equals plain launches over 300 tokens (crossing a graph
 // span), for two architectures. The Gated DeltaNet decode launch (delta_rule_gated) equals
 // gdn_gates + delta_rule + gated_rms_norm within the reordering of one double sum. The
@@ -192,184 +192,82 @@ float* rows_at(const DeviceBuffer& b, int r0, int width) { return b.as<float>() 
 
 // A batch of 12 rows takes the 256-thread CTAs, the same rows as decode-sized calls (8 and
 // 4 rows) the wide ones: every output byte-equal, for each row kernel.
-// (The wide form with MOETIER_CUDA_NORM_BATCH off and on: 4 and 8 elements per thread,
-// expert counts that fill their load groups and ones that do not.)
+// (The wide form at 4 and 8 elements per thread, expert counts that fill their load groups
+// and ones that do not.)
 TEST(CudaFused, WideRowKernelsEqualTheNarrowOnes) {
   MT_SKIP_WITHOUT_DEVICE();
   std::mt19937 rng(10);
   const int rows = 12;
   const int pieces[2][2] = {{0, 8}, {8, 4}};  // (first row, rows) of the decode-sized calls
   const float eps = 1e-6f;
-  for (bool batch : {false, true}) {
-    set_norm_batch(batch);
-    SCOPED_TRACE(testing::Message() << "batch " << batch);
-    for (int n : {1280, 2048, 3000, 4096, 6144}) {
-      SCOPED_TRACE(testing::Message() << "n " << n);
-      const size_t size = static_cast<size_t>(rows) * n;
-      const std::vector<float> x = randn(size, rng, 2.0f), y = randn(size, rng), w = randn(n, rng);
-      DeviceBuffer dy = to_device(y), dw = to_device(w);
-      {  // add_rms_norm
-        DeviceBuffer x1 = to_device(x), x2 = to_device(x), o1(size * sizeof(float)), o2(size * sizeof(float));
-        add_rms_norm(x1.as<float>(), dy.as<float>(), dw.as<float>(), eps, rows, n, o1.as<float>(), nullptr);
-        for (const auto& p : pieces) {
-          add_rms_norm(rows_at(x2, p[0], n), rows_at(dy, p[0], n), dw.as<float>(), eps, p[1], n, rows_at(o2, p[0], n),
-                       nullptr);
-        }
-        EXPECT_TRUE(same_bytes(to_host<float>(x1, size), to_host<float>(x2, size))) << "add_rms_norm x";
-        EXPECT_TRUE(same_bytes(to_host<float>(o1, size), to_host<float>(o2, size))) << "add_rms_norm out";
+  for (int n : {1280, 2048, 3000, 4096, 6144}) {
+    SCOPED_TRACE(testing::Message() << "n " << n);
+    const size_t size = static_cast<size_t>(rows) * n;
+    const std::vector<float> x = randn(size, rng, 2.0f), y = randn(size, rng), w = randn(n, rng);
+    DeviceBuffer dy = to_device(y), dw = to_device(w);
+    {  // add_rms_norm
+      DeviceBuffer x1 = to_device(x), x2 = to_device(x), o1(size * sizeof(float)), o2(size * sizeof(float));
+      add_rms_norm(x1.as<float>(), dy.as<float>(), dw.as<float>(), eps, rows, n, o1.as<float>(), nullptr);
+      for (const auto& p : pieces) {
+        add_rms_norm(rows_at(x2, p[0], n), rows_at(dy, p[0], n), dw.as<float>(), eps, p[1], n, rows_at(o2, p[0], n),
+                     nullptr);
       }
-      for (ActQuant mode : {ActQuant::kQ8_K, ActQuant::kQ8_0}) {  // add_rms_norm_quant
-        if (!add_rms_norm_quant_supports(n, mode)) continue;
-        SCOPED_TRACE(testing::Message() << "mode " << static_cast<int>(mode));
-        DeviceBuffer x1 = to_device(x), x2 = to_device(x), o1(size * sizeof(float)), o2(size * sizeof(float));
+      EXPECT_TRUE(same_bytes(to_host<float>(x1, size), to_host<float>(x2, size))) << "add_rms_norm x";
+      EXPECT_TRUE(same_bytes(to_host<float>(o1, size), to_host<float>(o2, size))) << "add_rms_norm out";
+    }
+    for (ActQuant mode : {ActQuant::kQ8_K, ActQuant::kQ8_0}) {  // add_rms_norm_quant
+      if (!add_rms_norm_quant_supports(n, mode)) continue;
+      SCOPED_TRACE(testing::Message() << "mode " << static_cast<int>(mode));
+      DeviceBuffer x1 = to_device(x), x2 = to_device(x), o1(size * sizeof(float)), o2(size * sizeof(float));
+      DeviceBuffer q1(size), q2(size), m1(size / 32 * 8), m2(size / 32 * 8);
+      add_rms_norm_quant(x1.as<float>(), dy.as<float>(), dw.as<float>(), eps, rows, n, o1.as<float>(), mode,
+                         q1.as<int8_t>(), m1.as<uint2>(), nullptr);
+      for (const auto& p : pieces) {
+        const size_t at = static_cast<size_t>(p[0]) * n;
+        add_rms_norm_quant(rows_at(x2, p[0], n), rows_at(dy, p[0], n), dw.as<float>(), eps, p[1], n,
+                           rows_at(o2, p[0], n), mode, q2.as<int8_t>() + at, m2.as<uint2>() + at / 32, nullptr);
+      }
+      EXPECT_TRUE(same_bytes(to_host<float>(x1, size), to_host<float>(x2, size))) << "x";
+      EXPECT_TRUE(same_bytes(to_host<float>(o1, size), to_host<float>(o2, size))) << "normed rows";
+      EXPECT_TRUE(same_bytes(to_host<int8_t>(q1, size), to_host<int8_t>(q2, size))) << "quants";
+      EXPECT_TRUE(same_bytes(to_host<uint2>(m1, size / 32), to_host<uint2>(m2, size / 32))) << "meta";
+    }
+  }
+  // moe_combine_add_rms_norm: no shared expert, gated shared, ungated shared; quantized or not.
+  for (const auto& [n, K] : {std::pair{2048, 8}, std::pair{6144, 6}, std::pair{2048, 10}}) {
+    SCOPED_TRACE(testing::Message() << "combine n " << n << " K " << K);
+    const size_t size = static_cast<size_t>(rows) * n;
+    const std::vector<float> d = randn(size * K, rng), wts = randn(static_cast<size_t>(rows) * K, rng);
+    const std::vector<float> dsh = randn(size, rng), gate = randn(n, rng, 0.05f), w = randn(n, rng);
+    const std::vector<float> x = randn(size, rng, 2.0f), h = randn(size, rng);
+    DeviceBuffer dd = to_device(d), dwt = to_device(wts), dds = to_device(dsh), dg = to_device(gate), dn = to_device(w);
+    for (int variant = 0; variant < 3; ++variant) {
+      for (bool quantize : {false, true}) {
+        SCOPED_TRACE(testing::Message() << "combine variant " << variant << " quantize " << quantize);
+        DeviceBuffer x1 = to_device(x), x2 = to_device(x), h1 = to_device(h), h2 = to_device(h);
         DeviceBuffer q1(size), q2(size), m1(size / 32 * 8), m2(size / 32 * 8);
-        add_rms_norm_quant(x1.as<float>(), dy.as<float>(), dw.as<float>(), eps, rows, n, o1.as<float>(), mode,
-                           q1.as<int8_t>(), m1.as<uint2>(), nullptr);
-        for (const auto& p : pieces) {
-          const size_t at = static_cast<size_t>(p[0]) * n;
-          add_rms_norm_quant(rows_at(x2, p[0], n), rows_at(dy, p[0], n), dw.as<float>(), eps, p[1], n,
-                             rows_at(o2, p[0], n), mode, q2.as<int8_t>() + at, m2.as<uint2>() + at / 32, nullptr);
-        }
+        auto combine = [&](int r0, int count, const DeviceBuffer& xb, const DeviceBuffer& hb, const DeviceBuffer& qb,
+                           const DeviceBuffer& mb) {
+          const size_t at = static_cast<size_t>(r0) * n;
+          MoeCombineIn c;
+          c.d = dd.as<float>() + at * K, c.weights = dwt.as<float>() + static_cast<size_t>(r0) * K, c.K = K;
+          c.d_sh = variant > 0 ? dds.as<float>() + at : nullptr;
+          c.gate_inp = variant == 1 ? dg.as<float>() : nullptr;
+          c.h = rows_at(hb, r0, n);
+          moe_combine_add_rms_norm(c, rows_at(xb, r0, n), dn.as<float>(), eps, count, n, rows_at(hb, r0, n), quantize,
+                                   ActQuant::kQ8_K, qb.as<int8_t>() + at, mb.as<uint2>() + at / 32, nullptr);
+        };
+        combine(0, rows, x1, h1, q1, m1);
+        for (const auto& p : pieces) combine(p[0], p[1], x2, h2, q2, m2);
         EXPECT_TRUE(same_bytes(to_host<float>(x1, size), to_host<float>(x2, size))) << "x";
-        EXPECT_TRUE(same_bytes(to_host<float>(o1, size), to_host<float>(o2, size))) << "normed rows";
-        EXPECT_TRUE(same_bytes(to_host<int8_t>(q1, size), to_host<int8_t>(q2, size))) << "quants";
-        EXPECT_TRUE(same_bytes(to_host<uint2>(m1, size / 32), to_host<uint2>(m2, size / 32))) << "meta";
-      }
-    }
-    // moe_combine_add_rms_norm: no shared expert, gated shared, ungated shared; quantized or not.
-    for (const auto& [n, K] : {std::pair{2048, 8}, std::pair{6144, 6}, std::pair{2048, 10}}) {
-      SCOPED_TRACE(testing::Message() << "combine n " << n << " K " << K);
-      const size_t size = static_cast<size_t>(rows) * n;
-      const std::vector<float> d = randn(size * K, rng), wts = randn(static_cast<size_t>(rows) * K, rng);
-      const std::vector<float> dsh = randn(size, rng), gate = randn(n, rng, 0.05f), w = randn(n, rng);
-      const std::vector<float> x = randn(size, rng, 2.0f), h = randn(size, rng);
-      DeviceBuffer dd = to_device(d), dwt = to_device(wts), dds = to_device(dsh), dg = to_device(gate), dn = to_device(w);
-      for (int variant = 0; variant < 3; ++variant) {
-        for (bool quantize : {false, true}) {
-          SCOPED_TRACE(testing::Message() << "combine variant " << variant << " quantize " << quantize);
-          DeviceBuffer x1 = to_device(x), x2 = to_device(x), h1 = to_device(h), h2 = to_device(h);
-          DeviceBuffer q1(size), q2(size), m1(size / 32 * 8), m2(size / 32 * 8);
-          auto combine = [&](int r0, int count, const DeviceBuffer& xb, const DeviceBuffer& hb, const DeviceBuffer& qb,
-                             const DeviceBuffer& mb) {
-            const size_t at = static_cast<size_t>(r0) * n;
-            MoeCombineIn c;
-            c.d = dd.as<float>() + at * K, c.weights = dwt.as<float>() + static_cast<size_t>(r0) * K, c.K = K;
-            c.d_sh = variant > 0 ? dds.as<float>() + at : nullptr;
-            c.gate_inp = variant == 1 ? dg.as<float>() : nullptr;
-            c.h = rows_at(hb, r0, n);
-            moe_combine_add_rms_norm(c, rows_at(xb, r0, n), dn.as<float>(), eps, count, n, rows_at(hb, r0, n), quantize,
-                                     ActQuant::kQ8_K, qb.as<int8_t>() + at, mb.as<uint2>() + at / 32, nullptr);
-          };
-          combine(0, rows, x1, h1, q1, m1);
-          for (const auto& p : pieces) combine(p[0], p[1], x2, h2, q2, m2);
-          EXPECT_TRUE(same_bytes(to_host<float>(x1, size), to_host<float>(x2, size))) << "x";
-          EXPECT_TRUE(same_bytes(to_host<float>(h1, size), to_host<float>(h2, size))) << "h";
-          if (quantize) {
-            EXPECT_TRUE(same_bytes(to_host<int8_t>(q1, size), to_host<int8_t>(q2, size))) << "quants";
-            EXPECT_TRUE(same_bytes(to_host<uint2>(m1, size / 32), to_host<uint2>(m2, size / 32))) << "meta";
-          }
+        EXPECT_TRUE(same_bytes(to_host<float>(h1, size), to_host<float>(h2, size))) << "h";
+        if (quantize) {
+          EXPECT_TRUE(same_bytes(to_host<int8_t>(q1, size), to_host<int8_t>(q2, size))) << "quants";
+          EXPECT_TRUE(same_bytes(to_host<uint2>(m1, size / 32), to_host<uint2>(m2, size / 32))) << "meta";
         }
       }
     }
   }
-  set_norm_batch(true);  // the default back
-}
-
-// A (n_out, n_in) float matrix of `type` on the device, from random weights.
-struct TestMatrix {
-  DeviceBuffer bytes;
-  DeviceMatrix m;
-};
-TestMatrix float_matrix(QuantType type, int n_out, int n_in, std::mt19937& rng) {
-  const std::vector<float> w = randn(static_cast<size_t>(n_out) * n_in, rng, 0.05f);
-  const uint64_t rb = *row_bytes(type, static_cast<uint64_t>(n_in));
-  std::vector<uint8_t> packed(rb * n_out);
-  for (int r = 0; r < n_out; ++r) quantize_row(type, &w[static_cast<size_t>(r) * n_in], &packed[r * rb], n_in);
-  TestMatrix t{to_device(packed), {}};
-  t.m.type = type;
-  t.m.data = t.bytes.as<uint8_t>();
-  t.m.n_in = n_in, t.m.n_out = n_out, t.m.n_mat = 1;
-  t.m.row_bytes = rb, t.m.matrix_bytes = rb * n_out;
-  return t;
-}
-
-// router_fused against matmul + router_topk, byte for byte (logits, ids, weights), for
-// each float router type, 1..8 tokens (one of them all zeros: every expert tied), with and
-// without renormalizing; the one counter shared by every call, and zero after them. Then
-// the fused launch captured in a graph and replayed.
-TEST(CudaFused, RouterFusedEqualsMatmulThenTopK) {
-  MT_SKIP_WITHOUT_DEVICE();
-  std::mt19937 rng(11);
-  const int n_in = 2048;
-  DeviceBuffer counter = to_device(std::vector<uint32_t>{0});
-  for (QuantType type : {QuantType::F32, QuantType::F16, QuantType::BF16}) {
-    if (!has_quantize(type)) continue;
-    for (int X : {128, 60}) {
-      const TestMatrix w = float_matrix(type, X, n_in, rng);
-      for (int T = 1; T <= kMmvqMaxTokens; ++T) {
-        for (bool renorm : {false, true}) {
-          const int K = X == 128 ? 8 : 4;
-          SCOPED_TRACE(testing::Message() << type_name(type) << " n_expert " << X << " T " << T << " renorm "
-                                          << renorm);
-          std::vector<float> x = randn(static_cast<size_t>(T) * n_in, rng);
-          if (T >= 2) std::fill(x.begin() + n_in, x.begin() + 2 * n_in, 0.0f);
-          DeviceBuffer dx = to_device(x);
-          DeviceBuffer l1(sizeof(float) * T * X), l2(sizeof(float) * T * X);
-          DeviceBuffer i1(sizeof(int32_t) * T * K), i2(sizeof(int32_t) * T * K);
-          DeviceBuffer w1(sizeof(float) * T * K), w2(sizeof(float) * T * K);
-          Workspace ws(matmul_workspace_bytes(w.m, T, 1) + (1 << 20));
-          matmul(w.m, 0, dx.as<float>(), T, l1.as<float>(), ws, nullptr);
-          router_topk(l1.as<float>(), T, X, K, renorm, i1.as<int32_t>(), w1.as<float>(), nullptr);
-          RouterFusedArgs a;
-          a.x = dx.as<float>(), a.n_tokens = T, a.K = K, a.renormalize = renorm;
-          a.logits = l2.as<float>(), a.ids = i2.as<int32_t>(), a.weights = w2.as<float>();
-          a.counter = counter.as<uint32_t>();
-          ASSERT_TRUE(router_fused_supports(w.m, a));
-          router_fused(w.m, a, nullptr);
-          const size_t nl = static_cast<size_t>(T) * X, nk = static_cast<size_t>(T) * K;
-          EXPECT_TRUE(same_bytes(to_host<float>(l1, nl), to_host<float>(l2, nl))) << "logits";
-          EXPECT_TRUE(same_bytes(to_host<int32_t>(i1, nk), to_host<int32_t>(i2, nk))) << "ids";
-          EXPECT_TRUE(same_bytes(to_host<float>(w1, nk), to_host<float>(w2, nk))) << "weights";
-        }
-      }
-    }
-  }
-  EXPECT_EQ(to_host<uint32_t>(counter, 1)[0], 0u) << "the counter is left zero";
-
-  // Graph replays: the same launch three times, each routing a new x copied in first.
-  const TestMatrix w = float_matrix(QuantType::F32, 128, n_in, rng);
-  const int T = 2, K = 8;
-  DeviceBuffer dx(sizeof(float) * T * n_in), l2(sizeof(float) * T * 128);
-  DeviceBuffer i2(sizeof(int32_t) * T * K), w2(sizeof(float) * T * K);
-  DeviceBuffer l1(sizeof(float) * T * 128), i1(sizeof(int32_t) * T * K), w1(sizeof(float) * T * K);
-  RouterFusedArgs a;
-  a.x = dx.as<float>(), a.n_tokens = T, a.K = K, a.renormalize = true;
-  a.logits = l2.as<float>(), a.ids = i2.as<int32_t>(), a.weights = w2.as<float>();
-  a.counter = counter.as<uint32_t>();
-  cudaStream_t s = nullptr;
-  MT_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  cudaGraph_t graph = nullptr;
-  cudaGraphExec_t exec = nullptr;
-  MT_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-  router_fused(w.m, a, s);
-  MT_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
-  MT_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  Workspace ws(matmul_workspace_bytes(w.m, T, 1) + (1 << 20));
-  for (int replay = 0; replay < 3; ++replay) {
-    SCOPED_TRACE(testing::Message() << "replay " << replay);
-    const std::vector<float> x = randn(static_cast<size_t>(T) * n_in, rng);
-    MT_CUDA_CHECK(cudaMemcpy(dx.get(), x.data(), x.size() * sizeof(float), cudaMemcpyHostToDevice));
-    MT_CUDA_CHECK(cudaGraphLaunch(exec, s));
-    MT_CUDA_CHECK(cudaStreamSynchronize(s));
-    matmul(w.m, 0, dx.as<float>(), T, l1.as<float>(), ws, nullptr);
-    router_topk(l1.as<float>(), T, 128, K, true, i1.as<int32_t>(), w1.as<float>(), nullptr);
-    EXPECT_TRUE(same_bytes(to_host<float>(l1, T * 128), to_host<float>(l2, T * 128))) << "logits";
-    EXPECT_TRUE(same_bytes(to_host<int32_t>(i1, T * K), to_host<int32_t>(i2, T * K))) << "ids";
-    EXPECT_TRUE(same_bytes(to_host<float>(w1, T * K), to_host<float>(w2, T * K))) << "weights";
-  }
-  MT_CUDA_CHECK(cudaGraphExecDestroy(exec));
-  MT_CUDA_CHECK(cudaGraphDestroy(graph));
-  MT_CUDA_CHECK(cudaStreamDestroy(s));
 }
 
 TEST(CudaFused, SwigluPairsEqualsSwiglu) {

@@ -1,16 +1,12 @@
-// The MMVQ layout switches. MOETIER_CUDA_MMVQ_ROWS4 gives the default kernels' bytes:
-// one-token products of the 32-weight-task types with 4 rows per lane group (each row's
-// tasks go to the same lanes in the same order), dense and routed, with rows that do not
-// fill the last group. MOETIER_CUDA_MMVQ_WIDE16 (the default) and MOETIER_CUDA_MMVQ_WIDE:
-// short rows (fewer than 32 tasks) with a lane per task give the narrow lanes' sums in
-// another order (a narrow lane accumulates two tasks one after the other; measured on the
-// H200: bytes differ for Q6_K, Q3_K, IQ4_XS, Q4_0, Q5_0, Q8_0, IQ4_NL at 768 inputs).
+// The MMVQ layout switches. MOETIER_CUDA_MMVQ_WIDE16 (the default): short rows (fewer
+// than 16 tasks) with a lane per task give the narrow lanes' sums in another order (a
+// narrow lane accumulates two tasks one after the other; measured on the H200: bytes
+// differ for Q6_K, Q3_K, IQ4_XS at 768 inputs).
 // MOETIER_CUDA_MMVQ_SPLIT: long rows over several warps, likewise up to the order of sums.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <random>
 #include <vector>
 
@@ -28,10 +24,6 @@ using test::random_rows;
 using test::to_device;
 using test::to_host;
 using test::upload;
-
-bool same_bytes(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
 
 // max |a - b| / max |a|: the same sums in another float order stay within a few ulps of
 // the outputs' scale.
@@ -51,16 +43,6 @@ double reference_dot(const HostMatrix& m, int64_t mat, int64_t row, const std::v
   double ref = 0;
   for (int64_t i = 0; i < m.n_in; ++i) ref += static_cast<double>(w[i]) * x[static_cast<size_t>(i)];
   return ref;
-}
-
-// The lanes of short rows: narrow (both wide switches off) against up to 16 or up to 32.
-void set_narrow_or_wide16(bool on) {
-  set_mmvq_wide(false);
-  set_mmvq_wide16(on);
-}
-void set_narrow_or_wide(bool on) {
-  set_mmvq_wide16(false);
-  set_mmvq_wide(on);
 }
 
 // One token's products of matrix 1 of c with a switch off and on: [on][dense, routed]
@@ -94,32 +76,6 @@ SwitchedOutputs run_switched(const DeviceCopy& c, const std::vector<float>& x, b
   return r;
 }
 
-TEST(MmvqRows4, OneTokenProductsEqualTheTwoRowKernelsByteForByte) {
-  MT_SKIP_WITHOUT_DEVICE();
-  set_mmvq_split(0);  // (rows4 runs a row on one warp: so does the kernel it is compared with)
-  std::mt19937 rng(47);
-  for (QuantType type : {QuantType::Q4_0, QuantType::Q4_1, QuantType::Q5_0, QuantType::Q5_1, QuantType::Q8_0,
-                         QuantType::IQ4_NL, QuantType::MXFP4}) {
-    for (int64_t n_in : {int64_t{768}, int64_t{2048}}) {
-      SCOPED_TRACE(testing::Message() << type_name(type) << " n_in " << n_in);
-      const int64_t n_out = 301;  // the last lane group has one row
-      const HostMatrix m = make_matrix(type, n_in, n_out, 4, rng);
-      for (size_t offset : {size_t{0}, size_t{2}}) {  // natural alignment, and the byte-safe loads
-        const DeviceCopy c = upload(m, n_out, offset);
-        const std::vector<float> x = random_rows(4, n_in, rng);
-        const SwitchedOutputs r = run_switched(c, x, false, set_mmvq_rows4);
-        EXPECT_TRUE(same_bytes(r.out[0][0], r.out[1][0])) << "dense, offset " << offset;
-        EXPECT_TRUE(same_bytes(r.out[0][1], r.out[1][1])) << "routed, offset " << offset;
-        EXPECT_EQ(r.out[1][1][2 * n_out], 5.f);  // the skipped slot untouched
-        // Not a product of zeros: row 0 of matrix 1 against the dequantized reference, loosely.
-        const double ref = reference_dot(m, 1, 0, x);
-        EXPECT_NEAR(r.out[1][0][0], ref, 0.05 * std::fabs(ref) + 0.05);
-      }
-    }
-  }
-  set_mmvq_split(4);  // the default back
-}
-
 TEST(MmvqWide, ShortRowsEqualTheNarrowLanesUpToTheOrderOfTheirSums) {
   MT_SKIP_WITHOUT_DEVICE();
   std::mt19937 rng(53);
@@ -131,20 +87,16 @@ TEST(MmvqWide, ShortRowsEqualTheNarrowLanesUpToTheOrderOfTheirSums) {
       const HostMatrix m = make_matrix(type, n_in, n_out, 4, rng);
       const DeviceCopy c = upload(m, n_out, 0);
       const std::vector<float> x = random_rows(4, n_in, rng);
-      for (auto set : {set_narrow_or_wide16, set_narrow_or_wide}) {
-        const char* name = set == set_narrow_or_wide ? "wide" : "wide16";
-        const SwitchedOutputs r = run_switched(c, x, true, set);
-        EXPECT_LE(rel_diff(r.out[0][0], r.out[1][0]), 1e-5) << "dense, " << name;
-        EXPECT_LE(rel_diff(r.out[0][1], r.out[1][1]), 1e-5) << "routed, " << name;
-        EXPECT_EQ(r.out[1][1][2 * n_out], 5.f);  // the skipped slot untouched
-        // Not a product of zeros: row 0 of matrix 1 against the dequantized reference, loosely.
-        const double ref = reference_dot(m, 1, 0, x);
-        EXPECT_NEAR(r.out[1][0][0], ref, 0.05 * std::fabs(ref) + 0.05) << name;
-      }
+      const SwitchedOutputs r = run_switched(c, x, true, set_mmvq_wide16);
+      EXPECT_LE(rel_diff(r.out[0][0], r.out[1][0]), 1e-5) << "dense";
+      EXPECT_LE(rel_diff(r.out[0][1], r.out[1][1]), 1e-5) << "routed";
+      EXPECT_EQ(r.out[1][1][2 * n_out], 5.f);  // the skipped slot untouched
+      // Not a product of zeros: row 0 of matrix 1 against the dequantized reference, loosely.
+      const double ref = reference_dot(m, 1, 0, x);
+      EXPECT_NEAR(r.out[1][0][0], ref, 0.05 * std::fabs(ref) + 0.05);
     }
   }
-  set_mmvq_wide(false);  // the defaults back
-  set_mmvq_wide16(true);
+  set_mmvq_wide16(true);  // the default back
 }
 
 // MOETIER_CUDA_MMVQ_SPLIT: one-token rows of more than 32 tasks over 2 or 4 warps give one

@@ -1,4 +1,4 @@
-// Helpers of the MMVQ tests (mmvq_test.cpp, mmvq_prologue_test.cpp): the weight types,
+// Helpers of the MMVQ tests (mmvq_test.cpp, mmvq_layout_test.cpp): the weight types,
 // random quantized matrices with their dequantized rows, their device copies.
 #pragma once
 

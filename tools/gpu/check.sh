@@ -44,7 +44,7 @@
 #   tools/gpu/check.sh floor   (a bare machine is enough: builds in seconds) moetier_cuda_floor
 #                              alone: a kernel boundary's, a grid barrier's and a hand-off's cost
 #   tools/gpu/check.sh chain   a product's fixed cost: moetier_cuda_mmvq at 1-256 MiB (CHAIN_MIB),
-#                              dense and routed, plain and dependent launches (CHAIN_TYPES)
+#                              dense and routed (CHAIN_TYPES)
 #   tools/gpu/check.sh kprof   (after prep) each decode kernel's time from ncu, moetier vs llama-bench
 #                              (QUANTS, default q4_0; KPROF_N tokens)
 #   tools/gpu/check.sh kdetail (after prep) ncu's warp states of the decode step's small kernels
@@ -207,18 +207,15 @@ tier)
     fi
   done
   ;;
-quick)  # one fresh-machine call: the tiering and fused-kernel tests, the decode fusions A/B,
-  # and the tiered decode figures (tg only) on both router skews
+quick)  # one fresh-machine call: the tiering and fused-kernel tests, resident decode, and
+  # the tiered decode figures (tg only) on both router skews
   build
   run tier_tests ./build-gpu/mt_cuda_tests --gtest_filter='CudaTiering*:CudaFused*:CudaExpertCache*'
   grep -E "OK \]|FAILED|hit rate" "$OUT/tier_tests.log" | tail -40
   F=/tmp/q30-q4_k_m.gguf
   [ -f "$F" ] || run synth_q4_k_m $M synth --preset qwen3-30b-a3b --quant q4_k_m --fast -o "$F"
-  for ab in "1 1" "0 1" "1 0" "0 0"; do
-    set -- $ab
-    MOETIER_CUDA_FUSED_ROUTER=$1 MOETIER_CUDA_FUSED_ATTN=$2 run "tg_router$1_attn$2" $M bench -m "$F" --device cuda -p 0 -n 128 -r 3
-    tail -1 "$OUT/tg_router$1_attn$2.log"
-  done
+  run tg_resident $M bench -m "$F" --device cuda -p 0 -n 128 -r 3
+  tail -1 "$OUT/tg_resident.log"
   for skew in 0 1; do
     F=$(qfile "$skew")
     # (sync: a bench right after the synth otherwise competes with its writeback)
@@ -398,61 +395,26 @@ resab)  # issue 6 (machine warm after prep): the CUDA tests of FILTER, then full
     memcheck $MEMCHECK_ARCHS
     grep -h "ERROR SUMMARY" "$OUT"/memcheck_*.log
   fi
-  # MEMCHECK_PERSIST=1: compute-sanitizer over the persistent decode of a tiny model
-  if [ -n "${MEMCHECK_PERSIST:-}" ]; then
-    $M synth --arch qwen3moe --quant q4_k_m -o "$OUT/san-persist.gguf" >/dev/null
-    MOETIER_CUDA_PERSISTENT=1 run memcheck_persist "$SAN" --tool memcheck --error-exitcode 1 $M run \
-      -m "$OUT/san-persist.gguf" --device cuda -n 20 --temp 0
-    tail -3 "$OUT/memcheck_persist.log"
-  fi
   for q in ${QUANTS:-q4_k_m q4_0}; do
     F=/tmp/q30-$q.gguf
     [ -f "$F" ] || continue
-    # RES_VARIANTS (each run twice, alternating): base (the defaults), single
-    # (MOETIER_CUDA_ATTN_SINGLE=1), prologue (MOETIER_CUDA_MMVQ_PROLOGUE=1), fattn
-    # (MOETIER_CUDA_FUSED_ATTN=1), frouter (MOETIER_CUDA_FUSED_ROUTER=1), persist
-    # (MOETIER_CUDA_PERSISTENT=1), rows4 (MOETIER_CUDA_MMVQ_ROWS4=1), wide (MOETIER_CUDA_MMVQ_WIDE=1), wide16 (MOETIER_CUDA_MMVQ_WIDE16=1, the default), narrow (=0), pdl
-    # (MOETIER_CUDA_PDL=1), pdlwide (both), grouped (MOETIER_CUDA_ATTN_WARP_MAX=0), warp256
-    # (=256), topksmem (MOETIER_CUDA_TOPK_SMEM=1), old (grouped + topksmem),
-    # lanes (MOETIER_CUDA_ATTN_LANES=1), split2 / split4 (MOETIER_CUDA_MMVQ_SPLIT=2 / 4),
-    # late (MOETIER_CUDA_EARLY_LOADS=0), noaq (MOETIER_CUDA_ATTN_QUANT=0), noprep
-    # (MOETIER_CUDA_ATTN_PREP=0, the default), prep (=1), nolanes (MOETIER_CUDA_ATTN_LANES=0), nosplit
-    # (MOETIER_CUDA_MMVQ_SPLIT=0), batch / nobatch (MOETIER_CUDA_NORM_BATCH=1 / 0), guq
-    # (MOETIER_CUDA_GU_QUANT=1), noqk (MOETIER_CUDA_STACK_QK=0), before (the
-    # defaults of d8adba5)
+    # RES_VARIANTS (each run twice, alternating): base (the defaults), wide16
+    # (MOETIER_CUDA_MMVQ_WIDE16=1, the default), narrow (=0), grouped
+    # (MOETIER_CUDA_ATTN_WARP_MAX=0), warp256 (=256), split2 / split4 / nosplit
+    # (MOETIER_CUDA_MMVQ_SPLIT=2 / 4 / 0), noqk (MOETIER_CUDA_STACK_QK=0). (The experiments
+    # measured slower and removed in issue 26 are in docs/PERFORMANCE.md.)
     for round in 1 2; do
-      for v in ${RES_VARIANTS:-base single}; do
+      for v in ${RES_VARIANTS:-base}; do
         case $v in
           base) envs="" ;;
-          single) envs="MOETIER_CUDA_ATTN_SINGLE=1" ;;
-          prologue) envs="MOETIER_CUDA_MMVQ_PROLOGUE=1" ;;
-          fattn) envs="MOETIER_CUDA_FUSED_ATTN=1" ;;
-          frouter) envs="MOETIER_CUDA_FUSED_ROUTER=1" ;;
-          persist) envs="MOETIER_CUDA_PERSISTENT=1" ;;
-          rows4) envs="MOETIER_CUDA_MMVQ_ROWS4=1" ;;
-          wide) envs="MOETIER_CUDA_MMVQ_WIDE=1" ;;
           wide16) envs="MOETIER_CUDA_MMVQ_WIDE16=1" ;;  # the default since 2026-12-03
           narrow) envs="MOETIER_CUDA_MMVQ_WIDE16=0" ;;
-          pdl) envs="MOETIER_CUDA_PDL=1" ;;
-          pdlwide) envs="MOETIER_CUDA_PDL=1 MOETIER_CUDA_MMVQ_WIDE=1" ;;
           grouped) envs="MOETIER_CUDA_ATTN_WARP_MAX=0" ;;      # the decode attention before the warps kernel
           warp256) envs="MOETIER_CUDA_ATTN_WARP_MAX=256" ;;    # the warps kernel only in one chunk
-          topksmem) envs="MOETIER_CUDA_TOPK_SMEM=1" ;;         # the router top-k in shared memory (before)
-          lanes) envs="MOETIER_CUDA_ATTN_LANES=1" ;;            # the warps kernel's lanes form
-          old) envs="MOETIER_CUDA_ATTN_WARP_MAX=0 MOETIER_CUDA_TOPK_SMEM=1" ;;
           split2) envs="MOETIER_CUDA_MMVQ_SPLIT=2" ;;          # long one-token rows over 2 warps
-          split4) envs="MOETIER_CUDA_MMVQ_SPLIT=4" ;;          # ... over up to 4 warps
-          late) envs="MOETIER_CUDA_EARLY_LOADS=0" ;;            # the norms' weights read after their sums (before)
-          noaq) envs="MOETIER_CUDA_ATTN_QUANT=0" ;;             # wo's rows quantized by their own launch (before)
-          noprep) envs="MOETIER_CUDA_ATTN_PREP=0" ;;            # attn_prep launched before the attention (the default)
-          prep) envs="MOETIER_CUDA_ATTN_PREP=1" ;;              # attn_prep in the warps attention's launch (slower)
-          nolanes) envs="MOETIER_CUDA_ATTN_LANES=0" ;;          # the plain warps kernel (and the grouped window)
+          split4) envs="MOETIER_CUDA_MMVQ_SPLIT=4" ;;          # ... over up to 4 warps (the default)
           nosplit) envs="MOETIER_CUDA_MMVQ_SPLIT=0" ;;          # one warp per MMVQ row group
-          batch) envs="MOETIER_CUDA_NORM_BATCH=1" ;;            # the wide norm's combine loads issued together (the default since 2026-12-03)
-          nobatch) envs="MOETIER_CUDA_NORM_BATCH=0" ;;          # ... one element's loads at a time (before)
           noqk) envs="MOETIER_CUDA_STACK_QK=0" ;;               # Q, K, V three products where V's type differs (before)
-          guq) envs="MOETIER_CUDA_GU_QUANT=1" ;;                # the gate|up product makes the down product's quantized input
-          before) envs="MOETIER_CUDA_EARLY_LOADS=0 MOETIER_CUDA_ATTN_QUANT=0 MOETIER_CUDA_ATTN_PREP=0 MOETIER_CUDA_ATTN_LANES=0 MOETIER_CUDA_MMVQ_SPLIT=0" ;;  # the defaults of d8adba5
           *) echo "unknown variant $v"; envs="UNKNOWN_VARIANT=1" ;;
         esac
         # shellcheck disable=SC2086
@@ -477,17 +439,15 @@ floor)  # moetier_cuda_floor alone (it links no library of ours): launches, barr
   cat "$OUT/floor.log"
   ;;
 chain)  # a product's fixed cost: moetier_cuda_mmvq over small matrices (the decode step's
-  # products are 1-16 MiB), dense and routed, launched plain and dependent (MOETIER_CUDA_PDL)
+  # products are 1-16 MiB), dense and routed
   BUILD_TARGETS=${BUILD_TARGETS:-moetier_cuda_mmvq} build
-  for pdl in 0 1; do
-    for mib in ${CHAIN_MIB:-1 2 4 8 16 64 256}; do
-      run "chain_pdl${pdl}_$mib" env MOETIER_CUDA_PDL=$pdl ./build-gpu/moetier_cuda_mmvq --mib "$mib" --types "${CHAIN_TYPES:-q4_K,q4_0}"
-      echo "pdl $pdl $mib MiB: $(grep '^| q' "$OUT/chain_pdl${pdl}_$mib.log" | tr -s ' ' | tr '\n' ' ')"
-    done
-    # routed: K = 8 experts of 2048 -> 768 per call (the decode shape) from a 256 MiB pool
-    run "chain_exp_pdl$pdl" env MOETIER_CUDA_PDL=$pdl ./build-gpu/moetier_cuda_mmvq --experts --types "${CHAIN_TYPES:-q4_K,q4_0}"
-    echo "pdl $pdl routed: $(grep '^| q' "$OUT/chain_exp_pdl$pdl.log" | tr -s ' ' | tr '\n' ' ')"
+  for mib in ${CHAIN_MIB:-1 2 4 8 16 64 256}; do
+    run "chain_$mib" ./build-gpu/moetier_cuda_mmvq --mib "$mib" --types "${CHAIN_TYPES:-q4_K,q4_0}"
+    echo "$mib MiB: $(grep '^| q' "$OUT/chain_$mib.log" | tr -s ' ' | tr '\n' ' ')"
   done
+  # routed: K = 8 experts of 2048 -> 768 per call (the decode shape) from a 256 MiB pool
+  run chain_exp ./build-gpu/moetier_cuda_mmvq --experts --types "${CHAIN_TYPES:-q4_K,q4_0}"
+  echo "routed: $(grep '^| q' "$OUT/chain_exp.log" | tr -s ' ' | tr '\n' ' ')"
   ;;
 kprof)  # (machine warm after prep) each decode kernel's time, moetier vs llama-bench, from
   # ncu (gpu__time_duration, clocks and caches left alone) over KPROF_N decoded tokens of QUANTS
