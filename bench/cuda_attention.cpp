@@ -27,11 +27,11 @@
 #include <random>
 #include <vector>
 
-#include "cuda/check.h"
-#include "cuda/device.h"
-#include "cuda/memory.h"
-#include "cuda/ops.h"
-#include "cuda/ops_attention_tc.cuh"
+#include "cuda/kernels/check.h"
+#include "cuda/kernels/device.h"
+#include "cuda/kernels/memory.h"
+#include "cuda/kernels/ops.h"
+#include "cuda/kernels/ops_attention_tc.cuh"
 #include "quant/types.h"
 
 namespace {

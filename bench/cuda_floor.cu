@@ -31,7 +31,7 @@
 #include <functional>
 #include <vector>
 
-#include "cuda/check.h"
+#include "cuda/kernels/check.h"
 
 namespace {
 

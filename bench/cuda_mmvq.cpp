@@ -1,4 +1,4 @@
-// moetier_cuda_mmvq: decode matrix-vector throughput of cuda/mmvq.h per weight type, as a
+// moetier_cuda_mmvq: decode matrix-vector throughput of cuda/kernels/mmvq.h per weight type, as a
 // fraction of the device's measured memory bandwidth.
 //
 // Dense: one matrix of n_in = 4096 columns and as many rows as fit in --mib (default 256
@@ -22,10 +22,10 @@
 #include <string>
 #include <vector>
 
-#include "cuda/check.h"
-#include "cuda/device.h"
-#include "cuda/memory.h"
-#include "cuda/mmvq.h"
+#include "cuda/kernels/check.h"
+#include "cuda/kernels/device.h"
+#include "cuda/kernels/memory.h"
+#include "cuda/kernels/mmvq.h"
 #include "quant/reference.h"
 #include "quant/types.h"
 

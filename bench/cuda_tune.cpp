@@ -1,5 +1,5 @@
-// moetier_cuda_tune: the kernel-choice measurement of `moetier tune` (cuda/tune.h) as a
+// moetier_cuda_tune: the kernel-choice measurement of `moetier tune` (cuda/kernels/tune.h) as a
 // standalone benchmark: prints the crossovers, the rates against cuBLAS and the table rows.
-#include "cuda/tune.h"
+#include "cuda/kernels/tune.h"
 
 int main() { return mt::cuda::run_tune({}); }

@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <string>
 
-#include "cuda/check.h"
+#include "cuda/kernels/check.h"
 #include "cuda/host_memory.h"
 #include "cuda/sequence.h"
 
@@ -36,7 +36,7 @@ void CudaModel::set_tiering(CudaTiering* tiering) { impl_->tiering = tiering; }
 StatusOr<std::unique_ptr<CudaModel>> CudaModel::load(const Model& model, const CudaOptions& options) {
   // The device kernels implement every routing math of model/ffn.cpp route_token up to 512
   // experts (and 64 groups), GQA attention with windows and sinks, YaRN, per-layer heads,
-  // the Gated DeltaNet mixer, latent attention (MLA, cuda/ops_mla.h: kv_lora_rank <= 1024,
+  // the Gated DeltaNet mixer, latent attention (MLA, cuda/kernels/ops_mla.h: kv_lora_rank <= 1024,
   // n_rot <= 256).
   const HParams& hp = model.hparams();
   const ArchInfo& info = arch_info(hp.arch);

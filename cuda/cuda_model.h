@@ -1,12 +1,12 @@
 // The whole model on one GPU: every weight uploaded in its GGUF layout, the KV cache in
 // device memory, the forward pass as the CPU's (model/) with each step's operations
-// launched on one stream (cuda/ops.h, cuda/matmul.h). A prompt is run in micro-batches of
+// launched on one stream (cuda/kernels/ops.h, cuda/kernels/matmul.h). A prompt is run in micro-batches of
 // kMicroBatch tokens (MOETIER_CUDA_UBATCH overrides it); logits come back for the rows
 // asked. Decode tokens replay a captured CUDA graph (the position read on the device;
 // MOETIER_CUDA_GRAPHS=0 turns it off) over weights laid out for few launches
-// (cuda/device_weights.h) and fused ops (cuda/ops.h). A Trace receives the routing (ids
+// (cuda/device_weights.h) and fused ops (cuda/kernels/ops.h). A Trace receives the routing (ids
 // and weights copied back per MoE layer; such steps are not graphed); tensor dumps are
-// CPU-only. MOETIER_CUDA_PROFILE=1 prints where the device time went (cuda/stage_timer.h).
+// CPU-only. MOETIER_CUDA_PROFILE=1 prints where the device time went (cuda/kernels/stage_timer.h).
 // Host-only header: callers never see CUDA types.
 #pragma once
 

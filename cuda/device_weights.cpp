@@ -5,8 +5,8 @@
 #include <cuda_runtime.h>
 
 #include "core/check.h"
-#include "cuda/check.h"
-#include "cuda/env_switch.h"
+#include "cuda/kernels/check.h"
+#include "cuda/kernels/env_switch.h"
 #include "model/layers.h"
 
 namespace mt::cuda {

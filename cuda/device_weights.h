@@ -12,8 +12,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "cuda/matmul.h"
-#include "cuda/memory.h"
+#include "cuda/kernels/matmul.h"
+#include "cuda/kernels/memory.h"
 #include "model/model.h"
 
 namespace mt::cuda {

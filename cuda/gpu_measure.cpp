@@ -7,8 +7,8 @@
 #include <cstring>
 #include <vector>
 
-#include "cuda/check.h"
-#include "cuda/memory.h"
+#include "cuda/kernels/check.h"
+#include "cuda/kernels/memory.h"
 
 namespace mt::cuda {
 namespace {

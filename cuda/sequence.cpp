@@ -6,7 +6,7 @@
 #include <string>
 
 #include "core/log.h"
-#include "cuda/check.h"
+#include "cuda/kernels/check.h"
 
 namespace mt::cuda::detail {
 

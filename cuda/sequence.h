@@ -19,10 +19,10 @@
 #include "cuda/cuda_model.h"
 #include "cuda/device_weights.h"
 #include "cuda/expert_cache.h"
-#include "cuda/matmul.h"
-#include "cuda/memory.h"
-#include "cuda/ops.h"
-#include "cuda/stage_timer.h"
+#include "cuda/kernels/matmul.h"
+#include "cuda/kernels/memory.h"
+#include "cuda/kernels/ops.h"
+#include "cuda/kernels/stage_timer.h"
 #include "cuda/tiering.h"
 #include "model/layers.h"
 
@@ -150,7 +150,7 @@ class CudaSequence final : public Evaluator {
     matmul_experts(w, ids, n, K, x, per_slot, y, *ws_, m_.stream);
     ws_->rewind(mark);
   }
-  // The same over rows that may be quantized already (cuda/matmul.h ActRows).
+  // The same over rows that may be quantized already (cuda/kernels/matmul.h ActRows).
   void mm(const DeviceMatrix& w, const ActRows& x, float* y) {
     const size_t mark = ws_->mark();
     matmul(w, x, y, *ws_, m_.stream);

@@ -8,7 +8,7 @@
 #include "cuda/sequence.h"
 
 #include "core/check.h"
-#include "cuda/check.h"
+#include "cuda/kernels/check.h"
 
 namespace mt::cuda::detail {
 

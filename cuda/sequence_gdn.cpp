@@ -1,7 +1,7 @@
 // CudaSequence: the Gated DeltaNet mixer (qwen3next / qwen35moe; see sequence.h).
 #include "cuda/sequence.h"
 
-#include "cuda/check.h"
+#include "cuda/kernels/check.h"
 
 namespace mt::cuda::detail {
 

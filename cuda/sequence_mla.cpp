@@ -1,5 +1,5 @@
 // CudaSequence: a multi-head latent attention layer (model/attention_mla.cpp's twin; see
-// sequence.h and cuda/ops_mla.h), the absorbed form at every batch size:
+// sequence.h and cuda/kernels/ops_mla.h), the absorbed form at every batch size:
 //   q      (T, H, mla_k)  = wq_b . rms(wq_a . h) or wq . h       per head [nope | pe]
 //   c      (T, R + P)     = wkv_a . h                             [latent | k_pe]
 //   mla_prep: cache row <- [rms(latent) | rope(k_pe)]; q_nope (T*H, nope); q_pe (T*H, P) roped
@@ -13,8 +13,9 @@
 #include <vector>
 
 #include "core/check.h"
-#include "cuda/check.h"
-#include "cuda/ops_mla.h"
+#include "cuda/kernels/check.h"
+#include "cuda/kernel_params.h"
+#include "cuda/kernels/ops_mla.h"
 #include "cuda/sequence.h"
 
 namespace mt::cuda::detail {

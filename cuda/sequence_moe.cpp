@@ -5,7 +5,7 @@
 // when the row is wide enough).
 #include "cuda/sequence.h"
 
-#include "cuda/check.h"
+#include "cuda/kernels/check.h"
 
 namespace mt::cuda::detail {
 

@@ -6,7 +6,7 @@
 
 #include <algorithm>
 
-#include "cuda/check.h"
+#include "cuda/kernels/check.h"
 
 namespace mt::cuda::detail {
 namespace {

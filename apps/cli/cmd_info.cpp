@@ -5,7 +5,7 @@
 
 #include "apps/cli/commands.h"
 #ifdef MOETIER_HAVE_CUDA
-#include "cuda/device.h"
+#include "cuda/kernels/device.h"
 #endif
 
 namespace mt::cli {

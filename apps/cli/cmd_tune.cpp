@@ -1,7 +1,7 @@
 // moetier tune: measure, on this machine's GPU, which product kernel (mmvq, mmq, gemm)
 // is fastest at which token count for dense and routed products, and print (or write
 // with -o) the rows of the per-architecture threshold table cuda/dispatch_sm<NN>.inc
-// (cuda/tune.h). A build without CUDA, or no device, is a clear error.
+// (cuda/kernels/tune.h). A build without CUDA, or no device, is a clear error.
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -11,7 +11,7 @@
 #include "apps/cli/commands.h"
 #ifdef MOETIER_HAVE_CUDA
 #include "cuda/host_memory.h"
-#include "cuda/tune.h"
+#include "cuda/kernels/tune.h"
 #endif
 
 namespace mt::cli {
@@ -48,7 +48,7 @@ int run(const TuneFlags& f) {
 
 Runner add_tune(CLI::App& app) {
   auto f = std::make_shared<TuneFlags>();
-  app.add_option("-o,--output", f->output, "write the table rows here (e.g. cuda/dispatch_sm90.inc)");
+  app.add_option("-o,--output", f->output, "write the table rows here (e.g. cuda/kernels/dispatch_sm90.inc)");
   app.add_option("--dense-mmq", f->dense_mmq,
                  "dense products above mmvq: 'always' mmq (the CPU's integer numerics; default) or the 'measured' "
                  "mmq/gemm crossover");

@@ -12,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-#include "cuda/ops.h"
+#include "cuda/kernels/ops.h"
 #include "cuda_test_util.h"
 #include "quant/reference.h"
 

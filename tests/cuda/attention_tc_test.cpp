@@ -1,4 +1,4 @@
-// The tensor-core prefill attention (cuda/ops_attention_tc.cu, blocks of 64 and of 128
+// The tensor-core prefill attention (cuda/kernels/ops_attention_tc.cu, blocks of 64 and of 128
 // rows) on random q over F16 caches filled by the CPU's KvCache, for n_tokens {17, 64, 200, 512, 1024} x pos0
 // {0, 37, 300} x GQA groups {1, 4, 8} x head_dim {64, 128, 256}, against three references:
 //  * exact: a causal softmax in double over the cached rows, q as given (f32);
@@ -35,8 +35,8 @@
 #include <random>
 #include <vector>
 
-#include "cuda/ops.h"
-#include "cuda/ops_attention_tc.cuh"
+#include "cuda/kernels/ops.h"
+#include "cuda/kernels/ops_attention_tc.cuh"
 #include "cuda_test_util.h"
 #include "model/kv_cache.h"
 #include "model/layers.h"

@@ -1,4 +1,4 @@
-// The decode step's fused launches (cuda/ops_fused.cu) against the unfused ops they
+// The decode step's fused launches (cuda/kernels/ops_fused.cu) against the unfused ops they
 // replace, byte for byte: add_rms_norm = add + rms_norm; swiglu_pairs = swiglu on split
 // rows; add_rms_norm_quant = add_rms_norm + quantize_act; swiglu_pairs_quant =
 // swiglu_pairs + quantize_act; moe_combine_add_rms_norm = moe_combine + add_rms_norm(_quant).
@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "cuda/cuda_model.h"
-#include "cuda/mmvq.h"
-#include "cuda/ops.h"
+#include "cuda/kernels/mmvq.h"
+#include "cuda/kernels/ops.h"
 #include "cuda_test_util.h"
 #include "tiny_model.h"
 #include "model/model.h"

@@ -1,4 +1,4 @@
-// The delta rule's chunked form on the device (cuda/ops_gdn_chunk.cu) against the CPU's
+// The delta rule's chunked form on the device (cuda/kernels/ops_gdn_chunk.cu) against the CPU's
 // (model/delta_rule.h) on random inputs, dk 64 and 128, tiled and grouped key heads: the
 // outputs and the final state of one call; a chunked prefill then recurrent decode tokens
 // (the state must mean the same to the recurrent kernel); a prefill cut into two calls.
@@ -16,8 +16,8 @@
 #include <random>
 #include <vector>
 
-#include "cuda/ops.h"
-#include "cuda/ops_gdn_chunk.h"
+#include "cuda/kernels/ops.h"
+#include "cuda/kernels/ops_gdn_chunk.h"
 #include "cuda_test_util.h"
 #include "model/delta_rule.h"
 
@@ -100,7 +100,7 @@ std::vector<float> cpu_delta_rule(const Shape& s, const Inputs& in, int t0, int 
 }
 
 // The inputs on the device and the calls on rows [t0, t0 + n): `direct` calls the chunked
-// form whatever n; otherwise delta_rule (cuda/ops.h) picks the form.
+// form whatever n; otherwise delta_rule (cuda/kernels/ops.h) picks the form.
 struct Device {
   Shape s;
   DeviceBuffer u, g, beta, state;

@@ -1,4 +1,4 @@
-// cuda/dequant.h and cuda/gemm.cu against the CPU ground truth: dequantize_rows bit-exact
+// cuda/kernels/dequant.h and cuda/kernels/gemm.cu against the CPU ground truth: dequantize_rows bit-exact
 // with quant/'s dequantize_row for every type (float out exactly, half/bf16 out as the
 // exact floats rounded), and on ggml's golden vectors; gemm and gemm_experts against
 // model/linear.h matmul_reference (max|d| / max|ref| within 2e-2 for quantized weights,
@@ -15,9 +15,9 @@
 #include <vector>
 
 #include "core/parallel.h"
-#include "cuda/dequant.h"
-#include "cuda/dispatch.h"
-#include "cuda/matmul.h"
+#include "cuda/kernels/dequant.h"
+#include "cuda/kernels/dispatch.h"
+#include "cuda/kernels/matmul.h"
 #include "model/linear.h"
 #include "quant/fp16.h"
 #include "quant/reference.h"
@@ -272,7 +272,7 @@ TEST(CudaGemm, ExpertsInSeveralTileGroupsAndInRowTiles) {
   MT_SKIP_WITHOUT_DEVICE();
   std::mt19937 rng(5);
   ThreadPool pool(2);
-  // 64 MiB tiles (cuda/gemm.cu): 4 experts of 2048 x 4096 per tile, so 9 experts take
+  // 64 MiB tiles (cuda/kernels/gemm.cu): 4 experts of 2048 x 4096 per tile, so 9 experts take
   // several groups; one 8300 x 4096 expert is larger than a tile and goes by row tiles.
   check_experts(QuantType::Q4_0, 6, false, false, rng, pool, {4096, 2048, 9, 3});
   check_experts(QuantType::Q8_0, 3, true, false, rng, pool, {4096, 8300, 2, 1});
@@ -292,7 +292,7 @@ TEST(CudaGemm, LargeMatrixUsesSeveralTiles) {
   MT_SKIP_WITHOUT_DEVICE();
   std::mt19937 rng(9);
   ThreadPool pool(2);
-  // 64 MiB tiles of F16 at n_in 4096 hold 8192 rows (cuda/gemm.cu): 8300 rows take two.
+  // 64 MiB tiles of F16 at n_in 4096 hold 8192 rows (cuda/kernels/gemm.cu): 8300 rows take two.
   const int64_t n_in = 4096, n_out = 8300;
   const int n_tokens = 17;
   HostMatrix m = make_matrix(QuantType::Q8_0, n_in, n_out, 1, rng);

@@ -1,4 +1,4 @@
-// cuda/ops_mla.h against scalar CPU references: mla_attention within 1e-4 (relative to
+// cuda/kernels/ops_mla.h against scalar CPU references: mla_attention within 1e-4 (relative to
 // the (token, head)'s largest output) of a double-precision causal softmax over the same
 // cached latent rows, with q rounded to the cache's activation type as the CPU rounds it
 // and, for F16 caches, each probability rounded to F16 before the value sum as the CPU
@@ -18,7 +18,8 @@
 #include <random>
 #include <vector>
 
-#include "cuda/ops_mla.h"
+#include "cuda/kernel_params.h"
+#include "cuda/kernels/ops_mla.h"
 #include "cuda_test_util.h"
 #include "model/attend.h"
 #include "model/layers.h"

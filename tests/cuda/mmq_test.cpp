@@ -1,4 +1,4 @@
-// cuda/mmq.h on the device, for every type it supports, against two host references:
+// cuda/kernels/mmq.h on the device, for every type it supports, against two host references:
 //  * tight: W dequantized by quant/, X quantized and dequantized by quant/'s reference
 //    quantizer of the weight type's activation mode (Q8_0 / Q8_K: the bytes the device
 //    quantizer produces), dot products in double. The kernel's integer sub-block dots are
@@ -24,11 +24,11 @@
 #include <vector>
 
 #include "core/parallel.h"
-#include "cuda/dispatch.h"
-#include "cuda/matmul.h"
-#include "cuda/mmq.h"
-#include "cuda/mmq_kernels.h"
-#include "cuda/mmvq_kernels.h"
+#include "cuda/kernels/dispatch.h"
+#include "cuda/kernels/matmul.h"
+#include "cuda/kernels/mmq.h"
+#include "cuda/kernels/mmq_kernels.h"
+#include "cuda/kernels/mmvq_kernels.h"
 #include "quant/blocks.h"
 #include "quant/fp16.h"
 #include "quant/reference.h"

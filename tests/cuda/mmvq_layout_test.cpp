@@ -10,7 +10,7 @@
 #include <random>
 #include <vector>
 
-#include "cuda/mmvq.h"
+#include "cuda/kernels/mmvq.h"
 #include "cuda_test_util.h"
 #include "mmvq_test_util.h"
 

@@ -1,4 +1,4 @@
-// cuda/mmvq.h on the device against host references, for every supported type:
+// cuda/kernels/mmvq.h on the device against host references, for every supported type:
 //  * the activation quantizer (quantize_act, each ActQuant) equals quant/'s reference
 //    quantize_row of Q8_0, Q8_1 and Q8_K byte for byte (quants, d, the int sums of each
 //    16), over random rows and edge cases (zero, huge, infinite, NaN, subnormal blocks,
@@ -6,7 +6,7 @@
 //    with payloads expect the host FPU's NaN propagation, as x86 and ARM do it);
 //  * cpu: every quantized type, dense and routed, against cpu/'s scalar vec_dot on the
 //    activation blocks the CPU itself makes (Q4_1 / Q5_1: with s rounded as the device
-//    rounds it, from the half d: cuda/mmvq_kernels.h): |d| <= 1e-5 * sum_i (|a_i| +
+//    rounds it, from the half d: cuda/kernels/mmvq_kernels.h): |d| <= 1e-5 * sum_i (|a_i| +
 //    |b_i|) |x_i|, a and b the weights' scale and min parts, x the quantized
 //    activations; the integer dots are the CPU's, only float summation order differs;
 //  * exact: W dequantized by quant/, X as the kernel sees it (the paired activation
@@ -35,7 +35,7 @@
 #include "core/parallel.h"
 #include "cpu/isa.h"
 #include "cpu/kernels.h"
-#include "cuda/mmvq.h"
+#include "cuda/kernels/mmvq.h"
 #include "cuda_test_util.h"
 #include "mmvq_test_util.h"
 #include "model/linear.h"
@@ -51,7 +51,7 @@ using namespace test;  // cuda_test_util.h, mmvq_test_util.h
 bool has_min_s(QuantType t) { return t == QuantType::Q4_1 || t == QuantType::Q5_1; }
 
 // The s = d * sum(q) the device uses for a Q8_1 block: from the half-rounded d
-// (cuda/mmvq_kernels.h), where quant/ rounds d * sum from the f32 d.
+// (cuda/kernels/mmvq_kernels.h), where quant/ rounds d * sum from the f32 d.
 half_bits device_s(const BlockQ8_1& b) {
   int sum = 0;
   for (int8_t v : b.qs) sum += v;

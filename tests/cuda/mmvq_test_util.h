@@ -8,9 +8,9 @@
 #include <random>
 #include <vector>
 
-#include "cuda/matmul.h"
-#include "cuda/check.h"
-#include "cuda/memory.h"
+#include "cuda/kernels/matmul.h"
+#include "cuda/kernels/check.h"
+#include "cuda/kernels/memory.h"
 #include "model/weights.h"
 #include "quant/reference.h"
 #include "quant/types.h"

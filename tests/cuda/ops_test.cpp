@@ -1,4 +1,4 @@
-// cuda/ops.h against the CPU functions each op twins, on random inputs: rms_norm against
+// cuda/kernels/ops.h against the CPU functions each op twins, on random inputs: rms_norm against
 // mt::rms_norm, rope against a copy of model/attention.cpp's rope_angles + rope_apply
 // (file-local there), kv_store byte-equal to the CPU KvCache, attention within 1e-4
 // (relative to the row's largest output) of a double-precision softmax over the same
@@ -14,8 +14,8 @@
 #include <random>
 #include <vector>
 
-#include "cuda/mmvq.h"
-#include "cuda/ops.h"
+#include "cuda/kernels/mmvq.h"
+#include "cuda/kernels/ops.h"
 #include "cuda_test_util.h"
 #include "model/kv_cache.h"
 #include "model/layers.h"

@@ -133,7 +133,7 @@ bench)
     run "bench_$q" $M bench -m "$F" --device cuda -p 512 -n 128 -r 3 -o json
     run "bench4096_$q" $M bench -m "$F" --device cuda -p 4096 -n 0 -r 2 -o json
   done
-  # Where the time goes (cuda/stage_timer.h): a pp512 micro-batch, and decode without
+  # Where the time goes (cuda/kernels/stage_timer.h): a pp512 micro-batch, and decode without
   # graphs (per stage) and with (the whole step); pp4096 at a larger micro-batch.
   F=/tmp/q30-q4_k_m.gguf
   MOETIER_CUDA_PROFILE=1 run profile_pp512 $M bench -m "$F" --device cuda -p 512 -n 0 -r 2

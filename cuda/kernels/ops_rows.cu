@@ -1,0 +1,47 @@
+// get_rows on the device (cuda/kernels/ops.h): gathering token embeddings from a GGUF-typed
+// table, each element through cuda/kernels/dequant.cuh (bit-exact with quant/'s reference
+// dequantize_row). One thread per output element: grid.x over the columns, grid.y over
+// the ids (looped past the grid limit).
+#include <algorithm>
+
+#include "core/check.h"
+#include "cuda/kernels/dequant.cuh"
+#include "cuda/kernels/ops.h"
+#include "cuda/kernels/ops_reduce.cuh"
+
+namespace mt::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kMaxGridRows = 65535;
+
+// table rows row_bytes apart; ids (n_ids); out (n_ids, n).
+template <class Q>
+__global__ void get_rows_kernel(const uint8_t* table, uint64_t row_bytes, const int32_t* ids, int n_ids, int n,
+                                float* out) {
+  const int col = blockIdx.x * blockDim.x + threadIdx.x;
+  if (col >= n) return;
+  for (int i = blockIdx.y; i < n_ids; i += gridDim.y) {
+    const uint8_t* row = table + static_cast<int64_t>(ids[i]) * static_cast<int64_t>(row_bytes);
+    out[static_cast<int64_t>(i) * n + col] = dequant_row_elem<Q>(row, col);
+  }
+}
+
+}  // namespace
+
+void get_rows(QuantType type, const uint8_t* table, uint64_t row_bytes, const int32_t* ids, int n_ids, int n,
+              float* out, cudaStream_t stream) {
+  MT_CHECK_MSG(dequant_supported(type), "get_rows: no CUDA dequantizer for the table's type");
+  const auto rb = mt::row_bytes(type, static_cast<uint64_t>(n));
+  MT_CHECK(n > 0 && rb && *rb <= row_bytes);
+  if (n_ids <= 0) return;
+  const dim3 grid(static_cast<unsigned>((n + kThreads - 1) / kThreads),
+                  static_cast<unsigned>(std::min(n_ids, kMaxGridRows)));
+  dispatch_type(type, [&](auto q) {
+    using Q = decltype(q);
+    get_rows_kernel<Q><<<grid, kThreads, 0, stream>>>(table, row_bytes, ids, n_ids, n, out);
+  });
+  MT_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace mt::cuda
