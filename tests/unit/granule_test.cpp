@@ -11,8 +11,8 @@
 namespace mt {
 namespace {
 
-constexpr uint64_t kMiB = 1ull << 20;
-constexpr uint64_t kExpert = 3 * kMiB / 4;  // 0.75 MiB, seed 003's granite expert
+constexpr uint64_t kOneMiB = 1ull << 20;
+constexpr uint64_t kExpert = 3 * kOneMiB / 4;  // 0.75 MiB, seed 003's granite expert
 
 struct Ev {
   uint64_t step;
@@ -71,7 +71,7 @@ TEST(Granule, HandComputedFourExperts) {
   p.expert_bytes = kExpert;
   auto c = granule_curve(t, p);
   ASSERT_TRUE(c.ok()) << c.status().to_string();
-  EXPECT_EQ(c->granule_bytes, 2 * kMiB);
+  EXPECT_EQ(c->granule_bytes, 2 * kOneMiB);
   EXPECT_EQ(c->expert_bytes, kExpert);
   EXPECT_EQ(c->n_expert, 4u);
   EXPECT_EQ(c->top_k, 2u);
@@ -127,7 +127,7 @@ TEST(Granule, ExpertSizePerLayer) {
   // Blocks 0 and 2 are MoE (1 MiB and 0.5 MiB experts), block 1 is dense.
   const RoutingTrace t = make_trace({{0, 0, 0, {1}}, {0, 2, 0, {0}}, {1, 0, 1, {1}}, {1, 2, 1, {1}}});
   GranuleParams p;
-  p.expert_bytes_by_layer = {kMiB, 0, kMiB / 2};
+  p.expert_bytes_by_layer = {kOneMiB, 0, kOneMiB / 2};
   auto c = granule_curve(t, p);
   ASSERT_TRUE(c.ok()) << c.status().to_string();
   EXPECT_EQ(c->expert_bytes, 0u);
@@ -149,10 +149,10 @@ TEST(Granule, ExpertSizePerLayer) {
 }
 
 TEST(Granule, DefaultChunkSizes) {
-  EXPECT_EQ(default_chunk_sizes(32, 2 * kMiB, {kExpert}), (std::vector<uint32_t>{1, 2, 4, 8, 16, 32}));
-  EXPECT_EQ(default_chunk_sizes(48, 2 * kMiB, {kMiB * 2 / 3}), (std::vector<uint32_t>{1, 2, 3, 4, 8, 16, 32, 48}));
-  EXPECT_EQ(default_chunk_sizes(4, 2 * kMiB, {kMiB / 8}), (std::vector<uint32_t>{1, 2, 4}));
-  EXPECT_EQ(default_chunk_sizes(8, 2 * kMiB, {4 * kMiB}), (std::vector<uint32_t>{1, 2, 4, 8}));
+  EXPECT_EQ(default_chunk_sizes(32, 2 * kOneMiB, {kExpert}), (std::vector<uint32_t>{1, 2, 4, 8, 16, 32}));
+  EXPECT_EQ(default_chunk_sizes(48, 2 * kOneMiB, {kOneMiB * 2 / 3}), (std::vector<uint32_t>{1, 2, 3, 4, 8, 16, 32, 48}));
+  EXPECT_EQ(default_chunk_sizes(4, 2 * kOneMiB, {kOneMiB / 8}), (std::vector<uint32_t>{1, 2, 4}));
+  EXPECT_EQ(default_chunk_sizes(8, 2 * kOneMiB, {4 * kOneMiB}), (std::vector<uint32_t>{1, 2, 4, 8}));
 }
 
 TEST(Granule, Errors) {
