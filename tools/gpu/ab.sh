@@ -7,11 +7,13 @@
 # it cannot break the build.)
 #
 #   tools/gpu/ab.sh prepare REV [NEW]  (here) the source of REV into .gpu-base/ and of NEW
-#                                 (default HEAD) into .gpu-new/, git-ignored through
+#                                 (default HEAD; `worktree`: the working tree as it is) into
+#                                 .gpu-new/, git-ignored through
 #                                 .git/info/exclude; carry both with .gpu-carry/debs
-#   tools/gpu/ab.sh build         (device) both builds (BUILD_TARGETS for this tree, default
-#                                 moetier mt_cuda_tests), the qwen3-30b-a3b q4_k_m files of
-#                                 router skew 0 and 1 (SKEWS)
+#   tools/gpu/ab.sh build         (device) both builds (BUILD_TARGETS for the new tree, default
+#                                 moetier mt_cuda_tests mt_unit_tests; NO_BASE=1: the new
+#                                 alone), the qwen3-30b-a3b q4_k_m files of router skew 0
+#                                 and 1 (SKEWS; SKEWS= none)
 #   tools/gpu/ab.sh tests         (device) mt_cuda_tests --gtest_filter=$FILTER on this tree
 #   tools/gpu/ab.sh bench         (device) resident tg128 / pp512 / pp4096 (ROUNDS rounds) and
 #                                 tiered --expert-cache 25% / 10% tg64 on each skew
@@ -29,11 +31,15 @@ if [ "$MODE" = prepare ]; then
   rm -rf .gpu-base .gpu-new && mkdir -p .gpu-base .gpu-new
   git archive "$REV" | tar -x -C .gpu-base
   rm -rf .gpu-base/models .gpu-base/docs .gpu-base/tests  # a moetier binary is all it builds
-  git archive "$NEWREV" | tar -x -C .gpu-new
+  if [ "$NEWREV" = worktree ]; then  # the working tree as it is (tracked and untracked, not ignored)
+    git ls-files -co --exclude-standard -z | grep -zv '^models/' | tar --null -T - -cf - | tar -x -C .gpu-new
+  else
+    git archive "$NEWREV" | tar -x -C .gpu-new
+  fi
   rm -rf .gpu-new/models .gpu-new/docs  # the tests' models/ is linked to the working tree's there
   for d in /.gpu-base/ /.gpu-new/; do grep -qx "$d" .git/info/exclude 2>/dev/null || echo "$d" >>.git/info/exclude; done
   git rev-parse --short "$REV" >.gpu-base/REVISION
-  git rev-parse --short "$NEWREV" >.gpu-new/REVISION
+  if [ "$NEWREV" = worktree ]; then echo "worktree on $(git rev-parse --short HEAD)"; else git rev-parse --short "$NEWREV"; fi >.gpu-new/REVISION
   du -sh .gpu-base .gpu-new
   exit 0
 fi
@@ -68,17 +74,19 @@ build)
   [ -f build-base/build.ninja ] || cmake -S .gpu-base -B build-base -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOETIER_CUDA=ON \
     -DCMAKE_CUDA_ARCHITECTURES=90 -DMOETIER_SERVER=OFF -DMOETIER_TESTS=OFF -DCMAKE_PREFIX_PATH="$SYSROOT/usr" \
     >"$OUT/configure_base.log" 2>&1
-  run compile_base cmake --build build-base -j "$JOBS" --target moetier &
+  [ -n "${NO_BASE:-}" ] || run compile_base cmake --build build-base -j "$JOBS" --target moetier &
   # shellcheck disable=SC2086
   run compile_new cmake --build build-gpu -j "$JOBS" --target ${BUILD_TARGETS:-moetier mt_cuda_tests mt_unit_tests} &
   wait
-  for skew in ${SKEWS:-0 1}; do
+  SYNTH=$BASE
+  [ -x "$SYNTH" ] || SYNTH=$NEW
+  for skew in ${SKEWS-0 1}; do
     F=$(qfile "$skew")
-    [ -f "$F" ] || run "synth_skew$skew" $BASE synth --preset qwen3-30b-a3b --quant q4_k_m --router-skew "$skew" --fast -o "$F" &
+    [ -f "$F" ] || run "synth_skew$skew" $SYNTH synth --preset qwen3-30b-a3b --quant q4_k_m --router-skew "$skew" --fast -o "$F" &
   done
   wait
   sync  # the files' writeback done before any benchmark
-  ls -la /tmp/*.gguf "$NEW" "$BASE"
+  ls -la /tmp/*.gguf "$NEW" "$BASE" 2>/dev/null
   ;;
 tests)
   cat .gpu-base/REVISION .gpu-new/REVISION
