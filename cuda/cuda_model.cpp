@@ -79,7 +79,6 @@ StatusOr<std::unique_ptr<CudaModel>> CudaModel::load(const Model& model, const C
   impl->device = options.device;
   impl->hp = model.hparams();
   impl->arch = &arch_info(model.hparams().arch);
-  impl->host = &model;
   impl->experts_on_host = options.experts_on_host;
   MT_CUDA_CHECK(cudaSetDevice(options.device));
   const uint64_t need = DeviceWeights::bytes_needed(model, options.experts_on_host);

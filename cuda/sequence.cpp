@@ -35,10 +35,7 @@ CudaSequence::CudaSequence(CudaModel::Impl& m, uint32_t n_ctx, QuantType kv_type
     graphs_ = false;
   }
   step_dev_ = DeviceBuffer(2 * sizeof(uint32_t));
-  if (m.tiering != nullptr) {
-    alloc_tiering_buffers();  // (while graphs_ says whether the pinned step buffers exist)
-    graphs_ = false;          // a hybrid step waits for its routing on the host: segment graphs at most
-  }
+  if (m.tiering != nullptr) graphs_ = false;  // a hybrid step waits for its routing on the host
   // Decode attention by the warps kernel up to 4096 positions (see sequence_attention.cpp);
   // MOETIER_CUDA_ATTN_WARP_MAX=n moves the top (0: the grouped kernel always).
   if (const char* wm = std::getenv("MOETIER_CUDA_ATTN_WARP_MAX"); wm != nullptr) {
@@ -52,11 +49,6 @@ CudaSequence::CudaSequence(CudaModel::Impl& m, uint32_t n_ctx, QuantType kv_type
 }
 
 CudaSequence::~CudaSequence() {
-  if (m_.tiering != nullptr) {
-    flush_cpu_part();
-    cudaStreamSynchronize(m_.stream);
-    free_tiering_buffers();
-  }
   if (exec_ != nullptr) cudaGraphExecDestroy(exec_);
   if (pinned_step_ != nullptr) cudaFreeHost(pinned_step_);
   if (pinned_logits_ != nullptr) cudaFreeHost(pinned_logits_);
@@ -94,7 +86,7 @@ Status CudaSequence::feed(std::span<const int32_t> tokens, bool all_logits, std:
     // One decode token (untraced): a graph replay.
     const bool one = n == 1 && rows == 1;
     const bool done = one && trace == nullptr &&
-                      (eval_token_graph(tokens[c0], logits) || eval_token_hybrid_graph(tokens[c0], logits));
+                      eval_token_graph(tokens[c0], logits);
     if (!done) {
       eval_chunk(tokens.subspan(c0, n), rows, logits, trace);
     }
@@ -140,7 +132,6 @@ void CudaSequence::ensure_workspace(uint32_t T) {
       exec_ = nullptr;
       graph_cap_ = 0;
     }
-    drop_segment_graphs();
     ws_.reset();
     ws_ = std::make_unique<Workspace>(workspace_bytes(std::max(T, 8u)));
     ws_tokens_ = std::max(T, 8u);

@@ -3,9 +3,8 @@
 // workspace and the decode graph (sequence.cpp); the step's layers (sequence_step.cpp:
 // embedding, attention, MoE / dense FFN, output); the Gated DeltaNet mixer
 // (sequence_gdn.cpp); latent attention (sequence_mla.cpp); the tiered MoE layers'
-// hybrid placement and prefill streaming (sequence_tiering.cpp); a hybrid decode step as
-// segment graphs (sequence_segments.cpp). Every launch goes on
-// the model's one stream.
+// hybrid layer-step through the tiered-expert executor and prefill streaming
+// (sequence_tiering.cpp). Every launch goes on the model's one stream.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -24,6 +23,7 @@
 #include "cuda/kernels/ops.h"
 #include "cuda/kernels/stage_timer.h"
 #include "cuda/tiering.h"
+#include "cuda/tiering_device.h"
 #include "model/layers.h"
 
 namespace mt::cuda {
@@ -37,7 +37,6 @@ struct CudaModel::Impl {
   // (kAttnDecodeCounters) AttentionArgs quant_counters: zero between launches (each launch
   // leaves them zero).
   DeviceBuffer attn_quant_counters;
-  const Model* host = nullptr;       // the host model (its CPU experts and thread pool)
   bool experts_on_host = false;      // CudaOptions::experts_on_host
   CudaTiering* tiering = nullptr;    // set_tiering(); required when experts_on_host
 
@@ -80,8 +79,6 @@ class CudaSequence final : public Evaluator {
     int Ti = 0;
     bool graph = false;        // a captured decode step (position read from pos_dev)
     bool stream_step = false;  // tiered prefill: expert banks streamed
-    bool hgraph = false;       // a hybrid decode step run as segment graphs (segment_begin)
-    bool replay = false;       // hgraph: a segment's graph was launched; its launches are skipped
     const uint32_t* pos_dev = nullptr;  // graph step: (1) position
     float* x = nullptr;        // (T, n_embd) residual stream
     float* h = nullptr;        // (T, n_embd) normed
@@ -162,46 +159,16 @@ class CudaSequence final : public Evaluator {
     ws_->rewind(mark);
   }
 
-  // ---- tiered MoE layers (cuda/tiering.h; sequence_tiering.cpp)
+  // ---- tiered MoE layers (cuda/tiering.h; sequence_tiering.cpp, sequence_moe.cpp)
 
-  // A layer's expert matrices as the products read them.
-  struct ExpertMats {
-    DeviceMatrix gate, up, down, gate_up;
-  };
-  static ExpertMats mats_of(const ExpertViews& v) { return {v.gate, v.up, v.down, v.gate_up}; }
-
-  // The CPU's share of a hybrid layer-step: its (expert, token) jobs and the slot row
-  // (token * K + rank) each result goes to.
-  struct HybridPart {
-    std::vector<ExpertJob> jobs;
-    std::vector<int32_t> rows;
-    uint32_t n_device = 0;  // slots computed on the device from cache slots
-    int staged_buf = -1;    // the staging buffer of this step's refused misses (stream, split)
-  };
-  HybridPart place_hybrid(Pass& p, uint32_t l, uint32_t T, const int32_t* sel, const float* h, const float* wts);
-  // Queues the CPU rows' copy and scatter into d; computes them now, or (hybrid_ahead())
-  // leaves them pending behind a device wait on the host flag (part is moved from).
-  void finish_hybrid(Pass& p, uint32_t l, uint32_t T, HybridPart& part, float* d);
-  // Hybrid segment graphs (hybrid_graphs_): a decode step's launches between one MoE
-  // layer's CPU rows and the next MoE layer's routing copies (and before the first / after
-  // the last) captured once per span of positions and replayed. segment_begin(idx) comes
-  // after MoE layer idx's device products (-1: the step's start): it launches the
-  // segment's graph and sets p.replay (the launches up to segment_end are then skipped,
-  // their host-side results computed dry), or begins capturing it; segment_end ends a
-  // capture and launches what it captured.
-  void segment_begin(Pass& p, int idx);
-  void segment_end(Pass& p);
-  void drop_segment_graphs();
-  bool eval_token_hybrid_graph(int32_t token, std::vector<float>* logits);
-  // The CPU's expert rows of a layer-step into pin_rows_ (from pin_h_).
-  void compute_cpu_part(uint32_t l, uint32_t T, const HybridPart& part);
-  // hybrid_ahead(): computes the pending layer-step's CPU rows and raises the flag the
-  // stream waits on. Before every host wait on the stream (else it would never return).
-  void flush_cpu_part();
+  // The grouped expert products of a MoE layer over one or two sets of expert matrices
+  // (resident, cache slots, a streamed bank, staged misses) into p.d; each set's ids
+  // leave the other's rows alone (-1), so one SwiGLU serves both. No set: nothing.
+  void expert_products(Pass& p, const DevLayer& L, const ActRows& hx, std::span<const ProductSet> sets);
+  // A hybrid layer-step through the tiered-expert executor (cuda/tiering_device.h).
+  void hybrid_layer(Pass& p, const DevLayer& L, uint32_t l, const ActRows& hx);
   void stage_next_layer(int64_t after);
   void collect_device_times();
-  void alloc_tiering_buffers();
-  void free_tiering_buffers();
 
   CudaModel::Impl& m_;
   uint32_t n_ctx_, pos_ = 0;
@@ -222,40 +189,7 @@ class CudaSequence final : public Evaluator {
   StageTimer timer_;                    // MOETIER_CUDA_PROFILE=1
   StageTimer graph_timer_{"cuda stage times in the decode graph"};
   uint32_t micro_batch_ = CudaModel::kMicroBatch;  // MOETIER_CUDA_UBATCH overrides (tuning)
-  // Tiered models (cuda/tiering.h): the hybrid step's buffers, (kMmvqMaxTokens * K) slots.
-  int32_t *pin_sel_ = nullptr, *pin_slot_ids_ = nullptr, *pin_row_ids_ = nullptr, *pin_stage_ids_ = nullptr;
-  float *pin_h_ = nullptr, *pin_rows_ = nullptr;  // (T, n_embd) normed rows; (S, n_embd) CPU rows
-  DeviceBuffer slot_ids_dev_, row_ids_dev_, rows_dev_, stage_ids_dev_;
-  std::vector<uint32_t> staged_;                  // stream mode: this layer-step's staged experts
-  std::vector<bool> staged_of_;                   // (n_expert)
-  std::vector<ExpertTask> tasks_;
-  std::vector<Placement> placed_;
-  std::vector<int32_t> slot_of_;                  // (n_expert) this step's slot, -1: CPU
-  std::vector<cudaEvent_t> dev_begin_, dev_end_;  // (n_layer) hybrid device products
-  std::vector<bool> dev_timed_;
-  int staged_buf_ = -1;                           // prefill streaming: the buffer of the next MoE layer
-  // MOETIER_CUDA_HYBRID_AHEAD=1 (not yet measured, off by default): finish_hybrid queues the
-  // CPU rows' copy and everything after it up to the next layer's routing copy behind a
-  // device wait on pin_flag_, and the CPU computes its experts afterwards (flush_cpu_part,
-  // from the next place_hybrid), so those launches leave the critical path. On when the
-  // flag was allocated.
-  bool hybrid_ahead() const { return flag_dev_ != nullptr; }
-  uint32_t* pin_flag_ = nullptr;        // mapped pinned: the last layer-step whose CPU rows are written
-  uint32_t* flag_dev_ = nullptr;        // its device address
-  uint32_t flag_seq_ = 0;               // raises so far (host); the device counts its waits in flag_count_dev_
-  DeviceBuffer flag_count_dev_;
-  // MOETIER_CUDA_HYBRID_GRAPHS=1 (implies the ahead path): decode steps as segment graphs.
-  bool hybrid_graphs_ = false;
-  static constexpr int kNoSegment = -2;
-  std::vector<cudaGraphExec_t> seg_exec_;  // (n_layer + 1) by segment_begin's idx + 1
-  std::vector<uint32_t> seg_cap_;          // the n_kv_cap each was captured for
-  int seg_capturing_ = kNoSegment;
-  struct PendingCpu {
-    bool active = false;
-    uint32_t l = 0, T = 0, seq = 0;
-    HybridPart part;
-  };
-  PendingCpu pending_;
+  int staged_buf_ = -1;  // tiered prefill streaming: the buffer of the next MoE layer
   // Decode attention over at most this many positions (the graph's n_kv_cap) by the warps
   // kernel in its lanes form (AttentionArgs warp_max, warp_lanes; faster than the grouped
   // kernel at every length measured, 8 to 4096 positions); MOETIER_CUDA_ATTN_WARP_MAX=n

@@ -75,14 +75,11 @@ ActRows CudaSequence::add_norm(Pass& p, const float* add_y, const float* w, cons
     a.mode = act_quant_for(rt);
     a.qs = p.hq;
     a.meta = p.hm;
-    if (p.replay) return a;  // (launched by a segment graph)
     if (combine != nullptr) {
       moe_combine_add_rms_norm(*combine, p.x, w, hp.rms_eps, Ti, E, p.h, true, a.mode, p.hq, p.hm, s);
     } else {
       add_rms_norm_quant(p.x, add_y, w, hp.rms_eps, Ti, E, p.h, a.mode, p.hq, p.hm, s);
     }
-  } else if (p.replay) {
-    return a;
   } else if (combine != nullptr) {
     moe_combine_add_rms_norm(*combine, p.x, w, hp.rms_eps, Ti, E, p.h, false, ActQuant::kQ8_0, nullptr, nullptr, s);
   } else {
@@ -101,7 +98,6 @@ void CudaSequence::enqueue(const Step& st) {
   p.T = st.T;
   p.Ti = static_cast<int>(st.T);
   p.graph = st.host_ids == nullptr;
-  p.hgraph = p.graph && m_.tiering != nullptr;  // eval_token_hybrid_graph
   ws_->reset();
   // Tiered: stream whole expert banks (prefill) or place each layer's experts (hybrid).
   p.stream_step = m_.tiering != nullptr && m_.tiering->options.stream_threshold > 0 &&
@@ -111,28 +107,23 @@ void CudaSequence::enqueue(const Step& st) {
   stage(p, "embed");
   const int E = static_cast<int>(hp.n_embd);
   take_step_buffers(p);
-  segment_begin(p, -1);  // (hgraph: the step's first segment)
   const int32_t* ids_tok = nullptr;  // (T) token ids
   if (p.graph) {
     ids_tok = step_dev_.as<int32_t>();
     p.pos_dev = step_dev_.as<uint32_t>() + 1;
-    if (!p.replay) {
-      MT_CUDA_CHECK(cudaMemcpyAsync(step_dev_.get(), pinned_step_, 2 * sizeof(uint32_t), cudaMemcpyHostToDevice, s));
-    }
+    MT_CUDA_CHECK(cudaMemcpyAsync(step_dev_.get(), pinned_step_, 2 * sizeof(uint32_t), cudaMemcpyHostToDevice, s));
   } else {
     int32_t* ids = ws_->take_n<int32_t>(p.T);
     MT_CUDA_CHECK(cudaMemcpyAsync(ids, st.host_ids, p.T * sizeof(int32_t), cudaMemcpyHostToDevice, s));
     ids_tok = ids;
   }
-  if (!p.replay) get_rows(W.token_embd.type, W.token_embd.data, W.token_embd.row_bytes, ids_tok, p.Ti, E, p.x, s);
+  get_rows(W.token_embd.type, W.token_embd.data, W.token_embd.row_bytes, ids_tok, p.Ti, E, p.x, s);
   ActRows hx = add_norm(p, nullptr, W.layers[0].attn_norm, attn_reader(W.layers[0]));
 
   for (uint32_t l = 0; l < hp.n_layer; ++l) {
     const DevLayer& L = W.layers[l];
     // The mixer into y, then the residual add fused with the FFN norm.
-    if (p.replay) {
-      // (a segment graph launched the mixer)
-    } else if (L.recurrent) {
+    if (L.recurrent) {
       stage(p, "gated delta net");
       gdn_layer(L, l, hx, p.T, p.y);
     } else if (L.mla) {
@@ -147,7 +138,7 @@ void CudaSequence::enqueue(const Step& st) {
     MoeCombineIn combine;
     if (L.moe) {
       moe_layer(p, L, l, hx, combine);
-    } else if (!p.replay) {
+    } else {
       stage(p, "dense ffn");
       ffn_dense(L.ffn_gate_up, L.ffn_gate, L.ffn_up, L.ffn_down, hx, p.gus, p.us, p.y);
     }
@@ -161,12 +152,8 @@ void CudaSequence::enqueue(const Step& st) {
     }
   }
   stage(p, "output");
-  // The last MoE layer's CPU rows before the logits' copy: into pageable memory that copy
-  // blocks the host until the stream reaches it, and the stream waits for the flag.
-  flush_cpu_part();
-  if (!p.replay) output_logits(p, hx);
+  output_logits(p, hx);
   stage(p, "end");
-  segment_end(p);
 }
 
 // The last st.rows rows of h, kLogitRows at a time into one (kLogitRows, n_vocab) buffer,

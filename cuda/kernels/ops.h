@@ -194,16 +194,9 @@ void swiglu_pairs_quant(const float* gu, int64_t n_rows, int ff, float* out, Act
                         cudaStream_t stream);
 bool swiglu_pairs_quant_supports(int ff, ActQuant mode);
 
-// The tiered MoE step (cuda/tiering.h): d's row idx[r] (n floats) = rows' row r, for the
-// n_rows expert rows the CPU computed; a row whose idx is negative is skipped (a captured
-// step copies a fixed number of rows).
+// The tiered MoE step (cuda/tiering_device.h): d's row idx[r] (n floats) = rows' row r,
+// for the n_rows expert rows the CPU computed; a row whose idx is negative is skipped.
 void scatter_rows(float* d, const float* rows, const int32_t* idx, int n_rows, int n, cudaStream_t stream);
-// Holds the stream until *flag reaches *count + 1, then stores that into *count (device
-// memory): each launch waits for the host's next raise, so the launch's parameters stay
-// the same from step to step (a captured graph replays it). flag is mapped pinned host
-// memory the host raises (a release store of its own count, compared wrap-safe) once
-// the data the following copies read is written.
-void wait_host_flag(const volatile uint32_t* flag, uint32_t* count, cudaStream_t stream);
 
 // ---- gpt-oss's experts and laguna's attention gate (cuda/kernels/ops_oai.cu)
 
