@@ -125,7 +125,7 @@ class Bench {
     if (tiering_ != nullptr && engine_.on_gpu()) {  // a fresh expert cache for this test
       MT_RETURN_IF_ERROR(engine_.tier_gpu(*tiering_, banks_.pin_budget, banks_.pin_limit, banks_.stream_threshold));
     } else if (tiering_ != nullptr) {
-      MT_ASSIGN_OR_RETURN(offload_, make_offload(model_.weights(), tiering_->geometry, tiering_->plan,
+      MT_ASSIGN_OR_RETURN(offload_, make_offload(model_, tiering_->geometry, tiering_->plan,
                                                  tiering_->cache, tiering_->scheduler, banks_.pin_budget,
                                                  banks_.pin_limit));
     }
@@ -146,7 +146,7 @@ class Bench {
     r.stddev_ts = stddev(r.samples_ts);
     const ExpertScheduler* scheduler = offload_ ? offload_->scheduler.get() : engine_.gpu_scheduler();
     if (tiering_ != nullptr && scheduler != nullptr) {
-      const std::vector<LayerTiming>* timing = offload_ ? &offload_->device->timings() : engine_.gpu_timing();
+      const std::vector<LayerTiming>* timing = offload_ ? &offload_->executor->timing() : engine_.gpu_timing();
       r.tiering_json = stats_json(*scheduler, tiering_->policy, tiering_->budget, timing);
       const std::string text = stats_text(*scheduler, tiering_->policy, tiering_->budget);
       r.tiering_text = text.substr(0, text.find('\n'));

@@ -152,12 +152,12 @@ int run(RunFlags f) {
       scheduler = (*engine)->gpu_scheduler();
       timing = (*engine)->gpu_timing();
     } else {
-      auto state = make_offload(model->weights(), tiering.geometry, tiering.plan, tiering.cache, tiering.scheduler,
+      auto state = make_offload(*model, tiering.geometry, tiering.plan, tiering.cache, tiering.scheduler,
                                 banks->pin_budget, banks->pin_limit);
       if (!state.ok()) return fail("run", state.status());
       offload = std::move(*state);
       scheduler = offload->scheduler.get();
-      timing = &offload->device->timings();
+      timing = &offload->executor->timing();
     }
   } else if (f.stats || !f.stats_json.empty()) {
     return fail("run", invalid_argument("--stats and --stats-json report the expert cache: give --expert-cache"));
@@ -237,7 +237,7 @@ int run(RunFlags f) {
                  offload->pins.pinned.size() - offload->store->pin_failures().size(),
                  human_bytes(offload->store->pinned_bytes()).c_str(),
                  offload->pins.pageable.size() + offload->store->pin_failures().size(),
-                 human_bytes(offload->device->bytes_through_ring()).c_str());
+                 human_bytes(offload->sim->bytes_through_ring()).c_str());
   }
   if (scheduler != nullptr && !f.stats_json.empty()) {
     std::unique_ptr<FILE, int (*)(FILE*)> out(std::fopen(f.stats_json.c_str(), "w"), fclose);

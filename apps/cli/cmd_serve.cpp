@@ -123,7 +123,7 @@ int serve(const ServeFlags& f) {
     if (Status st = apply_device_defaults(f.tiering, false, *setup); !st.ok()) return fail("serve", st);
     auto pins = parse_size(f.pin_budget, "--pin-budget");
     if (!pins.ok()) return fail("serve", pins.status());
-    auto state = make_offload((*model)->weights(), setup->geometry, setup->plan, setup->cache, setup->scheduler, *pins);
+    auto state = make_offload(**model, setup->geometry, setup->plan, setup->cache, setup->scheduler, *pins);
     if (!state.ok()) return fail("serve", state.status());
     offload = std::move(*state);
     options.offload = &offload->offload;

@@ -13,6 +13,7 @@
 #include "cuda/expert_cache.h"
 #include "cuda/gpu_measure.h"
 #include "cuda/tiering.h"
+#include "model/offload.h"
 #endif
 
 namespace mt::cli {
@@ -114,7 +115,8 @@ Status Engine::tier_gpu(const TieringSetup& setup, uint64_t pin_budget, uint64_t
                " profile");
     }
   }
-  MT_ASSIGN_OR_RETURN(gpu_->tiering, cuda::make_cuda_tiering(*model_, setup.geometry, setup.plan, setup.cache, so, o));
+  MT_ASSIGN_OR_RETURN(gpu_->tiering, cuda::make_cuda_tiering(*model_, setup.geometry, setup.plan, setup.cache, so, o,
+                                                                  std::make_unique<ModelCpuExperts>(*model_)));
   gpu_->model->set_tiering(gpu_->tiering.get());
   return {};
 #else
@@ -132,7 +134,7 @@ const ExpertScheduler* Engine::gpu_scheduler() const {
 
 const std::vector<LayerTiming>* Engine::gpu_timing() const {
 #ifdef MOETIER_HAVE_CUDA
-  if (gpu_ && gpu_->tiering) return &gpu_->tiering->timing;
+  if (gpu_ && gpu_->tiering) return &gpu_->tiering->executor->timing();
 #endif
   return nullptr;
 }
