@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <string>
+#include <type_traits>
 
 #include "cuda/kernels/check.h"
 #include "cuda/host_memory.h"
@@ -118,6 +119,31 @@ StatusOr<std::unique_ptr<Evaluator>> CudaModel::new_sequence(uint32_t n_ctx, Qua
                         std::to_string(kv_bytes) + " bytes of device memory, " + std::to_string(mem.free) + " are free");
   }
   return std::unique_ptr<Evaluator>(new detail::CudaSequence(*impl_, n_ctx, kv_type));
+}
+
+namespace {
+
+// The CUDA sequence behind an Evaluator of `impl`'s model, or null.
+template <class E>
+auto* sequence_of(const CudaModel::Impl* impl, E& e) {
+  using Seq = std::conditional_t<std::is_const_v<E>, const detail::CudaSequence, detail::CudaSequence>;
+  auto* s = dynamic_cast<Seq*>(&e);
+  return s != nullptr && s->belongs_to(*impl) ? s : nullptr;
+}
+
+}  // namespace
+
+Status CudaModel::fork_sequence(const Evaluator& from, Evaluator& to) {
+  const detail::CudaSequence* f = sequence_of(impl_.get(), from);
+  detail::CudaSequence* t = sequence_of(impl_.get(), to);
+  if (f == nullptr || t == nullptr) return invalid_argument("fork: not a sequence of this CUDA model");
+  return t->fork_from(*f);
+}
+
+Status CudaModel::truncate_sequence(Evaluator& e, uint32_t n) {
+  detail::CudaSequence* s = sequence_of(impl_.get(), e);
+  if (s == nullptr) return invalid_argument("truncate: not a sequence of this CUDA model");
+  return s->truncate(n);
 }
 
 }  // namespace mt::cuda

@@ -43,6 +43,15 @@ class CudaModel {
 
   // A sequence with its own device KV cache (F16, Q8_0 or F32).
   StatusOr<std::unique_ptr<Evaluator>> new_sequence(uint32_t n_ctx, QuantType kv_type = QuantType::F16);
+  // `to` becomes a copy of `from` (both sequences of this model, the same KV type, from's
+  // position within to's context): from's K / V rows of its positions (recurrent layers:
+  // their states) copied on the device, to's position set to from's. Speculative decoding
+  // forks a sequence, then truncates the copy back to the accepted tokens.
+  Status fork_sequence(const Evaluator& from, Evaluator& to);
+  // The sequence's position set back to n <= its position (the later rows are overwritten
+  // by the next tokens). A recurrent model (Gated DeltaNet) keeps only the last position's
+  // state: it accepts n == position and n == 0 only (0 zeroes the states).
+  Status truncate_sequence(Evaluator& e, uint32_t n);
 
   uint64_t weight_bytes() const;
   // The tiering the MoE layers of an experts_on_host model run through (not owned; must

@@ -1,58 +1,45 @@
-// CudaSequence: the feed loop, the step workspace and the decode graph (see sequence.h).
+// CudaSequence: the feed loop, the workspace's growth, a decode step through the decode
+// graph, fork and truncate (see sequence.h).
 #include "cuda/sequence.h"
 
 #include <algorithm>
 #include <cstdlib>
 #include <string>
 
-#include "core/log.h"
 #include "cuda/kernels/check.h"
 
 namespace mt::cuda::detail {
 
-CudaSequence::CudaSequence(CudaModel::Impl& m, uint32_t n_ctx, QuantType kv_type)
-    : m_(m), n_ctx_(n_ctx), kv_type_(kv_type), kv_row_bytes_(*row_bytes(kv_type, m.hp.kv_dim())) {
-  for (uint32_t l = 0; l < m.hp.n_layer; ++l) {
-    const bool recurrent = m.hp.is_recurrent(l);  // Gated DeltaNet: states, no rows
-    k_.emplace_back(recurrent ? 0 : kv_row_bytes_ * n_ctx);
-    v_.emplace_back(recurrent || m.hp.mla ? 0 : kv_row_bytes_ * n_ctx);  // MLA: one latent row, read as K and V
-    conv_.emplace_back(recurrent ? sizeof(float) * m.hp.conv_state_floats() : 0);
-    delta_.emplace_back(recurrent ? sizeof(float) * m.hp.delta_state_floats() : 0);
-    for (DeviceBuffer* b : {&conv_.back(), &delta_.back()}) {
-      if (b->bytes() > 0) MT_CUDA_CHECK(cudaMemset(b->get(), 0, b->bytes()));
-    }
-  }
-  // Decode tokens replay one instantiated CUDA graph per span of kGraphSpan positions
-  // (the position is read on the device); MOETIER_CUDA_GRAPHS=0 turns it off.
+SequenceOptions SequenceOptions::from_env() {
+  SequenceOptions o;
   const char* env = std::getenv("MOETIER_CUDA_GRAPHS");
-  graphs_ = env == nullptr || std::string(env) != "0";
-  if (graphs_ && (cudaHostAlloc(reinterpret_cast<void**>(&pinned_step_), 2 * sizeof(uint32_t),
-                                cudaHostAllocDefault) != cudaSuccess ||
-                  cudaHostAlloc(reinterpret_cast<void**>(&pinned_logits_), sizeof(float) * m.hp.n_vocab,
-                                cudaHostAllocDefault) != cudaSuccess)) {
-    cudaGetLastError();
-    log_warn("CUDA graphs off: cannot allocate their pinned buffers");
-    graphs_ = false;
-  }
-  step_dev_ = DeviceBuffer(2 * sizeof(uint32_t));
-  if (m.tiering != nullptr) graphs_ = false;  // a hybrid step waits for its routing on the host
-  // Decode attention by the warps kernel up to 4096 positions (see sequence_attention.cpp);
-  // MOETIER_CUDA_ATTN_WARP_MAX=n moves the top (0: the grouped kernel always).
+  o.graphs = env == nullptr || std::string(env) != "0";
   if (const char* wm = std::getenv("MOETIER_CUDA_ATTN_WARP_MAX"); wm != nullptr) {
-    warp_attention_max_ = static_cast<uint32_t>(std::max(0, std::atoi(wm)));
+    o.warp_attention_max = static_cast<uint32_t>(std::max(0, std::atoi(wm)));
   }
   if (const char* ub = std::getenv("MOETIER_CUDA_UBATCH"); ub != nullptr && std::atoi(ub) > 0) {
-    micro_batch_ = static_cast<uint32_t>(std::atoi(ub));
+    o.micro_batch = static_cast<uint32_t>(std::atoi(ub));
   }
-  // MLA: the per-head ids of the largest micro-batch, once (a captured graph reads them).
-  if (m.hp.mla) build_mla_ids(std::max({micro_batch_, CudaModel::kStreamMicroBatch, static_cast<uint32_t>(kMmvqMaxTokens)}));
+  return o;
 }
 
-CudaSequence::~CudaSequence() {
-  if (exec_ != nullptr) cudaGraphExecDestroy(exec_);
-  if (pinned_step_ != nullptr) cudaFreeHost(pinned_step_);
-  if (pinned_logits_ != nullptr) cudaFreeHost(pinned_logits_);
+// Decode tokens replay one instantiated CUDA graph per span of kGraphSpan positions (the
+// position is read on the device), except in a tiered model, whose hybrid step waits for
+// its routing on the host.
+CudaSequence::CudaSequence(CudaModel::Impl& m, uint32_t n_ctx, QuantType kv_type)
+    : m_(m),
+      n_ctx_(n_ctx),
+      opt_(SequenceOptions::from_env()),
+      kv_(m.hp, n_ctx, kv_type),
+      graph_(opt_.graphs && m.tiering == nullptr, m.hp.n_vocab) {
+  // MLA: the per-head ids of the largest micro-batch, once (a captured graph reads them).
+  if (m.hp.mla) {
+    kv_.build_head_ids(m.hp.n_head, std::max({opt_.micro_batch, CudaModel::kStreamMicroBatch,
+                                              static_cast<uint32_t>(kMmvqMaxTokens)}));
+  }
 }
+
+CudaSequence::~CudaSequence() = default;
 
 Status CudaSequence::feed(std::span<const int32_t> tokens, bool all_logits, std::vector<float>* logits, Trace* trace) {
   const HParams& hp = m_.hp;
@@ -73,10 +60,10 @@ Status CudaSequence::feed(std::span<const int32_t> tokens, bool all_logits, std:
   logits->clear();
   // Tiered: a batch below the streaming threshold goes through the hybrid step in pieces
   // of up to kMmvqMaxTokens; a larger one streams the expert banks once per micro-batch.
-  uint32_t micro = micro_batch_;
+  uint32_t micro = opt_.micro_batch;
   if (m_.tiering != nullptr) {
     const uint32_t thr = m_.tiering->options.stream_threshold;
-    micro = thr > 0 && T >= thr ? std::max(micro_batch_, CudaModel::kStreamMicroBatch)
+    micro = thr > 0 && T >= thr ? std::max(opt_.micro_batch, CudaModel::kStreamMicroBatch)
                                 : static_cast<uint32_t>(kMmvqMaxTokens);
   }
   for (uint32_t c0 = 0; c0 < T; c0 += micro) {
@@ -95,47 +82,12 @@ Status CudaSequence::feed(std::span<const int32_t> tokens, bool all_logits, std:
   return {};
 }
 
-size_t CudaSequence::workspace_bytes(uint32_t T) const {
-  const HParams& hp = m_.hp;
-  const size_t E = hp.n_embd, Q = hp.q_dim(), KV = hp.kv_dim(), K = std::max(1u, hp.n_expert_used);
-  const size_t n_ff = std::max({hp.n_ff_exp, hp.n_ff, hp.n_ff_shexp, 1u});
-  const size_t floats = 4 * T * E + 2 * T * Q + 2 * T * KV + T * (Q + 2 * KV) + T * std::max(1u, hp.n_expert) +
-                        2 * T * K + 3 * T * K * n_ff + T * K * E + 3 * T * n_ff +
-                        static_cast<size_t>(std::min(T, kLogitRows)) * hp.n_vocab +  // the logits piece
-                        T * E + T * K * n_ff +  // h's and u's quants and scales
-                        T * Q / 2 + 2;          // the attention output's (T*Q bytes + T*Q/4)
-  const size_t C = hp.ssm_conv_dim(), Vd = hp.ssm_value_dim(), nv = hp.ssm_nv;
-  const size_t gdn_floats = hp.recurrent.empty() ? 0 : T * (2 * C + 2 * Vd + 6 * nv + 3 * Q);  // see gdn_layer
-  const size_t gate_floats = hp.arch == Arch::kLaguna ? T * Q : 0;  // attention_layer's output gate
-  const size_t bytes = (floats + gdn_floats + gate_floats) * sizeof(float) + 64 * 256;
-  size_t scratch = attention_workspace_bytes(static_cast<int>(T), static_cast<int>(hp.n_head),
-                                             static_cast<int>(hp.head_dim), n_ctx_);
-  for (const DeviceMatrix* w : m_.w.matrices()) {
-    if (w->data != nullptr || (m_.experts_on_host && w->n_in > 0)) {  // tiered experts: their shapes
-      scratch = std::max(scratch, matmul_workspace_bytes(*w, static_cast<int>(T), static_cast<int>(K)));
-      if (w->data == nullptr && w->n_mat > 1) {  // as a gate | up pair
-        DeviceMatrix pair = *w;
-        pair.n_out *= 2;
-        scratch = std::max(scratch, matmul_workspace_bytes(pair, static_cast<int>(T), static_cast<int>(K)));
-      }
-    }
-  }
-  return bytes + scratch + mla_workspace_bytes(T);
-}
-
+// A captured decode graph reads the workspace's addresses: it is captured again after the
+// workspace grows.
 void CudaSequence::ensure_workspace(uint32_t T) {
-  if (T > ws_tokens_) {
-    // A captured decode graph reads the old workspace's addresses: it is captured again.
-    if (exec_ != nullptr) {
-      MT_CUDA_CHECK(cudaStreamSynchronize(m_.stream));
-      MT_CUDA_CHECK(cudaGraphExecDestroy(exec_));
-      exec_ = nullptr;
-      graph_cap_ = 0;
-    }
-    ws_.reset();
-    ws_ = std::make_unique<Workspace>(workspace_bytes(std::max(T, 8u)));
-    ws_tokens_ = std::max(T, 8u);
-  }
+  if (T <= ws_.tokens()) return;
+  graph_.drop(m_.stream);
+  ws_.ensure(workspace_shape(), T);
 }
 
 // A micro-batch on the stream, synchronously.
@@ -155,51 +107,59 @@ void CudaSequence::eval_chunk(std::span<const int32_t> tokens, uint32_t rows, st
   timer_.step_done(step.T);
 }
 
-// One decode token by replaying the graph of its span of positions: the step's
-// launches captured once (token id and position read from step_dev_, copied there from
-// pinned memory by the graph's first node) and replayed unchanged at every position
-// of the span; a new span re-captures and updates the executable graph in place.
-// Returns false (nothing done) when graphs are off.
+// One decode token by replaying the graph of its span of positions (cuda/decode_graph.h),
+// captured first where the span is new. Returns false (nothing done) when graphs are off.
 bool CudaSequence::eval_token_graph(int32_t token, std::vector<float>* logits) {
-  if (!graphs_) return false;
-  const uint32_t cap = graph_cap();
+  if (!graph_.on()) return false;
   ensure_workspace(1);
-  cudaStream_t s = m_.stream;
-  if (exec_ == nullptr || cap != graph_cap_) {
+  const uint32_t cap = graph_cap();
+  graph_.capture(cap, m_.stream, [&] {
     Step step;
     step.T = 1;
     step.rows = 1;
-    step.host_logits = pinned_logits_;
+    step.host_logits = graph_.logits_out();
     step.graph_n_kv_cap = cap;
-    graph_timer_.forget_marks();
-    MT_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
     enqueue(step);
-    cudaGraph_t graph = nullptr;
-    MT_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
-    bool updated = false;
-    if (exec_ != nullptr) {
-      cudaGraphExecUpdateResultInfo info{};
-      updated = cudaGraphExecUpdate(exec_, graph, &info) == cudaSuccess;
-      if (!updated) {
-        cudaGetLastError();
-        MT_CUDA_CHECK(cudaGraphExecDestroy(exec_));
-        exec_ = nullptr;
-      }
-    }
-    if (!updated) MT_CUDA_CHECK(cudaGraphInstantiate(&exec_, graph, 0));
-    MT_CUDA_CHECK(cudaGraphDestroy(graph));
-    graph_cap_ = cap;
-  }
-  pinned_step_[0] = static_cast<uint32_t>(token);
-  pinned_step_[1] = pos_;
-  timer_.mark("decode graph", s);
-  MT_CUDA_CHECK(cudaGraphLaunch(exec_, s));
-  timer_.mark("end", s);
-  MT_CUDA_CHECK(cudaStreamSynchronize(s));
-  timer_.step_done(1);
-  graph_timer_.replayed(1);
-  logits->assign(pinned_logits_, pinned_logits_ + m_.hp.n_vocab);
+  });
+  graph_.replay(token, pos_, m_.stream, timer_);
+  logits->assign(graph_.pinned_logits(), graph_.pinned_logits() + m_.hp.n_vocab);
   return true;
+}
+
+Status CudaSequence::fork_from(const CudaSequence& from) {
+  if (&from.m_ != &m_) return invalid_argument("fork: the sequences belong to different models");
+  if (from.kv_.type() != kv_.type()) {
+    return invalid_argument(std::string("fork: KV cache types differ (") + type_name(from.kv_.type()) + " vs " +
+                            type_name(kv_.type()) + ")");
+  }
+  if (from.pos_ > n_ctx_) {
+    return out_of_range("fork: " + std::to_string(from.pos_) + " positions exceed the context of " +
+                        std::to_string(n_ctx_));
+  }
+  if (&from == this) return {};
+  MT_CUDA_CHECK(cudaSetDevice(m_.device));
+  kv_.copy_prefix(from.kv_, from.pos_, m_.stream);
+  MT_CUDA_CHECK(cudaStreamSynchronize(m_.stream));
+  pos_ = from.pos_;
+  return {};
+}
+
+Status CudaSequence::truncate(uint32_t n) {
+  if (n > pos_) {
+    return out_of_range("truncate: position " + std::to_string(n) + " is past the sequence's " + std::to_string(pos_));
+  }
+  if (n == pos_) return {};
+  if (kv_.has_states() && n != 0) {
+    return invalid_argument("truncate: a recurrent model keeps only its last position's state, so it goes back to 0 "
+                            "only (asked " + std::to_string(n) + " of " + std::to_string(pos_) + ")");
+  }
+  if (kv_.has_states()) {
+    MT_CUDA_CHECK(cudaSetDevice(m_.device));
+    kv_.reset_states(m_.stream);
+    MT_CUDA_CHECK(cudaStreamSynchronize(m_.stream));
+  }
+  pos_ = n;
+  return {};
 }
 
 }  // namespace mt::cuda::detail

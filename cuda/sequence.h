@@ -1,6 +1,8 @@
 // Internal to cuda/: the model's device state (CudaModel::Impl) and one sequence
-// (CudaSequence), whose forward pass is split by what it computes: the feed loop, the
-// workspace and the decode graph (sequence.cpp); the step's layers (sequence_step.cpp:
+// (CudaSequence). Its state is split by concern: the KV cache (cuda/device_kv_cache.h),
+// the step workspace (cuda/step_workspace.h), the decode graph (cuda/decode_graph.h), its
+// switches (SequenceOptions). Its forward pass is split by what it computes: the feed
+// loop, fork and truncate (sequence.cpp); the step's layers (sequence_step.cpp:
 // embedding, attention, MoE / dense FFN, output); the Gated DeltaNet mixer
 // (sequence_gdn.cpp); latent attention (sequence_mla.cpp); the tiered MoE layers'
 // hybrid layer-step through the tiered-expert executor and prefill streaming
@@ -16,12 +18,15 @@
 #include <vector>
 
 #include "cuda/cuda_model.h"
+#include "cuda/decode_graph.h"
+#include "cuda/device_kv_cache.h"
 #include "cuda/device_weights.h"
 #include "cuda/expert_cache.h"
 #include "cuda/kernels/matmul.h"
 #include "cuda/kernels/memory.h"
 #include "cuda/kernels/ops.h"
 #include "cuda/kernels/stage_timer.h"
+#include "cuda/step_workspace.h"
 #include "cuda/tiering.h"
 #include "cuda/tiering_device.h"
 #include "model/layers.h"
@@ -47,8 +52,21 @@ struct CudaModel::Impl {
 
 namespace detail {
 
-// One sequence: the device KV cache (or, MLA, latent rows; recurrent layers: states) and
-// the step buffers.
+// A sequence's switches, read once from the environment (tuning and benchmarks):
+// MOETIER_CUDA_GRAPHS=0 launches decode steps plainly; MOETIER_CUDA_UBATCH=n sets the
+// prefill micro-batch; MOETIER_CUDA_ATTN_WARP_MAX=n the longest context decode attention
+// runs by the warps kernel (0: never; sequence_attention.cpp).
+struct SequenceOptions {
+  bool graphs = true;
+  uint32_t micro_batch = CudaModel::kMicroBatch;
+  // The warps kernel in its lanes form measured faster than the grouped kernel at every
+  // length measured, 8 to 4096 positions (AttentionArgs warp_max, warp_lanes).
+  uint32_t warp_attention_max = 4096;
+  static SequenceOptions from_env();
+};
+
+// One sequence: its device KV cache, step workspace and decode graph, and the forward
+// pass over them.
 class CudaSequence final : public Evaluator {
  public:
   CudaSequence(CudaModel::Impl& m, uint32_t n_ctx, QuantType kv_type);
@@ -60,12 +78,22 @@ class CudaSequence final : public Evaluator {
   uint32_t n_ctx() const override { return n_ctx_; }
   Status feed(std::span<const int32_t> tokens, bool all_logits, std::vector<float>* logits, Trace* trace) override;
 
+  // This sequence becomes a copy of `from` (a sequence of the same model and KV type):
+  // its first from.position() positions' K / V rows (recurrent layers: their states)
+  // copied on the device, its position set to from's. Errors: another model or KV type,
+  // from's position beyond this context.
+  Status fork_from(const CudaSequence& from);
+  // The position set back to n <= position() (the rows past it are overwritten by the
+  // next tokens). A recurrent model's states hold only the last position: it refuses any n
+  // but position() and 0 (0: the states zeroed).
+  Status truncate(uint32_t n);
+  bool belongs_to(const CudaModel::Impl& m) const { return &m == &m_; }
+
  private:
   static constexpr uint32_t kGraphSpan = 256;  // positions one decode graph serves
-  static constexpr uint32_t kLogitRows = 256;  // logits rows per output product (one (kLogitRows, n_vocab) buffer)
 
   struct Step {
-    const int32_t* host_ids = nullptr;  // (T) ids; null: a graph step (id and position from pinned_step_)
+    const int32_t* host_ids = nullptr;  // (T) ids; null: a graph step (id and position from graph_'s step_dev)
     uint32_t T = 0, rows = 0;           // tokens, logits rows wanted (the last `rows`)
     float* host_logits = nullptr;       // (rows, n_vocab)
     Trace* trace = nullptr;
@@ -108,8 +136,8 @@ class CudaSequence final : public Evaluator {
   };
 
   // sequence.cpp
-  size_t workspace_bytes(uint32_t T) const;
   void ensure_workspace(uint32_t T);
+  WorkspaceShape workspace_shape() const { return {&m_.hp, &m_.w, m_.experts_on_host, n_ctx_}; }
   void eval_chunk(std::span<const int32_t> tokens, uint32_t rows, std::vector<float>* logits, Trace* trace);
   bool eval_token_graph(int32_t token, std::vector<float>* logits);
   // The last position (+ 1) of the span of kGraphSpan positions a decode graph at pos_ serves.
@@ -118,10 +146,11 @@ class CudaSequence final : public Evaluator {
   // sequence_step.cpp
   void enqueue(const Step& st);
   void take_step_buffers(Pass& p);
-  void stage(const Pass& p, const char* name) { (p.graph ? graph_timer_ : timer_).mark(name, m_.stream); }
+  void stage(const Pass& p, const char* name) { (p.graph ? graph_.timer() : timer_).mark(name, m_.stream); }
   ActRows add_norm(Pass& p, const float* add_y, const float* w, const DeviceMatrix& reader,
                    const MoeCombineIn* combine = nullptr);
   void attention_layer(Pass& p, const DevLayer& L, uint32_t l, const ActRows& hx);
+  void qkv_products(Pass& p, const DevLayer& L, const HParams& hp, const ActRows& hx, AttnPrepArgs& pa);
   void moe_layer(Pass& p, const DevLayer& L, uint32_t l, const ActRows& hx, MoeCombineIn& combine);
   void output_logits(Pass& p, const ActRows& hx);
   void ffn_dense(const DeviceMatrix& gate_up, const DeviceMatrix& gate, const DeviceMatrix& up,
@@ -130,11 +159,9 @@ class CudaSequence final : public Evaluator {
   // sequence_gdn.cpp
   void gdn_layer(const DevLayer& L, uint32_t l, const ActRows& hx, uint32_t T, float* y);
 
-  // sequence_mla.cpp: the latent attention layer into p.y; the (tokens, n_head) table of
-  // per-head "expert" ids its grouped products read; the workspace its buffers take.
+  // sequence_mla.cpp: the latent attention layer into p.y (its grouped per-head products
+  // read the KV cache's head id table; its buffers: step_workspace.h mla_workspace_bytes).
   void mla_layer(Pass& p, const DevLayer& L, uint32_t l, const ActRows& hx);
-  void build_mla_ids(uint32_t tokens);
-  size_t mla_workspace_bytes(uint32_t T) const;
 
   // Matrix product whose scratch is given back as soon as it is launched.
   void mm(const DeviceMatrix& w, const float* x, int n, float* y) {
@@ -172,29 +199,12 @@ class CudaSequence final : public Evaluator {
 
   CudaModel::Impl& m_;
   uint32_t n_ctx_, pos_ = 0;
-  QuantType kv_type_;
-  uint64_t kv_row_bytes_;
-  std::vector<DeviceBuffer> k_, v_;  // per layer (n_ctx, kv_dim) rows of kv_type (none: recurrent layers)
-  std::vector<DeviceBuffer> conv_, delta_;  // per recurrent layer: conv window, delta-rule state (f32)
-  DeviceBuffer mla_ids_;                    // MLA: (mla_ids_tokens_, n_head) ids[t * n_head + h] = h
-  uint32_t mla_ids_tokens_ = 0;
-  std::unique_ptr<Workspace> ws_;
-  uint32_t ws_tokens_ = 0;
-  bool graphs_ = false;                 // decode tokens through CUDA graphs
-  uint32_t* pinned_step_ = nullptr;     // (2) pinned: token id, position
-  float* pinned_logits_ = nullptr;      // (n_vocab) pinned
-  DeviceBuffer step_dev_;               // (2) the graph's copy of pinned_step_
-  cudaGraphExec_t exec_ = nullptr;
-  uint32_t graph_cap_ = 0;              // n_kv_cap exec_ was captured for
-  StageTimer timer_;                    // MOETIER_CUDA_PROFILE=1
-  StageTimer graph_timer_{"cuda stage times in the decode graph"};
-  uint32_t micro_batch_ = CudaModel::kMicroBatch;  // MOETIER_CUDA_UBATCH overrides (tuning)
+  SequenceOptions opt_;
+  DeviceKvCache kv_;
+  StepWorkspace ws_;
+  DecodeGraph graph_;
+  StageTimer timer_;  // MOETIER_CUDA_PROFILE=1: the plain launches' stage times
   int staged_buf_ = -1;  // tiered prefill streaming: the buffer of the next MoE layer
-  // Decode attention over at most this many positions (the graph's n_kv_cap) by the warps
-  // kernel in its lanes form (AttentionArgs warp_max, warp_lanes; faster than the grouped
-  // kernel at every length measured, 8 to 4096 positions); MOETIER_CUDA_ATTN_WARP_MAX=n
-  // sets it, 0: never.
-  uint32_t warp_attention_max_ = 4096;
 };
 
 }  // namespace detail

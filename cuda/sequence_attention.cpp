@@ -12,22 +12,14 @@
 
 namespace mt::cuda::detail {
 
-void CudaSequence::attention_layer(Pass& p, const DevLayer& L, uint32_t l, const ActRows& hx) {
-  const HParams hp = m_.hp.for_layer(l);  // this layer's heads, RoPE dims and base (SWA layers)
-  const ArchInfo& arch = *m_.arch;
+// The layer's Q / K / V rows (one product when stacked, two when only Q | K are, else
+// three) into p.qkv; pa's sources and strides point at them (gated attention: the queries
+// split from their gates into p.qsplit, the gates into p.qgate).
+void CudaSequence::qkv_products(Pass& p, const DevLayer& L, const HParams& hp, const ActRows& hx, AttnPrepArgs& pa) {
   cudaStream_t s = m_.stream;
   const uint32_t T = p.T;
   const int Ti = p.Ti;
   const int Q = static_cast<int>(hp.q_dim()), KVd = static_cast<int>(hp.kv_dim()), hd = static_cast<int>(hp.head_dim);
-  const size_t gate_mark = ws_->mark();
-  float* gate = nullptr;  // laguna: (T, G) the output gate's logits
-  const int G = static_cast<int>(L.attn_gate.n_out);
-  if (G > 0) {
-    gate = ws_->take_n<float>(static_cast<size_t>(T) * G);
-    mm(L.attn_gate, hx, gate);
-  }
-  stage(p, "qkv");
-  AttnPrepArgs pa;
   const int Ql = L.q_gated ? 2 * Q : Q;  // attn_q rows of this layer
   if (L.wqkv.data != nullptr) {
     mm(L.wqkv, hx, p.qkv);
@@ -56,6 +48,25 @@ void CudaSequence::attention_layer(Pass& p, const DevLayer& L, uint32_t l, const
     pa.q_src = p.qsplit;
     pa.q_stride = Q;
   }
+}
+
+void CudaSequence::attention_layer(Pass& p, const DevLayer& L, uint32_t l, const ActRows& hx) {
+  const HParams hp = m_.hp.for_layer(l);  // this layer's heads, RoPE dims and base (SWA layers)
+  const ArchInfo& arch = *m_.arch;
+  cudaStream_t s = m_.stream;
+  const uint32_t T = p.T;
+  const int Ti = p.Ti;
+  const int Q = static_cast<int>(hp.q_dim()), KVd = static_cast<int>(hp.kv_dim()), hd = static_cast<int>(hp.head_dim);
+  const size_t gate_mark = ws_->mark();
+  float* gate = nullptr;  // laguna: (T, G) the output gate's logits
+  const int G = static_cast<int>(L.attn_gate.n_out);
+  if (G > 0) {
+    gate = ws_->take_n<float>(static_cast<size_t>(T) * G);
+    mm(L.attn_gate, hx, gate);
+  }
+  stage(p, "qkv");
+  AttnPrepArgs pa;
+  qkv_products(p, L, hp, hx, pa);
   pa.bq = L.bq, pa.bk = L.bk, pa.bv = L.bv;
   if (arch.qk_norm == QkNorm::kPerHead || arch.qk_norm == QkNorm::kPerHeadOptional) {  // optional: null when absent
     pa.q_norm = L.q_norm, pa.k_norm = L.k_norm;
@@ -83,19 +94,19 @@ void CudaSequence::attention_layer(Pass& p, const DevLayer& L, uint32_t l, const
   pa.pos0 = pos_;
   pa.pos_dev = p.pos_dev;
   pa.q_out = p.q;
-  pa.k_cache = k_[l].as<uint8_t>();
-  pa.v_cache = v_[l].as<uint8_t>();
-  pa.kv_type = kv_type_;
-  pa.row_bytes = kv_row_bytes_;
+  pa.k_cache = kv_.k(l);
+  pa.v_cache = kv_.v(l);
+  pa.kv_type = kv_.type();
+  pa.row_bytes = kv_.row_bytes();
   stage(p, "attn prep");
   attn_prep(pa, s);
   stage(p, "attention");
   AttentionArgs aa;
   aa.q = p.q;
-  aa.k_cache = k_[l].as<uint8_t>();
-  aa.v_cache = v_[l].as<uint8_t>();
-  aa.kv_type = kv_type_;
-  aa.kv_row_bytes = kv_row_bytes_;
+  aa.k_cache = kv_.k(l);
+  aa.v_cache = kv_.v(l);
+  aa.kv_type = kv_.type();
+  aa.kv_row_bytes = kv_.row_bytes();
   aa.n_tokens = Ti;
   aa.n_head = static_cast<int>(hp.n_head);
   aa.n_head_kv = static_cast<int>(hp.n_head_kv);
@@ -109,7 +120,7 @@ void CudaSequence::attention_layer(Pass& p, const DevLayer& L, uint32_t l, const
   // The warps kernel in its lanes form where it measured faster (moetier_cuda_attention
   // --decode, H200, 2026-12-03; docs/PERFORMANCE.md): at every length up to 4096 (512:
   // 15.6 vs 21.2 us, 4096: 28.5 vs 43.8).
-  aa.warp_max = warp_attention_max_;
+  aa.warp_max = opt_.warp_attention_max;
   aa.warp_lanes = true;
   // wo's activation rows quantized by the attention's CTAs (where its one-chunk warps
   // kernel runs) when nothing changes them between and wo's product reads quantized rows

@@ -47,7 +47,7 @@ void CudaSequence::gdn_layer(const DevLayer& L, uint32_t l, const ActRows& hx, u
   float* beta = ws_->take_n<float>(static_cast<size_t>(T) * nv);  // (T, nv)
   float* g = ws_->take_n<float>(static_cast<size_t>(T) * nv);     // (T, nv) log decay
   float* o = ws_->take_n<float>(static_cast<size_t>(T) * V);      // (T, V) delta-rule output, normed in place
-  gdn_conv(pq, stride_q, L.ssm_conv1d, conv_[l].as<float>(), u, Ti, C, static_cast<int>(hp.ssm_conv), s);
+  gdn_conv(pq, stride_q, L.ssm_conv1d, kv_.conv(l), u, Ti, C, static_cast<int>(hp.ssm_conv), s);
   GdnGateArgs ga;
   ga.b = pb, ga.a = pa, ga.stride = stride_ba, ga.ssm_a = L.ssm_a, ga.dt_bias = L.ssm_dt, ga.grouped = grouped;
   GdnNormArgs na;
@@ -55,7 +55,7 @@ void CudaSequence::gdn_layer(const DevLayer& L, uint32_t l, const ActRows& hx, u
   DeltaRuleArgs da;
   da.u = u, da.conv_dim = C, da.key_dim = static_cast<int>(hp.ssm_key_dim());
   da.nk = nk, da.nv = nv, da.dk = dk, da.tiled = hp.ssm_tiled;
-  da.g = g, da.beta = beta, da.state = delta_[l].as<float>(), da.out = o, da.T = Ti, da.eps = hp.rms_eps;
+  da.g = g, da.beta = beta, da.state = kv_.delta(l), da.out = o, da.T = Ti, da.eps = hp.rms_eps;
   if (delta_rule_gated_fits(Ti)) {  // decode: gates, delta rule and gated norm in one launch
     delta_rule_gated(da, ga, na, s);
   } else {

@@ -8,42 +8,36 @@
 //   v      (T, H * mla_v) = wv_b[h] . o                           the same grouped product
 //   y      (T, n_embd)    = wo . v
 // The per-head products run as routed expert products whose "expert" of slot t * H + h is
-// head h (mla_ids_, built once per workspace size).
+// head h (the KV cache's head id table, cuda/device_kv_cache.h). The workspace its
+// buffers take: mla_workspace_bytes (cuda/step_workspace.h).
 #include <algorithm>
-#include <vector>
 
 #include "core/check.h"
-#include "cuda/kernels/check.h"
 #include "cuda/kernel_params.h"
+#include "cuda/kernels/check.h"
 #include "cuda/kernels/ops_mla.h"
 #include "cuda/sequence.h"
 
-namespace mt::cuda::detail {
+namespace mt::cuda {
 
-void CudaSequence::build_mla_ids(uint32_t tokens) {
-  const uint32_t H = m_.hp.n_head;
-  std::vector<int32_t> ids(static_cast<size_t>(tokens) * H);  // (tokens, H): slot t*H+h -> h
-  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i % H);
-  mla_ids_ = DeviceBuffer(ids.size() * sizeof(int32_t));
-  MT_CUDA_CHECK(cudaMemcpy(mla_ids_.get(), ids.data(), ids.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
-  mla_ids_tokens_ = tokens;
-}
-
-size_t CudaSequence::mla_workspace_bytes(uint32_t T) const {
-  const HParams& hp = m_.hp;
+size_t mla_workspace_bytes(const HParams& hp, const DeviceWeights& w, uint32_t T) {
   if (!hp.mla) return 0;
   const size_t H = hp.n_head, R = hp.kv_lora_rank, P = hp.n_rot, nope = hp.mla_k - hp.n_rot;
   // q, c, q_nope, q_pe, q_lat, o, v, qa (mla_layer's takes) and their alignment.
   const size_t floats = T * (H * hp.mla_k + (R + P) + H * nope + H * P + 2 * H * R + H * hp.mla_v + hp.q_lora_rank);
   size_t scratch = mla_attention_workspace_bytes(static_cast<int>(T), static_cast<int>(H), static_cast<int>(R));
-  for (const DevLayer& L : m_.w.layers) {
+  for (const DevLayer& L : w.layers) {
     if (!L.mla) continue;
-    for (const DeviceMatrix* w : {&L.wk_b, &L.wv_b}) {  // routed over K = n_head slots per token
-      scratch = std::max(scratch, matmul_workspace_bytes(*w, static_cast<int>(T), static_cast<int>(H)));
+    for (const DeviceMatrix* m : {&L.wk_b, &L.wv_b}) {  // routed over K = n_head slots per token
+      scratch = std::max(scratch, matmul_workspace_bytes(*m, static_cast<int>(T), static_cast<int>(H)));
     }
   }
   return floats * sizeof(float) + 8 * 256 + scratch;
 }
+
+}  // namespace mt::cuda
+
+namespace mt::cuda::detail {
 
 void CudaSequence::mla_layer(Pass& p, const DevLayer& L, uint32_t l, const ActRows& hx) {
   const HParams& hp = m_.hp;
@@ -53,8 +47,8 @@ void CudaSequence::mla_layer(Pass& p, const DevLayer& L, uint32_t l, const ActRo
   const int P = static_cast<int>(hp.n_rot), QK = static_cast<int>(hp.mla_k), nope = QK - P;
   const int Vd = static_cast<int>(hp.mla_v), QL = static_cast<int>(hp.q_lora_rank);
   MT_CHECK(L.wkv_a.data != nullptr && L.wk_b.n_mat == H && L.wv_b.n_mat == H && nope > 0);
-  MT_CHECK(mla_ids_tokens_ >= p.T);  // ensure_workspace built it
-  const int32_t* ids = mla_ids_.as<int32_t>();
+  MT_CHECK(kv_.head_id_rows() >= p.T);  // built with the sequence
+  const int32_t* ids = kv_.head_ids();
   const size_t mark = ws_->mark();
   float* q = ws_->take_n<float>(T * H * QK);         // (T, H, mla_k) per head [nope | pe]
   float* c = ws_->take_n<float>(T * (R + P));        // (T, R + P) [latent | k_pe]
@@ -83,7 +77,7 @@ void CudaSequence::mla_layer(Pass& p, const DevLayer& L, uint32_t l, const ActRo
   pa.rope = mla_rope(hp, P);
   pa.pos0 = pos_, pa.pos_dev = p.pos_dev;
   pa.q_nope = q_nope, pa.q_pe = q_pe;
-  pa.cache = k_[l].as<uint8_t>(), pa.kv_type = kv_type_, pa.row_bytes = kv_row_bytes_;
+  pa.cache = kv_.k(l), pa.kv_type = kv_.type(), pa.row_bytes = kv_.row_bytes();
   mla_prep(pa, s);
 
   stage(p, "mla absorb");
@@ -95,7 +89,7 @@ void CudaSequence::mla_layer(Pass& p, const DevLayer& L, uint32_t l, const ActRo
   stage(p, "attention");
   MlaAttentionArgs aa;
   aa.q_lat = q_lat, aa.q_pe = q_pe;
-  aa.cache = k_[l].as<uint8_t>(), aa.kv_type = kv_type_, aa.row_bytes = kv_row_bytes_;
+  aa.cache = kv_.k(l), aa.kv_type = kv_.type(), aa.row_bytes = kv_.row_bytes();
   aa.n_tokens = Ti, aa.n_head = H, aa.R = R, aa.P = P;
   aa.scale = mla_kq_scale(hp);
   aa.pos0 = pos_, aa.pos_dev = p.pos_dev, aa.n_kv_cap = p.st->graph_n_kv_cap;

@@ -68,7 +68,8 @@ void CudaSequence::moe_layer(Pass& p, const DevLayer& L, uint32_t l, const ActRo
     combine.d = p.d, combine.weights = p.wts, combine.K = K;
     combine.d_sh = shared ? p.ds : nullptr, combine.gate_inp = L.shexp_gate_inp, combine.h = p.h;
   } else {
-    moe_combine(p.d, p.wts, Ti, K, E, shared ? p.ds : nullptr, L.shexp_gate_inp, p.h, p.y, s);
+    const MoeCombineIn c{p.d, p.wts, K, shared ? p.ds : nullptr, L.shexp_gate_inp, p.h};
+    moe_combine(c, Ti, E, p.y, s);
   }
 }
 

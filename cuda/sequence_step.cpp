@@ -70,18 +70,21 @@ ActRows CudaSequence::add_norm(Pass& p, const float* add_y, const float* w, cons
   a.rows = Ti;
   const QuantType rt = reader.type;
   const bool quantized_reader = reader.n_in > 0 && p.T <= static_cast<uint32_t>(kMmvqMaxTokens) && quantizes_activations(rt);
+  RowNormArgs na;
+  na.x = p.x, na.y = add_y, na.w = w, na.eps = hp.rms_eps, na.rows = Ti, na.n = E, na.out = p.h;
   if (quantized_reader && add_rms_norm_quant_supports(E, act_quant_for(rt))) {
     a.quantized = true;
     a.mode = act_quant_for(rt);
     a.qs = p.hq;
     a.meta = p.hm;
+    na.mode = a.mode, na.qs = p.hq, na.meta = p.hm;
     if (combine != nullptr) {
-      moe_combine_add_rms_norm(*combine, p.x, w, hp.rms_eps, Ti, E, p.h, true, a.mode, p.hq, p.hm, s);
+      moe_combine_add_rms_norm(*combine, na, s);
     } else {
-      add_rms_norm_quant(p.x, add_y, w, hp.rms_eps, Ti, E, p.h, a.mode, p.hq, p.hm, s);
+      add_rms_norm_quant(na, s);
     }
   } else if (combine != nullptr) {
-    moe_combine_add_rms_norm(*combine, p.x, w, hp.rms_eps, Ti, E, p.h, false, ActQuant::kQ8_0, nullptr, nullptr, s);
+    moe_combine_add_rms_norm(*combine, na, s);
   } else {
     add_rms_norm(p.x, add_y, w, hp.rms_eps, Ti, E, p.h, s);
   }
@@ -109,9 +112,10 @@ void CudaSequence::enqueue(const Step& st) {
   take_step_buffers(p);
   const int32_t* ids_tok = nullptr;  // (T) token ids
   if (p.graph) {
-    ids_tok = step_dev_.as<int32_t>();
-    p.pos_dev = step_dev_.as<uint32_t>() + 1;
-    MT_CUDA_CHECK(cudaMemcpyAsync(step_dev_.get(), pinned_step_, 2 * sizeof(uint32_t), cudaMemcpyHostToDevice, s));
+    ids_tok = graph_.step_dev().as<int32_t>();
+    p.pos_dev = graph_.step_dev().as<uint32_t>() + 1;
+    MT_CUDA_CHECK(cudaMemcpyAsync(graph_.step_dev().get(), graph_.pinned_step(), 2 * sizeof(uint32_t),
+                                  cudaMemcpyHostToDevice, s));
   } else {
     int32_t* ids = ws_->take_n<int32_t>(p.T);
     MT_CUDA_CHECK(cudaMemcpyAsync(ids, st.host_ids, p.T * sizeof(int32_t), cudaMemcpyHostToDevice, s));

@@ -123,11 +123,9 @@ void dequantize_rows(QuantType type, const uint8_t* src, uint64_t row_bytes, int
   launch(type, one_matrix(src, row_bytes, n_rows), n_rows, n, out, stream);
 }
 
-void dequantize_matrices(QuantType type, const uint8_t* data, uint64_t row_bytes, uint64_t matrix_bytes,
-                         int64_t rows_per_matrix, const int32_t* ids, int n_ids, int64_t n, __half* out,
-                         cudaStream_t stream) {
-  const RowSource src{data, row_bytes, matrix_bytes, rows_per_matrix, ids};
-  launch(type, src, rows_per_matrix * n_ids, n, out, stream);
+void dequantize_matrices(const DeviceMatrix& w, const int32_t* ids, int n_ids, __half* out, cudaStream_t stream) {
+  const RowSource src{w.data, w.row_bytes, w.matrix_bytes, w.n_out, ids};
+  launch(w.type, src, w.n_out * n_ids, w.n_in, out, stream);
 }
 
 }  // namespace mt::cuda

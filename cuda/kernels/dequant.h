@@ -10,6 +10,7 @@
 
 #include <cstdint>
 
+#include "cuda/kernels/matmul.h"
 #include "quant/types.h"
 
 namespace mt::cuda {
@@ -23,10 +24,8 @@ void dequantize_rows(QuantType type, const uint8_t* src, uint64_t row_bytes, int
 void dequantize_rows(QuantType type, const uint8_t* src, uint64_t row_bytes, int64_t n_rows, int64_t n,
                      __nv_bfloat16* out, cudaStream_t stream);
 
-// Whole matrices stacked: out (n_ids * rows_per_matrix, n) holds the rows of matrix ids[i]
-// (ids: device) of the tensor at data (matrix m at data + m * matrix_bytes) for i < n_ids.
-void dequantize_matrices(QuantType type, const uint8_t* data, uint64_t row_bytes, uint64_t matrix_bytes,
-                         int64_t rows_per_matrix, const int32_t* ids, int n_ids, int64_t n, __half* out,
-                         cudaStream_t stream);
+// Whole matrices stacked: out (n_ids * w.n_out, w.n_in) holds the rows of matrix ids[i]
+// (ids: device) of w for i < n_ids.
+void dequantize_matrices(const DeviceMatrix& w, const int32_t* ids, int n_ids, __half* out, cudaStream_t stream);
 
 }  // namespace mt::cuda

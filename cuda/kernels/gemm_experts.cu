@@ -224,8 +224,7 @@ void gemm_experts(const DeviceMatrix& w, const int32_t* ids, int n_tokens, int K
     const uint64_t tile_stride = static_cast<uint64_t>(w.n_out * w.n_in) * sizeof(__half);
     for (size_t g0 = 0; g0 < n_used; g0 += static_cast<size_t>(per_tile)) {
       const size_t g1 = std::min(n_used, g0 + static_cast<size_t>(per_tile));
-      dequantize_matrices(w.type, w.data, w.row_bytes, w.matrix_bytes, w.n_out, used_d + g0, static_cast<int>(g1 - g0),
-                          w.n_in, tile, stream);
+      dequantize_matrices(w, used_d + g0, static_cast<int>(g1 - g0), tile, stream);
       r.batches(g0, g1, reinterpret_cast<const uint8_t*>(tile), tile_stride, false, y);
     }
   } else {  // an expert larger than a tile: row tiles, one expert at a time

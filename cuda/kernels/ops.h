@@ -29,8 +29,13 @@ void rms_norm(const float* x, int64_t x_stride, const float* w, float eps, int r
 // for positions pos0 + t: the first n_rot dims of each head rotated, NORM (adjacent
 // pairs) or NEOX (first half with second half), theta_i = pos * freq_scale *
 // freq_base^(-2i / n_rot), angles computed as the CPU computes them.
-void rope(float* x, int n_tokens, int n_heads, int head_dim, int n_rot, uint32_t pos0, float freq_base,
-          float freq_scale, bool neox, cudaStream_t stream);
+struct RopeParams {
+  int n_rot = 0;  // even, <= head_dim
+  uint32_t pos0 = 0;
+  float freq_base = 10000.0f, freq_scale = 1.0f;
+  bool neox = true;
+};
+void rope(float* x, int n_tokens, int n_heads, int head_dim, const RopeParams& r, cudaStream_t stream);
 
 // y (rows, n) += b (n) per row; y (n) += x (n).
 void add_bias(float* y, const float* b, int rows, int n, cudaStream_t stream);
@@ -119,12 +124,21 @@ void router_route(const float* logits, int n_tokens, int n_expert, int K, const 
 // u = silu(g) * u, or silu(u) when g is null; n elements.
 void swiglu(const float* g, float* u, int64_t n, cudaStream_t stream);
 
+// The experts' rows of a MoE layer and how they combine (moe_combine, and fused into the
+// next norm, moe_combine_add_rms_norm).
+struct MoeCombineIn {
+  const float* d = nullptr;        // (T*K, n) expert rows
+  const float* weights = nullptr;  // (T, K)
+  int K = 0;
+  const float* d_sh = nullptr;     // (T, n) shared expert rows, or null
+  const float* gate_inp = nullptr; // (n) the shared expert's gate, or null (ungated)
+  const float* h = nullptr;        // (T, n) FFN input rows (the gate's input; needed with d_sh and gate_inp)
+};
 // model/ffn.cpp weighted sum: out (T, n) = sum over k in rank order of weights[t, k] *
-// d[t * K + k]; then, with a shared expert (d_sh non-null), + sigmoid(dot(shexp_gate_inp,
-// h[t])) * d_sh[t] (the dot in f32 on the device; f64 on the CPU). shexp_gate_inp null
-// with d_sh non-null: the shared expert added ungated.
-void moe_combine(const float* d, const float* weights, int n_tokens, int K, int n, const float* d_sh,
-                 const float* shexp_gate_inp, const float* h, float* out, cudaStream_t stream);
+// d[t * K + k]; then, with a shared expert (d_sh non-null), + sigmoid(dot(gate_inp, h[t]))
+// * d_sh[t] (the dot in f32 on the device; f64 on the CPU). gate_inp null with d_sh
+// non-null: the shared expert added ungated.
+void moe_combine(const MoeCombineIn& c, int n_tokens, int n, float* out, cudaStream_t stream);
 
 // Fused sequences of the decode step (cuda/kernels/ops_fused.cu), each equal to its parts:
 // x += y (y null: x unchanged), then out = rms_norm(x) * w; rows of n, contiguous. One
@@ -133,27 +147,31 @@ void moe_combine(const float* d, const float* weights, int n_tokens, int K, int 
 void add_rms_norm(float* x, const float* y, const float* w, float eps, int rows, int n, float* out,
                   cudaStream_t stream);
 
-// add_rms_norm, plus the normed rows quantized for the products that read them next
-// (qs (rows, n) int8, meta (rows, n / 32): cuda/kernels/mmvq_kernels.h's format in `mode`, the
-// bytes quantize_act() would write). Only where add_rms_norm_quant_supports(n, mode).
-void add_rms_norm_quant(float* x, const float* y, const float* w, float eps, int rows, int n, float* out, ActQuant mode,
-                        int8_t* qs, uint2* meta, cudaStream_t stream);
+// The rows of the fused norms below: x (rows, n) += y, out = rms_norm(x) * w, and out
+// quantized for the products that read it next into qs (rows, n) int8 and meta (rows,
+// n / 32) (cuda/kernels/mmvq_kernels.h's format in `mode`, the bytes quantize_act() would
+// write).
+struct RowNormArgs {
+  float* x = nullptr;        // (rows, n) the residual stream, updated in place
+  const float* y = nullptr;  // (rows, n) added to x first, or null
+  const float* w = nullptr;  // (n) the norm's weight
+  float eps = 1e-6f;
+  int rows = 0, n = 0;
+  float* out = nullptr;      // (rows, n)
+  ActQuant mode = ActQuant::kQ8_0;
+  int8_t* qs = nullptr;      // null: not quantized (moe_combine_add_rms_norm only)
+  uint2* meta = nullptr;
+};
+// add_rms_norm plus the quantized rows (a.qs required). Only where
+// add_rms_norm_quant_supports(a.n, a.mode).
+void add_rms_norm_quant(const RowNormArgs& a, cudaStream_t stream);
 bool add_rms_norm_quant_supports(int n, ActQuant mode);
 
-// moe_combine (below) + add_rms_norm(_quant) in one launch: y = the weighted sum of the
-// row's experts (+ the gated shared expert, its gate from h = the FFN input rows, which
-// must be `out`: read before it is overwritten), x += y, out = rms_norm(x) * w, quantized
-// when asked. n_embd >= 256 (one CTA per row, as add_rms_norm).
-struct MoeCombineIn {
-  const float* d = nullptr;        // (T*K, n) expert rows
-  const float* weights = nullptr;  // (T, K)
-  int K = 0;
-  const float* d_sh = nullptr;     // (T, n) shared expert rows, or null
-  const float* gate_inp = nullptr; // (n) the shared expert's gate, or null (ungated)
-  const float* h = nullptr;        // (T, n) FFN input rows (= out)
-};
-void moe_combine_add_rms_norm(const MoeCombineIn& c, float* x, const float* w, float eps, int rows, int n, float* out,
-                              bool quantize, ActQuant mode, int8_t* qs, uint2* meta, cudaStream_t stream);
+// moe_combine + add_rms_norm(_quant) in one launch: y = the weighted sum of the row's
+// experts (+ the gated shared expert, its gate from c.h = the FFN input rows, which must
+// be a.out: read before it is overwritten), x += y, out = rms_norm(x) * w, quantized when
+// a.qs is set (a.y unused). n >= 256 (one CTA per row, as add_rms_norm).
+void moe_combine_add_rms_norm(const MoeCombineIn& c, const RowNormArgs& a, cudaStream_t stream);
 
 // The attention block between the Q/K/V products and attention(): per token and head,
 // + bias, the per-head q/k RMSNorm (weights of head_dim; null: none), RoPE at position

@@ -319,21 +319,24 @@ int wide_row_threads(int rows, int n) {
   return t < kWideThreads ? t : kWideThreads;
 }
 
-// add_rms_norm_quant_kernel over `rows` rows (n >= 256), wide where wide_row_threads says.
-void launch_row_norm(float* x, const float* y, const MoeCombineIn& c, const float* w, float eps, int rows, int n,
-                     float* out, ActQuant mode, int8_t* qs, uint2* meta, cudaStream_t stream) {
+// add_rms_norm_quant_kernel over a's rows (n >= 256; a.qs null: no quantization), x += the
+// combine of c when c.d is set (else a.y), wide where wide_row_threads says.
+void launch_row_norm(const RowNormArgs& a, const MoeCombineIn& c, cudaStream_t stream) {
+  const int rows = a.rows, n = a.n;
   const size_t smem = static_cast<size_t>(n) * sizeof(float);
   const int threads = wide_row_threads(rows, n);
   if (threads > kRowThreads) {
     // elements per thread: <= 4 while n <= 4 * threads (n <= 4096), else <= 8 (n <= kMaxWideRow)
     if (n <= 4 * threads) {
-      add_rms_norm_quant_kernel<true, 4><<<rows, threads, smem, stream>>>(x, y, c, w, eps, n, out, mode, qs, meta);
+      add_rms_norm_quant_kernel<true, 4><<<rows, threads, smem, stream>>>(a.x, a.y, c, a.w, a.eps, n, a.out, a.mode,
+                                                                          a.qs, a.meta);
     } else {
-      add_rms_norm_quant_kernel<true, kMaxWideRow / kWideThreads><<<rows, threads, smem, stream>>>(x, y, c, w, eps, n, out,
-                                                                                                 mode, qs, meta);
+      add_rms_norm_quant_kernel<true, kMaxWideRow / kWideThreads><<<rows, threads, smem, stream>>>(
+          a.x, a.y, c, a.w, a.eps, n, a.out, a.mode, a.qs, a.meta);
     }
   } else {
-    add_rms_norm_quant_kernel<false, 1><<<rows, kRowThreads, smem, stream>>>(x, y, c, w, eps, n, out, mode, qs, meta);
+    add_rms_norm_quant_kernel<false, 1><<<rows, kRowThreads, smem, stream>>>(a.x, a.y, c, a.w, a.eps, n, a.out, a.mode,
+                                                                             a.qs, a.meta);
   }
   MT_CUDA_CHECK_LAUNCH();
 }
@@ -361,7 +364,9 @@ void add_rms_norm(float* x, const float* y, const float* w, float eps, int rows,
   MT_CHECK(n > 0 && rows >= 0);
   if (rows == 0) return;
   if (wide_row_threads(rows, n) > kRowThreads) {  // the same bytes, more warps per row
-    launch_row_norm(x, y, MoeCombineIn{}, w, eps, rows, n, out, ActQuant::kQ8_0, nullptr, nullptr, stream);
+    RowNormArgs a;
+    a.x = x, a.y = y, a.w = w, a.eps = eps, a.rows = rows, a.n = n, a.out = out;
+    launch_row_norm(a, MoeCombineIn{}, stream);
     return;
   }
   int threads = (n + 31) / 32 * 32;
@@ -370,22 +375,22 @@ void add_rms_norm(float* x, const float* y, const float* w, float eps, int rows,
   MT_CUDA_CHECK_LAUNCH();
 }
 
-void add_rms_norm_quant(float* x, const float* y, const float* w, float eps, int rows, int n, float* out, ActQuant mode,
-                        int8_t* qs, uint2* meta, cudaStream_t stream) {
-  MT_CHECK(add_rms_norm_quant_supports(n, mode) && rows >= 0);
-  MT_CHECK(reinterpret_cast<uintptr_t>(qs) % 8 == 0 && reinterpret_cast<uintptr_t>(meta) % 8 == 0);
-  if (rows == 0) return;
-  launch_row_norm(x, y, MoeCombineIn{}, w, eps, rows, n, out, mode, qs, meta, stream);
+void add_rms_norm_quant(const RowNormArgs& a, cudaStream_t stream) {
+  MT_CHECK(add_rms_norm_quant_supports(a.n, a.mode) && a.rows >= 0 && a.qs != nullptr && a.meta != nullptr);
+  MT_CHECK(reinterpret_cast<uintptr_t>(a.qs) % 8 == 0 && reinterpret_cast<uintptr_t>(a.meta) % 8 == 0);
+  if (a.rows == 0) return;
+  launch_row_norm(a, MoeCombineIn{}, stream);
 }
 
-void moe_combine_add_rms_norm(const MoeCombineIn& c, float* x, const float* w, float eps, int rows, int n, float* out,
-                              bool quantize, ActQuant mode, int8_t* qs, uint2* meta, cudaStream_t stream) {
-  MT_CHECK(c.d != nullptr && c.weights != nullptr && c.K > 0 && rows >= 0);
-  MT_CHECK(n >= 256 && n <= kMaxFusedRow && (!quantize || add_rms_norm_quant_supports(n, mode)));
-  MT_CHECK(c.d_sh == nullptr || c.gate_inp == nullptr || c.h == out);
-  if (rows == 0) return;
-  launch_row_norm(x, nullptr, c, w, eps, rows, n, out, mode, quantize ? qs : nullptr, quantize ? meta : nullptr,
-                  stream);
+void moe_combine_add_rms_norm(const MoeCombineIn& c, const RowNormArgs& a, cudaStream_t stream) {
+  MT_CHECK(c.d != nullptr && c.weights != nullptr && c.K > 0 && a.rows >= 0);
+  MT_CHECK(a.n >= 256 && a.n <= kMaxFusedRow && (a.qs == nullptr || add_rms_norm_quant_supports(a.n, a.mode)));
+  MT_CHECK(c.d_sh == nullptr || c.gate_inp == nullptr || c.h == a.out);
+  if (a.rows == 0) return;
+  RowNormArgs b = a;
+  b.y = nullptr;
+  if (b.qs == nullptr) b.meta = nullptr;
+  launch_row_norm(b, c, stream);
 }
 
 bool add_rms_norm_quant_supports(int n, ActQuant mode) {

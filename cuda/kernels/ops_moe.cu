@@ -105,12 +105,11 @@ void swiglu(const float* g, float* u, int64_t n, cudaStream_t stream) {
   MT_CUDA_CHECK_LAUNCH();
 }
 
-void moe_combine(const float* d, const float* weights, int n_tokens, int K, int n, const float* d_sh,
-                 const float* shexp_gate_inp, const float* h, float* out, cudaStream_t stream) {
-  MT_CHECK(K > 0 && n > 0);
-  MT_CHECK(d_sh == nullptr || shexp_gate_inp == nullptr || h != nullptr);
+void moe_combine(const MoeCombineIn& c, int n_tokens, int n, float* out, cudaStream_t stream) {
+  MT_CHECK(c.K > 0 && n > 0);
+  MT_CHECK(c.d_sh == nullptr || c.gate_inp == nullptr || c.h != nullptr);
   if (n_tokens <= 0) return;
-  moe_combine_kernel<<<n_tokens, 256, 0, stream>>>(d, weights, K, n, d_sh, shexp_gate_inp, h, out);
+  moe_combine_kernel<<<n_tokens, 256, 0, stream>>>(c.d, c.weights, c.K, n, c.d_sh, c.gate_inp, c.h, out);
   MT_CUDA_CHECK_LAUNCH();
 }
 

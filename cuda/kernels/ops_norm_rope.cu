@@ -95,15 +95,14 @@ void rms_norm(const float* x, int64_t x_stride, const float* w, float eps, int r
   MT_CUDA_CHECK_LAUNCH();
 }
 
-void rope(float* x, int n_tokens, int n_heads, int head_dim, int n_rot, uint32_t pos0, float freq_base,
-          float freq_scale, bool neox, cudaStream_t stream) {
-  MT_CHECK(n_rot >= 0 && n_rot <= head_dim && n_rot % 2 == 0);
-  const int64_t n = static_cast<int64_t>(n_tokens) * n_heads * (n_rot / 2);
+void rope(float* x, int n_tokens, int n_heads, int head_dim, const RopeParams& r, cudaStream_t stream) {
+  MT_CHECK(r.n_rot >= 0 && r.n_rot <= head_dim && r.n_rot % 2 == 0);
+  const int64_t n = static_cast<int64_t>(n_tokens) * n_heads * (r.n_rot / 2);
   if (n == 0) return;
   // The CPU's float expression (model/attention.cpp rope_angles), evaluated on the host.
-  const float theta_scale = std::pow(freq_base, -2.0f / static_cast<float>(n_rot));
-  rope_kernel<<<elt_blocks(n), kEltThreads, 0, stream>>>(x, n_tokens, n_heads, head_dim, n_rot, pos0, theta_scale,
-                                                        freq_scale, neox);
+  const float theta_scale = std::pow(r.freq_base, -2.0f / static_cast<float>(r.n_rot));
+  rope_kernel<<<elt_blocks(n), kEltThreads, 0, stream>>>(x, n_tokens, n_heads, head_dim, r.n_rot, r.pos0, theta_scale,
+                                                        r.freq_scale, r.neox);
   MT_CUDA_CHECK_LAUNCH();
 }
 

@@ -106,8 +106,9 @@ TEST(CudaFused, AttnPrepEqualsBiasNormRopeStore) {
       rms_norm(dq.as<float>(), D, dqn.as<float>(), eps, T * H, D, dq.as<float>(), D, nullptr);
       rms_norm(dk.as<float>(), D, dkn.as<float>(), eps, T * Hkv, D, dk.as<float>(), D, nullptr);
     }
-    rope(dq.as<float>(), T, H, D, c.n_rot, pos0, base, fscale, c.neox, nullptr);
-    rope(dk.as<float>(), T, Hkv, D, c.n_rot, pos0, base, fscale, c.neox, nullptr);
+    const RopeParams rp{c.n_rot, pos0, base, fscale, c.neox};
+    rope(dq.as<float>(), T, H, D, rp, nullptr);
+    rope(dk.as<float>(), T, Hkv, D, rp, nullptr);
     kv_store(c.kv, dk.as<float>(), T, KV, kc1.as<uint8_t>(), rb, pos0, nullptr);
     kv_store(c.kv, dv.as<float>(), T, KV, vc1.as<uint8_t>(), rb, pos0, nullptr);
 

@@ -121,8 +121,9 @@ TEST(CudaFused, AddRmsNormQuantEqualsNormThenQuantize) {
       DeviceBuffer q1(x.size()), q2(x.size()), m1(x.size() / 32 * 8), m2(x.size() / 32 * 8);
       add_rms_norm(x1.as<float>(), dy.as<float>(), dw.as<float>(), 1e-6f, rows, n, o1.as<float>(), nullptr);
       quantize_act(o1.as<float>(), rows, n, mode, q1.as<int8_t>(), m1.as<uint2>(), nullptr);
-      add_rms_norm_quant(x2.as<float>(), dy.as<float>(), dw.as<float>(), 1e-6f, rows, n, o2.as<float>(), mode,
-                         q2.as<int8_t>(), m2.as<uint2>(), nullptr);
+      add_rms_norm_quant({.x = x2.as<float>(), .y = dy.as<float>(), .w = dw.as<float>(), .eps = 1e-6f, .rows = rows,
+                          .n = n, .out = o2.as<float>(), .mode = mode, .qs = q2.as<int8_t>(), .meta = m2.as<uint2>()},
+                         nullptr);
       EXPECT_TRUE(same_bytes(to_host<float>(x1, x.size()), to_host<float>(x2, x.size()))) << "x";
       EXPECT_TRUE(same_bytes(to_host<float>(o1, x.size()), to_host<float>(o2, x.size()))) << "normed rows";
       EXPECT_TRUE(same_bytes(to_host<int8_t>(q1, x.size()), to_host<int8_t>(q2, x.size()))) << "quants";
@@ -165,18 +166,23 @@ TEST(CudaFused, MoeCombineAddRmsNormEqualsCombineThenNorm) {
     const float* gate_inp = variant == 1 ? dg.as<float>() : nullptr;
     for (bool quantize : {false, true}) {
       DeviceBuffer q1(x.size()), q2(x.size()), m1(x.size() / 32 * 8), m2(x.size() / 32 * 8);
-      moe_combine(dd.as<float>(), dw.as<float>(), T, K, n, shared, gate_inp, h1.as<float>(), y.as<float>(), nullptr);
+      moe_combine({dd.as<float>(), dw.as<float>(), K, shared, gate_inp, h1.as<float>()}, T, n, y.as<float>(), nullptr);
       if (quantize) {
-        add_rms_norm_quant(x1.as<float>(), y.as<float>(), dn.as<float>(), 1e-6f, T, n, h1.as<float>(), ActQuant::kQ8_K,
-                           q1.as<int8_t>(), m1.as<uint2>(), nullptr);
+        add_rms_norm_quant({.x = x1.as<float>(), .y = y.as<float>(), .w = dn.as<float>(), .eps = 1e-6f, .rows = T,
+                            .n = n, .out = h1.as<float>(), .mode = ActQuant::kQ8_K, .qs = q1.as<int8_t>(),
+                            .meta = m1.as<uint2>()},
+                           nullptr);
       } else {
         add_rms_norm(x1.as<float>(), y.as<float>(), dn.as<float>(), 1e-6f, T, n, h1.as<float>(), nullptr);
       }
       MoeCombineIn c;
       c.d = dd.as<float>(), c.weights = dw.as<float>(), c.K = K, c.d_sh = shared, c.gate_inp = gate_inp;
       c.h = h2.as<float>();
-      moe_combine_add_rms_norm(c, x2.as<float>(), dn.as<float>(), 1e-6f, T, n, h2.as<float>(), quantize,
-                               ActQuant::kQ8_K, q2.as<int8_t>(), m2.as<uint2>(), nullptr);
+      moe_combine_add_rms_norm(c,
+                               {.x = x2.as<float>(), .w = dn.as<float>(), .eps = 1e-6f, .rows = T, .n = n,
+                                .out = h2.as<float>(), .mode = ActQuant::kQ8_K,
+                                .qs = quantize ? q2.as<int8_t>() : nullptr, .meta = quantize ? m2.as<uint2>() : nullptr},
+                               nullptr);
       EXPECT_TRUE(same_bytes(to_host<float>(x1, x.size()), to_host<float>(x2, x.size()))) << "x, quantize " << quantize;
       EXPECT_TRUE(same_bytes(to_host<float>(h1, x.size()), to_host<float>(h2, x.size()))) << "h, quantize " << quantize;
       if (quantize) {
@@ -220,12 +226,15 @@ TEST(CudaFused, WideRowKernelsEqualTheNarrowOnes) {
       SCOPED_TRACE(testing::Message() << "mode " << static_cast<int>(mode));
       DeviceBuffer x1 = to_device(x), x2 = to_device(x), o1(size * sizeof(float)), o2(size * sizeof(float));
       DeviceBuffer q1(size), q2(size), m1(size / 32 * 8), m2(size / 32 * 8);
-      add_rms_norm_quant(x1.as<float>(), dy.as<float>(), dw.as<float>(), eps, rows, n, o1.as<float>(), mode,
-                         q1.as<int8_t>(), m1.as<uint2>(), nullptr);
+      add_rms_norm_quant({.x = x1.as<float>(), .y = dy.as<float>(), .w = dw.as<float>(), .eps = eps, .rows = rows,
+                          .n = n, .out = o1.as<float>(), .mode = mode, .qs = q1.as<int8_t>(), .meta = m1.as<uint2>()},
+                         nullptr);
       for (const auto& p : pieces) {
         const size_t at = static_cast<size_t>(p[0]) * n;
-        add_rms_norm_quant(rows_at(x2, p[0], n), rows_at(dy, p[0], n), dw.as<float>(), eps, p[1], n,
-                           rows_at(o2, p[0], n), mode, q2.as<int8_t>() + at, m2.as<uint2>() + at / 32, nullptr);
+        add_rms_norm_quant({.x = rows_at(x2, p[0], n), .y = rows_at(dy, p[0], n), .w = dw.as<float>(), .eps = eps,
+                            .rows = p[1], .n = n, .out = rows_at(o2, p[0], n), .mode = mode,
+                            .qs = q2.as<int8_t>() + at, .meta = m2.as<uint2>() + at / 32},
+                           nullptr);
       }
       EXPECT_TRUE(same_bytes(to_host<float>(x1, size), to_host<float>(x2, size))) << "x";
       EXPECT_TRUE(same_bytes(to_host<float>(o1, size), to_host<float>(o2, size))) << "normed rows";
@@ -254,8 +263,12 @@ TEST(CudaFused, WideRowKernelsEqualTheNarrowOnes) {
           c.d_sh = variant > 0 ? dds.as<float>() + at : nullptr;
           c.gate_inp = variant == 1 ? dg.as<float>() : nullptr;
           c.h = rows_at(hb, r0, n);
-          moe_combine_add_rms_norm(c, rows_at(xb, r0, n), dn.as<float>(), eps, count, n, rows_at(hb, r0, n), quantize,
-                                   ActQuant::kQ8_K, qb.as<int8_t>() + at, mb.as<uint2>() + at / 32, nullptr);
+          moe_combine_add_rms_norm(
+              c,
+              {.x = rows_at(xb, r0, n), .w = dn.as<float>(), .eps = eps, .rows = count, .n = n, .out = rows_at(hb, r0, n),
+               .mode = ActQuant::kQ8_K, .qs = quantize ? qb.as<int8_t>() + at : nullptr,
+               .meta = quantize ? mb.as<uint2>() + at / 32 : nullptr},
+              nullptr);
         };
         combine(0, rows, x1, h1, q1, m1);
         for (const auto& p : pieces) combine(p[0], p[1], x2, h2, q2, m2);

@@ -126,7 +126,7 @@ TEST(CudaOps, RopeMatchesCpu) {
     std::vector<float> x = randn(static_cast<size_t>(T) * H * c.D, rng);
     DeviceBuffer dx = to_device(x);
     rope_reference(x, T, H, c.D, c.n_rot, c.pos0, c.base, c.scale, c.neox);
-    rope(dx.as<float>(), T, H, c.D, c.n_rot, c.pos0, c.base, c.scale, c.neox, nullptr);
+    rope(dx.as<float>(), T, H, c.D, {c.n_rot, c.pos0, c.base, c.scale, c.neox}, nullptr);
     expect_close(to_host<float>(dx, x.size()), x, 2e-6f, 2e-6f, c.neox ? "rope neox" : "rope norm");
   }
 }
@@ -470,8 +470,9 @@ TEST(CudaOps, MoeCombineMatchesCpu) {
       }
     }
     DeviceBuffer dout(want.size() * sizeof(float));
-    moe_combine(dd.as<float>(), dw.as<float>(), T, K, n, shared ? dsh.as<float>() : nullptr,
-                shared ? dgi.as<float>() : nullptr, shared ? dh.as<float>() : nullptr, dout.as<float>(), nullptr);
+    const MoeCombineIn in{dd.as<float>(), dw.as<float>(), K, shared ? dsh.as<float>() : nullptr,
+                          shared ? dgi.as<float>() : nullptr, shared ? dh.as<float>() : nullptr};
+    moe_combine(in, T, n, dout.as<float>(), nullptr);
     expect_close(to_host<float>(dout, want.size()), want, shared ? 1e-5f : 1e-6f, 1e-6f, "moe_combine");
   }
 }

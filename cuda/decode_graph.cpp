@@ -1,0 +1,68 @@
+// The decode graph (cuda/decode_graph.h).
+#include "cuda/decode_graph.h"
+
+#include "core/log.h"
+#include "cuda/kernels/check.h"
+
+namespace mt::cuda {
+
+DecodeGraph::DecodeGraph(bool want, uint32_t n_vocab) : on_(want) {
+  if (on_ && (cudaHostAlloc(reinterpret_cast<void**>(&pinned_step_), 2 * sizeof(uint32_t), cudaHostAllocDefault) !=
+                  cudaSuccess ||
+              cudaHostAlloc(reinterpret_cast<void**>(&pinned_logits_), sizeof(float) * n_vocab, cudaHostAllocDefault) !=
+                  cudaSuccess)) {
+    cudaGetLastError();
+    log_warn("CUDA graphs off: cannot allocate their pinned buffers");
+    on_ = false;
+  }
+  step_dev_ = DeviceBuffer(2 * sizeof(uint32_t));
+}
+
+DecodeGraph::~DecodeGraph() {
+  if (exec_ != nullptr) cudaGraphExecDestroy(exec_);
+  if (pinned_step_ != nullptr) cudaFreeHost(pinned_step_);
+  if (pinned_logits_ != nullptr) cudaFreeHost(pinned_logits_);
+}
+
+void DecodeGraph::drop(cudaStream_t stream) {
+  if (exec_ == nullptr) return;
+  MT_CUDA_CHECK(cudaStreamSynchronize(stream));
+  MT_CUDA_CHECK(cudaGraphExecDestroy(exec_));
+  exec_ = nullptr;
+  cap_ = 0;
+}
+
+void DecodeGraph::capture(uint32_t cap, cudaStream_t stream, const std::function<void()>& enqueue) {
+  if (exec_ != nullptr && cap == cap_) return;
+  timer_.forget_marks();
+  MT_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  enqueue();
+  cudaGraph_t graph = nullptr;
+  MT_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  bool updated = false;
+  if (exec_ != nullptr) {
+    cudaGraphExecUpdateResultInfo info{};
+    updated = cudaGraphExecUpdate(exec_, graph, &info) == cudaSuccess;
+    if (!updated) {
+      cudaGetLastError();
+      MT_CUDA_CHECK(cudaGraphExecDestroy(exec_));
+      exec_ = nullptr;
+    }
+  }
+  if (!updated) MT_CUDA_CHECK(cudaGraphInstantiate(&exec_, graph, 0));
+  MT_CUDA_CHECK(cudaGraphDestroy(graph));
+  cap_ = cap;
+}
+
+void DecodeGraph::replay(int32_t token, uint32_t pos, cudaStream_t stream, StageTimer& outer) {
+  pinned_step_[0] = static_cast<uint32_t>(token);
+  pinned_step_[1] = pos;
+  outer.mark("decode graph", stream);
+  MT_CUDA_CHECK(cudaGraphLaunch(exec_, stream));
+  outer.mark("end", stream);
+  MT_CUDA_CHECK(cudaStreamSynchronize(stream));
+  outer.step_done(1);
+  timer_.replayed(1);
+}
+
+}  // namespace mt::cuda
