@@ -184,6 +184,124 @@ __device__ __forceinline__ void set_columns(const MmqArgs& p, int first, int cou
   }
 }
 
+// One stage into shared memory (every thread of the CTA): the decode role's weight row
+// half, its scales (and mins); the copy role's activation chunks and their blocks' d and
+// d * sum (zeros past the columns or the row).
+template <class Tr, int BN, int kXPasses, int kMetaPasses>
+__device__ __forceinline__ void load_stage(const MmqArgs& p, int st, int nb, int n_blocks, const uint8_t* wrow,
+                                           int dec_row, int dec_half, int x_chunk, const int64_t (&x_off)[kXPasses],
+                                           const int64_t (&meta_off)[kMetaPasses], SharedTile<BN>& s) {
+  const int tid = static_cast<int>(threadIdx.x);
+  {
+    uint32_t q[32];
+    float sc[Tr::kHalf16 ? 8 : 4], mn[4];
+    Tr::decode(wrow, st, dec_half, nb, q, sc, mn);
+    uint4* dst = reinterpret_cast<uint4*>(s.w + dec_row * kRowBytes + 128 * dec_half);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) dst[i] = make_uint4(q[4 * i], q[4 * i + 1], q[4 * i + 2], q[4 * i + 3]);
+    constexpr int kSc = Tr::kHalf16 ? 8 : 4;
+#pragma unroll
+    for (int i = 0; i < kSc; ++i) s.scale[kSc * dec_half + i][dec_row] = sc[i];
+    if constexpr (Tr::kMin) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) s.min[4 * dec_half + i][dec_row] = mn[i];
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < kXPasses; ++i) {
+    const int e = st * kStage + 16 * x_chunk;
+    uint4 v = make_uint4(0u, 0u, 0u, 0u);
+    if (x_off[i] >= 0 && e < p.n_in) v = __ldg(reinterpret_cast<const uint4*>(p.xq + x_off[i] + e));
+    *reinterpret_cast<uint4*>(s.x + ((tid >> 4) + 16 * i) * kRowBytes + 16 * x_chunk) = v;
+  }
+#pragma unroll
+  for (int i = 0; i < kMetaPasses; ++i) {
+    const int idx = tid + kThreads * i;
+    if (idx < BN * kStageBlocks) {
+      const int col = idx >> 3, b = idx & 7, blk = st * kStageBlocks + b;
+      float d = 0.f, ds = 0.f;
+      if (meta_off[i] >= 0 && blk < n_blocks) {
+        const uint2 m = __ldg(p.xmeta + meta_off[i] + blk);
+        const int sum =
+            static_cast<int>(static_cast<int16_t>(m.y & 0xFFFFu)) + static_cast<int>(static_cast<int16_t>(m.y >> 16));
+        d = __uint_as_float(m.x);
+        ds = d * static_cast<float>(sum);
+      }
+      s.xd[b][col] = d;
+      s.xs[b][col] = ds;
+    }
+  }
+}
+
+// One stage's products (every warp its rows wm0.. and columns wn0..): the int8 tiles by
+// mma, scaled by the weight rows' and activation columns' scales (minus the mins' part)
+// into acc, sub-block by sub-block in order.
+template <class Tr, int BN, int kNI>
+__device__ __forceinline__ void stage_mma(const SharedTile<BN>& s, int nb, int wm0, int wn0, int g, int t,
+                                          float (&acc)[kMI][kNI][4]) {
+#pragma unroll
+  for (int b = 0; b < kStageBlocks; ++b) {
+    if (b >= nb) break;
+    uint32_t af[kMI][4], bf[kNI][2];
+#pragma unroll
+    for (int mi = 0; mi < kMI; ++mi) {
+      const int8_t* pa = s.w + (wm0 + 16 * mi + g) * kRowBytes + 32 * b + 4 * t;
+      af[mi][0] = lds32(pa);
+      af[mi][1] = lds32(pa + 8 * kRowBytes);
+      af[mi][2] = lds32(pa + 16);
+      af[mi][3] = lds32(pa + 8 * kRowBytes + 16);
+    }
+    float2 xd[kNI], xs[kNI];
+#pragma unroll
+    for (int ni = 0; ni < kNI; ++ni) {
+      const int8_t* pb = s.x + (wn0 + 8 * ni + g) * kRowBytes + 32 * b + 4 * t;
+      bf[ni][0] = lds32(pb);
+      bf[ni][1] = lds32(pb + 16);
+      xd[ni] = *reinterpret_cast<const float2*>(&s.xd[b][wn0 + 8 * ni + 2 * t]);
+      if constexpr (Tr::kMin) xs[ni] = *reinterpret_cast<const float2*>(&s.xs[b][wn0 + 8 * ni + 2 * t]);
+    }
+#pragma unroll
+    for (int mi = 0; mi < kMI; ++mi) {
+      const int r = wm0 + 16 * mi + g;  // and r + 8
+      if constexpr (!Tr::kHalf16) {
+        const float s0 = s.scale[b][r], s1 = s.scale[b][r + 8];
+        float n0 = 0.f, n1 = 0.f;
+        if constexpr (Tr::kMin) n0 = s.min[b][r], n1 = s.min[b][r + 8];
+#pragma unroll
+        for (int ni = 0; ni < kNI; ++ni) {
+          float dot[4];
+          mma_k32(dot, af[mi], bf[ni]);
+          float* c = acc[mi][ni];
+          c[0] = fmaf(s0 * xd[ni].x, dot[0], c[0]);
+          c[1] = fmaf(s0 * xd[ni].y, dot[1], c[1]);
+          c[2] = fmaf(s1 * xd[ni].x, dot[2], c[2]);
+          c[3] = fmaf(s1 * xd[ni].y, dot[3], c[3]);
+          if constexpr (Tr::kMin) {
+            c[0] = fmaf(-n0, xs[ni].x, c[0]);
+            c[1] = fmaf(-n0, xs[ni].y, c[1]);
+            c[2] = fmaf(-n1, xs[ni].x, c[2]);
+            c[3] = fmaf(-n1, xs[ni].y, c[3]);
+          }
+        }
+      } else {  // scales of k 0..15 and 16..31 of rows r and r + 8
+        const float lo0 = s.scale[2 * b][r], lo1 = s.scale[2 * b][r + 8];
+        const float hi0 = s.scale[2 * b + 1][r], hi1 = s.scale[2 * b + 1][r + 8];
+#pragma unroll
+        for (int ni = 0; ni < kNI; ++ni) {
+          float dlo[4], dhi[4];
+          mma_k16(dlo, af[mi][0], af[mi][1], bf[ni][0]);
+          mma_k16(dhi, af[mi][2], af[mi][3], bf[ni][1]);
+          float* c = acc[mi][ni];
+          c[0] = fmaf(xd[ni].x, fmaf(lo0, dlo[0], hi0 * dhi[0]), c[0]);
+          c[1] = fmaf(xd[ni].y, fmaf(lo0, dlo[1], hi0 * dhi[1]), c[1]);
+          c[2] = fmaf(xd[ni].x, fmaf(lo1, dlo[2], hi1 * dhi[2]), c[2]);
+          c[3] = fmaf(xd[ni].y, fmaf(lo1, dlo[3], hi1 * dhi[3]), c[3]);
+        }
+      }
+    }
+  }
+}
+
 template <class Tr, int BN>
 __global__ void __launch_bounds__(kThreads, 2) mmq_kernel(const MmqArgs p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
@@ -253,108 +371,9 @@ __global__ void __launch_bounds__(kThreads, 2) mmq_kernel(const MmqArgs p) {
   const int n_stages = (n_blocks + kStageBlocks - 1) / kStageBlocks;
   for (int st = 0; st < n_stages; ++st) {
     const int nb = min(kStageBlocks, n_blocks - st * kStageBlocks);  // valid sub-blocks (uniform)
-    {
-      uint32_t q[32];
-      float sc[Tr::kHalf16 ? 8 : 4], mn[4];
-      Tr::decode(wrow, st, dec_half, nb, q, sc, mn);
-      uint4* dst = reinterpret_cast<uint4*>(s.w + dec_row * kRowBytes + 128 * dec_half);
-#pragma unroll
-      for (int i = 0; i < 8; ++i) dst[i] = make_uint4(q[4 * i], q[4 * i + 1], q[4 * i + 2], q[4 * i + 3]);
-      constexpr int kSc = Tr::kHalf16 ? 8 : 4;
-#pragma unroll
-      for (int i = 0; i < kSc; ++i) s.scale[kSc * dec_half + i][dec_row] = sc[i];
-      if constexpr (Tr::kMin) {
-#pragma unroll
-        for (int i = 0; i < 4; ++i) s.min[4 * dec_half + i][dec_row] = mn[i];
-      }
-    }
-#pragma unroll
-    for (int i = 0; i < kXPasses; ++i) {
-      const int e = st * kStage + 16 * x_chunk;
-      uint4 v = make_uint4(0u, 0u, 0u, 0u);
-      if (x_off[i] >= 0 && e < p.n_in) v = __ldg(reinterpret_cast<const uint4*>(p.xq + x_off[i] + e));
-      *reinterpret_cast<uint4*>(s.x + ((tid >> 4) + 16 * i) * kRowBytes + 16 * x_chunk) = v;
-    }
-#pragma unroll
-    for (int i = 0; i < kMetaPasses; ++i) {
-      const int idx = tid + kThreads * i;
-      if (idx < BN * kStageBlocks) {
-        const int col = idx >> 3, b = idx & 7, blk = st * kStageBlocks + b;
-        float d = 0.f, ds = 0.f;
-        if (meta_off[i] >= 0 && blk < n_blocks) {
-          const uint2 m = __ldg(p.xmeta + meta_off[i] + blk);
-          const int sum =
-              static_cast<int>(static_cast<int16_t>(m.y & 0xFFFFu)) + static_cast<int>(static_cast<int16_t>(m.y >> 16));
-          d = __uint_as_float(m.x);
-          ds = d * static_cast<float>(sum);
-        }
-        s.xd[b][col] = d;
-        s.xs[b][col] = ds;
-      }
-    }
+    load_stage<Tr, BN, kXPasses, kMetaPasses>(p, st, nb, n_blocks, wrow, dec_row, dec_half, x_chunk, x_off, meta_off, s);
     __syncthreads();
-
-#pragma unroll
-    for (int b = 0; b < kStageBlocks; ++b) {
-      if (b >= nb) break;
-      uint32_t af[kMI][4], bf[kNI][2];
-#pragma unroll
-      for (int mi = 0; mi < kMI; ++mi) {
-        const int8_t* pa = s.w + (wm0 + 16 * mi + g) * kRowBytes + 32 * b + 4 * t;
-        af[mi][0] = lds32(pa);
-        af[mi][1] = lds32(pa + 8 * kRowBytes);
-        af[mi][2] = lds32(pa + 16);
-        af[mi][3] = lds32(pa + 8 * kRowBytes + 16);
-      }
-      float2 xd[kNI], xs[kNI];
-#pragma unroll
-      for (int ni = 0; ni < kNI; ++ni) {
-        const int8_t* pb = s.x + (wn0 + 8 * ni + g) * kRowBytes + 32 * b + 4 * t;
-        bf[ni][0] = lds32(pb);
-        bf[ni][1] = lds32(pb + 16);
-        xd[ni] = *reinterpret_cast<const float2*>(&s.xd[b][wn0 + 8 * ni + 2 * t]);
-        if constexpr (Tr::kMin) xs[ni] = *reinterpret_cast<const float2*>(&s.xs[b][wn0 + 8 * ni + 2 * t]);
-      }
-#pragma unroll
-      for (int mi = 0; mi < kMI; ++mi) {
-        const int r = wm0 + 16 * mi + g;  // and r + 8
-        if constexpr (!Tr::kHalf16) {
-          const float s0 = s.scale[b][r], s1 = s.scale[b][r + 8];
-          float n0 = 0.f, n1 = 0.f;
-          if constexpr (Tr::kMin) n0 = s.min[b][r], n1 = s.min[b][r + 8];
-#pragma unroll
-          for (int ni = 0; ni < kNI; ++ni) {
-            float dot[4];
-            mma_k32(dot, af[mi], bf[ni]);
-            float* c = acc[mi][ni];
-            c[0] = fmaf(s0 * xd[ni].x, dot[0], c[0]);
-            c[1] = fmaf(s0 * xd[ni].y, dot[1], c[1]);
-            c[2] = fmaf(s1 * xd[ni].x, dot[2], c[2]);
-            c[3] = fmaf(s1 * xd[ni].y, dot[3], c[3]);
-            if constexpr (Tr::kMin) {
-              c[0] = fmaf(-n0, xs[ni].x, c[0]);
-              c[1] = fmaf(-n0, xs[ni].y, c[1]);
-              c[2] = fmaf(-n1, xs[ni].x, c[2]);
-              c[3] = fmaf(-n1, xs[ni].y, c[3]);
-            }
-          }
-        } else {  // scales of k 0..15 and 16..31 of rows r and r + 8
-          const float lo0 = s.scale[2 * b][r], lo1 = s.scale[2 * b][r + 8];
-          const float hi0 = s.scale[2 * b + 1][r], hi1 = s.scale[2 * b + 1][r + 8];
-#pragma unroll
-          for (int ni = 0; ni < kNI; ++ni) {
-            float dlo[4], dhi[4];
-            mma_k16(dlo, af[mi][0], af[mi][1], bf[ni][0]);
-            mma_k16(dhi, af[mi][2], af[mi][3], bf[ni][1]);
-            float* c = acc[mi][ni];
-            c[0] = fmaf(xd[ni].x, fmaf(lo0, dlo[0], hi0 * dhi[0]), c[0]);
-            c[1] = fmaf(xd[ni].y, fmaf(lo0, dlo[1], hi0 * dhi[1]), c[1]);
-            c[2] = fmaf(xd[ni].x, fmaf(lo1, dlo[2], hi1 * dhi[2]), c[2]);
-            c[3] = fmaf(xd[ni].y, fmaf(lo1, dlo[3], hi1 * dhi[3]), c[3]);
-          }
-        }
-      }
-    }
+    stage_mma<Tr, BN, kNI>(s, nb, wm0, wn0, g, t, acc);
     __syncthreads();  // every warp is done with the stage before the next overwrites it
   }
 

@@ -90,6 +90,89 @@ __device__ __forceinline__ float lane_score(const uint8_t* row, const float4* q_
   return ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
 }
 
+// The lanes form's pass of one warp over its rounds of the chunk's len positions from
+// k_base / v_base (kLanes below): lane l scores position l of a round against q in shared
+// memory, then the round's values are added, each position's p shuffled from its lane.
+// m, l, o: the warp's online-softmax state (running max, sum of e^(s - m), its elements of
+// sum e^(s - m) v).
+template <QuantType KV, int EPL>
+__device__ __forceinline__ void decode_rounds(const AttnGeom& g, int len, const uint8_t* k_base, const uint8_t* v_base,
+                                              const float4* q_sh4, int warp, int lane, float& m, float& l,
+                                              float (&o)[EPL]) {
+  constexpr int D = 32 * EPL;
+  auto k_row = [&](int j) -> const uint8_t* { return k_base + static_cast<uint64_t>(j) * g.row_bytes; };
+  auto v_row = [&](int j) -> const uint8_t* { return v_base + static_cast<uint64_t>(j) * g.row_bytes; };
+  for (int jr = warp * 32; jr < len; jr += kWarps * 32) {
+    const int j = jr + lane;
+    const bool live = j < len;
+    const float s = live ? lane_score<KV, D>(k_row(j), q_sh4) * g.scale : -INFINITY;
+    const float mx = fmaxf(m, warp_max(s));  // finite: lane 0's position is in the chunk
+    const float corr = expf(m - mx);         // m = -inf at the first round: 0
+    const float p = live ? expf(s - mx) : 0.0f;
+    l = __fmaf_rn(l, corr, warp_sum(p));
+#pragma unroll
+    for (int k = 0; k < EPL; ++k) o[k] *= corr;
+    const int n = min(32, len - jr);  // uniform over the warp
+#pragma unroll 8
+    for (int i = 0; i < n; ++i) {
+      const float pi = __shfl_sync(0xffffffffu, p, i);
+      float vx[EPL];
+      kv_load_n<KV, EPL>(v_row(jr + i), lane * EPL, vx);
+#pragma unroll
+      for (int k = 0; k < EPL; ++k) o[k] = __fmaf_rn(pi, vx[k], o[k]);
+    }
+    m = mx;
+  }
+}
+
+// The plain form's pass of one warp (kWarpGroup positions a step, each score a warp sum;
+// q_row in global memory), on the same state.
+template <QuantType KV, int EPL>
+__device__ __forceinline__ void decode_groups(const AttnGeom& g, int len, const uint8_t* k_base, const uint8_t* v_base,
+                                              const float* q_row, int warp, int lane, float& m, float& l,
+                                              float (&o)[EPL]) {
+  auto k_row = [&](int j) -> const uint8_t* { return k_base + static_cast<uint64_t>(j) * g.row_bytes; };
+  auto v_row = [&](int j) -> const uint8_t* { return v_base + static_cast<uint64_t>(j) * g.row_bytes; };
+  float q[EPL];
+  kv_load_n<QuantType::F32, EPL>(reinterpret_cast<const uint8_t*>(q_row), lane * EPL, q);
+#pragma unroll 2
+  for (int j0 = warp * kWarpGroup; j0 < len; j0 += kWarps * kWarpGroup) {
+    float s[kWarpGroup];
+    float vx[kWarpGroup][EPL];
+#pragma unroll
+    for (int i = 0; i < kWarpGroup; ++i) {
+      s[i] = 0.0f;
+#pragma unroll
+      for (int k = 0; k < EPL; ++k) vx[i][k] = 0.0f;
+      if (j0 + i < len) {  // uniform over the warp
+        float kx[EPL];
+        kv_load_n<KV, EPL>(k_row(j0 + i), lane * EPL, kx);
+        kv_load_n<KV, EPL>(v_row(j0 + i), lane * EPL, vx[i]);
+#pragma unroll
+        for (int k = 0; k < EPL; ++k) s[i] = __fmaf_rn(q[k], kx[k], s[i]);
+      }
+    }
+    float mx = m;
+#pragma unroll
+    for (int i = 0; i < kWarpGroup; ++i) {
+      s[i] = j0 + i < len ? warp_sum(s[i]) * g.scale : -INFINITY;
+      mx = fmaxf(mx, s[i]);
+    }
+    const float corr = expf(m - mx);  // m = -inf at the first group: 0 (mx is finite there)
+    l *= corr;
+#pragma unroll
+    for (int k = 0; k < EPL; ++k) o[k] *= corr;
+#pragma unroll
+    for (int i = 0; i < kWarpGroup; ++i) {
+      const float p = expf(s[i] - mx);  // 0 past the chunk
+      l += p;
+#pragma unroll
+      for (int k = 0; k < EPL; ++k) o[k] = __fmaf_rn(p, vx[i][k], o[k]);
+    }
+    m = mx;
+  }
+}
+
 // Grid (n_chunks, n_head, n_tokens): the warps kernel (see the top). Partials in
 // attn_decode_grouped's layout; n_chunks == 1: the output row itself, sink included.
 // kLanes (AttnGeom::warp_lanes): a warp takes rounds of 32 positions, lane l scoring
@@ -117,10 +200,6 @@ __global__ void __launch_bounds__(kThreads)
   const float* q_row = g.q + (static_cast<int64_t>(t) * g.n_head + h) * D;
   const uint8_t* k_base = g.k + kvh * g.head_bytes + static_cast<uint64_t>(span.jb) * g.row_bytes;
   const uint8_t* v_base = g.v + kvh * g.head_bytes + static_cast<uint64_t>(span.jb) * g.row_bytes;
-  // Row j of the chunk.
-  auto k_row = [&](int j) -> const uint8_t* { return k_base + static_cast<uint64_t>(j) * g.row_bytes; };
-  auto v_row = [&](int j) -> const uint8_t* { return v_base + static_cast<uint64_t>(j) * g.row_bytes; };
-
   // This warp's flash decoder: running max m, sum l of e^(s - m), o = sum e^(s - m) v.
   float m = -INFINITY, l = 0.0f;
   float o[EPL];
@@ -131,66 +210,9 @@ __global__ void __launch_bounds__(kThreads)
   if (kLanes && span.len > 32) {
     for (int i = tid; i < D / 4; i += kThreads) q_sh4[i] = reinterpret_cast<const float4*>(q_row)[i];
     __syncthreads();
-    for (int jr = warp * 32; jr < span.len; jr += kWarps * 32) {
-      const int j = jr + lane;
-      const bool live = j < span.len;
-      const float s = live ? lane_score<KV, D>(k_row(j), q_sh4) * g.scale : -INFINITY;
-      const float mx = fmaxf(m, warp_max(s));  // finite: lane 0's position is in the chunk
-      const float corr = expf(m - mx);         // m = -inf at the first round: 0
-      const float p = live ? expf(s - mx) : 0.0f;
-      l = __fmaf_rn(l, corr, warp_sum(p));
-#pragma unroll
-      for (int k = 0; k < EPL; ++k) o[k] *= corr;
-      const int n = min(32, span.len - jr);  // uniform over the warp
-#pragma unroll 8
-      for (int i = 0; i < n; ++i) {
-        const float pi = __shfl_sync(0xffffffffu, p, i);
-        float vx[EPL];
-        kv_load_n<KV, EPL>(v_row(jr + i), lane * EPL, vx);
-#pragma unroll
-        for (int k = 0; k < EPL; ++k) o[k] = __fmaf_rn(pi, vx[k], o[k]);
-      }
-      m = mx;
-    }
+    decode_rounds<KV, EPL>(g, span.len, k_base, v_base, q_sh4, warp, lane, m, l, o);
   } else {
-    float q[EPL];
-    kv_load_n<QuantType::F32, EPL>(reinterpret_cast<const uint8_t*>(q_row), lane * EPL, q);
-#pragma unroll 2
-    for (int j0 = warp * kWarpGroup; j0 < span.len; j0 += kWarps * kWarpGroup) {
-      float s[kWarpGroup];
-      float vx[kWarpGroup][EPL];
-#pragma unroll
-      for (int i = 0; i < kWarpGroup; ++i) {
-        s[i] = 0.0f;
-#pragma unroll
-        for (int k = 0; k < EPL; ++k) vx[i][k] = 0.0f;
-        if (j0 + i < span.len) {  // uniform over the warp
-          float kx[EPL];
-          kv_load_n<KV, EPL>(k_row(j0 + i), lane * EPL, kx);
-          kv_load_n<KV, EPL>(v_row(j0 + i), lane * EPL, vx[i]);
-#pragma unroll
-          for (int k = 0; k < EPL; ++k) s[i] = __fmaf_rn(q[k], kx[k], s[i]);
-        }
-      }
-      float mx = m;
-#pragma unroll
-      for (int i = 0; i < kWarpGroup; ++i) {
-        s[i] = j0 + i < span.len ? warp_sum(s[i]) * g.scale : -INFINITY;
-        mx = fmaxf(mx, s[i]);
-      }
-      const float corr = expf(m - mx);  // m = -inf at the first group: 0 (mx is finite there)
-      l *= corr;
-#pragma unroll
-      for (int k = 0; k < EPL; ++k) o[k] *= corr;
-#pragma unroll
-      for (int i = 0; i < kWarpGroup; ++i) {
-        const float p = expf(s[i] - mx);  // 0 past the chunk
-        l += p;
-#pragma unroll
-        for (int k = 0; k < EPL; ++k) o[k] = __fmaf_rn(p, vx[i][k], o[k]);
-      }
-      m = mx;
-    }
+    decode_groups<KV, EPL>(g, span.len, k_base, v_base, q_row, warp, lane, m, l, o);
   }
 
   // The warps' decoders merged (a warp with no position has l = 0 and is skipped).

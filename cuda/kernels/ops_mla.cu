@@ -65,6 +65,62 @@ size_t attn_smem_bytes(int L) {
   return (static_cast<size_t>(kHB) * L + static_cast<size_t>(kBk) * (L + 1) + kHB * kBk) * sizeof(float);
 }
 
+// The CTA's queries [q_lat | q_pe] of heads slot0 .. slot0 + Hb - 1 into q_sh (Hb, R + P),
+// rounded to the cache's activation type as the CPU rounds them (F16: to half; Q8_0:
+// quantized per 32, L % 32 == 0). Every thread of the CTA calls it.
+template <QuantType KV>
+__device__ __forceinline__ void load_queries(const MlaAttentionArgs& a, int64_t slot0, int Hb, float* q_sh) {
+  const int R = a.R, P = a.P, L = R + P;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  for (int i = tid; i < Hb * L; i += kThreads) {
+    const int h = i / L, e = i % L;
+    float v = e < R ? a.q_lat[(slot0 + h) * R + e] : a.q_pe[(slot0 + h) * P + (e - R)];
+    if constexpr (KV == QuantType::F16) v = __half2float(__float2half_rn(v));
+    q_sh[i] = v;
+  }
+  if constexpr (KV == QuantType::Q8_0) {  // L % 32 == 0: the blocks of each head's row
+    __syncthreads();
+    for (int b = warp; b < Hb * L / 32; b += kWarps) {
+      float* x = q_sh + b * 32 + lane;
+      float d;
+      const int code = q8_0_code(*x, &d);
+      *x = __fmul_rn(static_cast<float>(code), __half2float(__float2half_rn(d)));
+    }
+  }
+}
+
+// Chunk c's results of heads slot0 .. + Hb - 1 (m_sh, l_sh: their max and sum): the stats
+// pass writes (m, l) only; the others the output (direct: normalised; the rounded pass's
+// probabilities already are) or the chunk's partials (and, online, its (m, l)).
+template <int NE, MlaPass kPass>
+__device__ __forceinline__ void write_chunk(const MlaGeom& g, int64_t slot0, int Hb, int c, const float (&acc)[kHB][NE],
+                                            const float* m_sh, const float* l_sh) {
+  const MlaAttentionArgs& a = g.a;
+  const int R = a.R, tid = threadIdx.x;
+  if constexpr (kPass == MlaPass::kStats) {  // (m, l) of every chunk, the direct case too
+    if (tid < Hb) g.ml[(slot0 + tid) * g.n_chunks + c] = make_float2(m_sh[tid], l_sh[tid]);
+  } else {
+#pragma unroll
+    for (int h = 0; h < kHB; ++h) {
+      if (h >= Hb) continue;
+#pragma unroll
+      for (int i = 0; i < NE; ++i) {
+        const int e = tid + i * kThreads;
+        if (e >= R) continue;
+        if (g.direct) {
+          a.out[(slot0 + h) * R + e] = kPass == MlaPass::kRounded ? acc[h][i] : acc[h][i] / l_sh[h];
+        } else {
+          g.acc[((slot0 + h) * g.n_chunks + c) * R + e] = acc[h][i];
+        }
+      }
+    }
+    // (The rounded pass keeps the stats pass's (m, l): the combine skips the same chunks.)
+    if (kPass == MlaPass::kOnline && !g.direct && tid < Hb) {
+      g.ml[(slot0 + tid) * g.n_chunks + c] = make_float2(m_sh[tid], l_sh[tid]);
+    }
+  }
+}
+
 // Grid (n_chunks, ceil(H / kHB), T), token T - 1 - blockIdx.z (the longest rows first).
 // NE: latent dims per thread, R <= NE * kThreads.
 template <QuantType KV, int NE, MlaPass kPass>
@@ -89,22 +145,7 @@ __global__ void __launch_bounds__(kThreads) mla_attn_kernel(MlaGeom g) {
   }
   const uint32_t end = n_kv - begin > g.chunk_len ? begin + g.chunk_len : n_kv;
 
-  // The queries [q_lat | q_pe], rounded to the cache's activation type.
-  for (int i = tid; i < Hb * L; i += kThreads) {
-    const int h = i / L, e = i % L;
-    float v = e < R ? a.q_lat[(slot0 + h) * R + e] : a.q_pe[(slot0 + h) * P + (e - R)];
-    if constexpr (KV == QuantType::F16) v = __half2float(__float2half_rn(v));
-    q_sh[i] = v;
-  }
-  if constexpr (KV == QuantType::Q8_0) {  // L % 32 == 0: the blocks of each head's row
-    __syncthreads();
-    for (int b = warp; b < Hb * L / 32; b += kWarps) {
-      float* x = q_sh + b * 32 + lane;
-      float d;
-      const int code = q8_0_code(*x, &d);
-      *x = __fmul_rn(static_cast<float>(code), __half2float(__float2half_rn(d)));
-    }
-  }
+  load_queries<KV>(a, slot0, Hb, q_sh);
 
   float m = -INFINITY, l = 0.0f;  // warp w: head h0 + w's running max and sum (every lane)
   float M = 0.0f, inv = 0.0f;     // kRounded: warp w's head's final max and 1 / sum
@@ -182,28 +223,7 @@ __global__ void __launch_bounds__(kThreads) mla_attn_kernel(MlaGeom g) {
     l_sh[warp] = l;
   }
   __syncthreads();
-  if constexpr (kPass == MlaPass::kStats) {  // (m, l) of every chunk, the direct case too
-    if (tid < Hb) g.ml[(slot0 + tid) * g.n_chunks + c] = make_float2(m_sh[tid], l_sh[tid]);
-  } else {
-#pragma unroll
-    for (int h = 0; h < kHB; ++h) {
-      if (h >= Hb) continue;
-#pragma unroll
-      for (int i = 0; i < NE; ++i) {
-        const int e = tid + i * kThreads;
-        if (e >= R) continue;
-        if (g.direct) {
-          a.out[(slot0 + h) * R + e] = kPass == MlaPass::kRounded ? acc[h][i] : acc[h][i] / l_sh[h];
-        } else {
-          g.acc[((slot0 + h) * g.n_chunks + c) * R + e] = acc[h][i];
-        }
-      }
-    }
-    // (The rounded pass keeps the stats pass's (m, l): the combine skips the same chunks.)
-    if (kPass == MlaPass::kOnline && !g.direct && tid < Hb) {
-      g.ml[(slot0 + tid) * g.n_chunks + c] = make_float2(m_sh[tid], l_sh[tid]);
-    }
-  }
+  write_chunk<NE, kPass>(g, slot0, Hb, c, acc, m_sh, l_sh);
 }
 
 // A (token, head)'s chunks merged from ml + base: (M, L), M the largest m of a chunk with

@@ -50,6 +50,40 @@ std::vector<float> run(Evaluator& e, const std::vector<int32_t>& ids, Trace* tra
   return all;
 }
 
+// A routing flip under sigmoid scores with a selection bias (glm4moe) must be a near tie:
+// the swapped experts' selection scores (score + bias, the CPU's, from pr and bias) within
+// 5e-3 (compare_synth.py's TIE_GAP); with expert groups a flip may also come from two
+// groups' scores (the sum of their two best selection scores) within twice that, which
+// swaps whole groups. a, b: the CPU's and the device's selected experts.
+void expect_selection_near_tie(const HParams& hp, const std::vector<float>& pr, const std::vector<float>& bias,
+                               const std::set<int32_t>& a, const std::set<int32_t>& b,
+                               const std::pair<uint32_t, uint32_t>& key) {
+  auto score = [&](int32_t e) { return pr[static_cast<size_t>(e)] + (bias.empty() ? 0.0f : bias[static_cast<size_t>(e)]); };
+  const uint32_t G = hp.n_expert_groups > 1 ? hp.n_expert_groups : 1, per = hp.n_expert / G;
+  auto group_score = [&](int32_t e) {
+    const uint32_t g = static_cast<uint32_t>(e) / per;
+    std::vector<float> in_group;
+    for (uint32_t i = g * per; i < (g + 1) * per; ++i) in_group.push_back(score(static_cast<int32_t>(i)));
+    std::sort(in_group.begin(), in_group.end(), std::greater<float>());
+    return in_group[0] + (in_group.size() > 1 ? in_group[1] : 0.0f);
+  };
+  float gap = 0, group_gap = 0;
+  for (int32_t x : b) {
+    if (a.count(x)) continue;
+    for (int32_t y : a) {
+      if (b.count(y)) continue;
+      gap = std::max(gap, std::fabs(score(x) - score(y)));
+      if (G > 1 && static_cast<uint32_t>(x) / per != static_cast<uint32_t>(y) / per) {
+        group_gap = std::max(group_gap, std::fabs(group_score(x) - group_score(y)));
+      } else {
+        group_gap = 1.0f;  // same group: only the expert scores can tie
+      }
+    }
+  }
+  EXPECT_TRUE(gap < 5e-3 || (G > 1 && group_gap < 1e-2))
+      << "not a near tie: layer " << key.first << " pos " << key.second << " expert gap " << gap << " group gap " << group_gap;
+}
+
 TEST(CudaModel, LogitsAndRoutingMatchTheCpuOnEveryArchitectureAndType) {
   MT_SKIP_WITHOUT_DEVICE();
   uint64_t positions = 0, argmax_equal = 0, routes = 0, routes_equal = 0, positions_all = 0, argmax_equal_all = 0;
@@ -115,36 +149,8 @@ TEST(CudaModel, LogitsAndRoutingMatchTheCpuOnEveryArchitectureAndType) {
           first_flip = std::min<size_t>(first_flip, key.second);
           const HParams& hp = (*cpu_model)->hparams();
           if (hp.gating == ExpertGating::kSigmoid) {
-            // Sigmoid scores with a selection bias (glm4moe): the swapped experts' selection
-            // scores (score + bias, the CPU's) within 5e-3, compare_synth.py's TIE_GAP; with
-            // expert groups a flip may also come from two groups' scores (the sum of their
-            // two best selection scores) within twice that, which swaps whole groups.
-            const std::vector<float>& pr = cpu_r.probs.at(key);
-            const std::vector<float>& bias = (*cpu_model)->vectors()[key.first].exp_probs_b;
-            auto score = [&](int32_t e) { return pr[static_cast<size_t>(e)] + (bias.empty() ? 0.0f : bias[static_cast<size_t>(e)]); };
-            const uint32_t G = hp.n_expert_groups > 1 ? hp.n_expert_groups : 1, per = hp.n_expert / G;
-            auto group_score = [&](int32_t e) {
-              const uint32_t g = static_cast<uint32_t>(e) / per;
-              std::vector<float> in_group;
-              for (uint32_t i = g * per; i < (g + 1) * per; ++i) in_group.push_back(score(static_cast<int32_t>(i)));
-              std::sort(in_group.begin(), in_group.end(), std::greater<float>());
-              return in_group[0] + (in_group.size() > 1 ? in_group[1] : 0.0f);
-            };
-            float gap = 0, group_gap = 0;
-            for (int32_t x : b) {
-              if (a.count(x)) continue;
-              for (int32_t y : a) {
-                if (b.count(y)) continue;
-                gap = std::max(gap, std::fabs(score(x) - score(y)));
-                if (G > 1 && static_cast<uint32_t>(x) / per != static_cast<uint32_t>(y) / per) {
-                  group_gap = std::max(group_gap, std::fabs(group_score(x) - group_score(y)));
-                } else {
-                  group_gap = 1.0f;  // same group: only the expert scores can tie
-                }
-              }
-            }
-            EXPECT_TRUE(gap < 5e-3 || (G > 1 && group_gap < 1e-2))
-                << "not a near tie: layer " << key.first << " pos " << key.second << " expert gap " << gap << " group gap " << group_gap;
+            expect_selection_near_tie(hp, cpu_r.probs.at(key), (*cpu_model)->vectors()[key.first].exp_probs_b, a, b,
+                                      key);
           } else {
             EXPECT_NEAR(cs.second.back(), gs.second.back(), 2e-2) << "not a near tie: layer " << key.first << " pos " << key.second;
           }
