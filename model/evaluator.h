@@ -1,6 +1,7 @@
-// Evaluator: whatever turns one sequence's tokens into logits: the CPU Session
-// (model/model.h) or a device backend's sequence (cuda/cuda_model.h). Callers (run,
-// logits, bench, later the server) hold an Evaluator and do not care where it runs.
+// Evaluator: one sequence turning its tokens into logits, a device model's per-sequence
+// object: the CPU Session (model/model.h) and the CUDA model's sequences
+// (cuda/cuda_model.h), which the CUDA backend (cuda/cuda_backend.h) drives. Commands and
+// the server do not use it: they evaluate through the batched Backend (backend/backend.h).
 #pragma once
 
 #include <cstdint>

@@ -153,7 +153,7 @@ StatusOr<std::unique_ptr<Model>> Model::load(const std::string& path, const Load
 
 Status Model::eval(std::span<const int32_t> tokens, uint32_t pos0, KvCache& kv, bool all_logits,
                    std::vector<float>* logits, Trace* trace, MoeOffload* offload) const {
-  const SeqBatch one{tokens, pos0, &kv, all_logits, true};
+  const SeqBatch one{tokens, pos0, &kv, all_logits, true, {}};
   return eval_batch({&one, 1}, logits, trace, offload);
 }
 
@@ -210,7 +210,12 @@ Status Model::eval_batch(std::span<const SeqBatch> seqs, std::vector<float>* log
   }
   std::vector<uint32_t> out_rows;  // rows whose logits are returned, in order
   for (size_t i = 0; i < seqs.size(); ++i) {
-    if (seqs[i].all_logits) {
+    if (!seqs[i].rows.empty()) {
+      MT_CHECK(seqs[i].rows.size() == rows[i].n);
+      for (uint32_t k = 0; k < rows[i].n; ++k) {
+        if (seqs[i].rows[k] != 0) out_rows.push_back(rows[i].row0 + k);
+      }
+    } else if (seqs[i].all_logits) {
       for (uint32_t k = 0; k < rows[i].n; ++k) out_rows.push_back(rows[i].row0 + k);
     } else if (seqs[i].last_logits) {
       out_rows.push_back(rows[i].row0 + rows[i].n - 1);
@@ -225,15 +230,18 @@ Status Model::eval_batch(std::span<const SeqBatch> seqs, std::vector<float>* log
   return {};
 }
 
-StatusOr<Session> Session::create(const Model& model, uint32_t n_ctx, QuantType kv_type) {
-  const HParams& hp = model.hparams();
+StatusOr<KvCache> Model::new_kv_cache(uint32_t n_ctx, QuantType type) const {
   if (n_ctx == 0) return invalid_argument("context size must be positive");
-  const uint64_t block = type_traits(kv_type).block_elems;
-  if (block > 1 && hp.head_dim % block != 0) {
-    return invalid_argument(std::string("KV cache type ") + type_name(kv_type) + " needs a head size that is a multiple of " +
-                            std::to_string(block) + " (model has " + std::to_string(hp.head_dim) + ")");
+  const uint64_t block = type_traits(type).block_elems;
+  if (block > 1 && hp_.head_dim % block != 0) {
+    return invalid_argument(std::string("KV cache type ") + type_name(type) + " needs a head size that is a multiple of " +
+                            std::to_string(block) + " (model has " + std::to_string(hp_.head_dim) + ")");
   }
-  MT_ASSIGN_OR_RETURN(KvCache kv, KvCache::for_model(hp, n_ctx, kv_type));
+  return KvCache::for_model(hp_, n_ctx, type);
+}
+
+StatusOr<Session> Session::create(const Model& model, uint32_t n_ctx, QuantType kv_type) {
+  MT_ASSIGN_OR_RETURN(KvCache kv, model.new_kv_cache(n_ctx, kv_type));
   return Session(model, std::move(kv));
 }
 

@@ -1,5 +1,6 @@
 // Model: a GGUF file loaded for inference on the CPU (weights stay in the memory map),
-// and Session: one sequence's KV cache and position.
+// and Session: one sequence's KV cache and position (tests and `moetier profile`; the
+// commands and the server evaluate through CpuBackend, model/cpu_backend.h).
 //
 // eval() runs a batch of tokens at the session's next positions through every block and
 // returns logits for every token (or only the last). A batch and the same tokens one at
@@ -55,16 +56,22 @@ class Model {
 
   // One step over several sequences at once (continuous batching): each sequence's tokens
   // at its positions in its own KV cache; the projections and the MoE layers see all rows
-  // together. logits gets, in sequence order, every row of a sequence with all_logits,
-  // else its last row when last_logits, else nothing. Results equal per-sequence eval.
+  // together. logits gets, in sequence order, the rows of each sequence that rows marks
+  // (when given), else every row with all_logits, else its last row when last_logits,
+  // else nothing. Results equal per-sequence eval.
   struct SeqBatch {
     std::span<const int32_t> tokens;
     uint32_t pos0 = 0;
     KvCache* kv = nullptr;
     bool all_logits = false, last_logits = true;
+    std::span<const uint8_t> rows;  // empty, or per token 1 where its logits are returned
   };
   Status eval_batch(std::span<const SeqBatch> seqs, std::vector<float>* logits, Trace* trace = nullptr,
                     MoeOffload* offload = nullptr) const;
+
+  // A KV cache for one sequence of n_ctx positions. Errors: n_ctx 0, a cache type whose
+  // blocks do not divide the head size.
+  StatusOr<KvCache> new_kv_cache(uint32_t n_ctx, QuantType type) const;
 
  private:
   Model() = default;

@@ -9,8 +9,7 @@
 #include <unordered_map>
 
 #include "core/check.h"
-#include "model/kv_cache.h"
-#include "model/offload.h"
+#include "experts/scheduler.h"
 #include "tokenizer/stream_decoder.h"
 
 namespace mt {
@@ -26,7 +25,7 @@ struct Running {
   GenerationRequest req;
   std::shared_ptr<std::atomic<bool>> cancelled;
   Clock::time_point submitted, last_token;
-  KvCache kv;
+  Sequence seq;  // its KV cache in the backend, freed with it
   Sampler sampler;
   StreamDecoder decoder;
   StopMatcher stops;
@@ -35,14 +34,14 @@ struct Running {
   int32_t next = -1;         // the sampled token to feed next (decode)
   bool first_text = true;
 
-  Running(uint64_t i, GenerationRequest r, std::shared_ptr<std::atomic<bool>> c, Clock::time_point t, KvCache k,
+  Running(uint64_t i, GenerationRequest r, std::shared_ptr<std::atomic<bool>> c, Clock::time_point t, Sequence s,
           uint32_t n_vocab, const Tokenizer& tok)
       : id(i),
         req(std::move(r)),
         cancelled(std::move(c)),
         submitted(t),
         last_token(t),
-        kv(std::move(k)),
+        seq(std::move(s)),
         sampler(req.sampling, n_vocab),
         decoder(tok),
         stops(req.stops) {
@@ -66,8 +65,15 @@ void keep_last(std::vector<T>& v, T x, size_t n) {
 
 }  // namespace
 
+// One request's part of a step: n tokens, and whether its last row's logits come back.
+struct StepPart {
+  Running* r = nullptr;
+  uint32_t n = 0;
+  bool logits = false;
+};
+
 struct Scheduler::Impl {
-  const Model& model;
+  Backend& backend;
   const Tokenizer& tokenizer;
   ServingOptions o;
   mutable std::mutex mu;
@@ -78,9 +84,12 @@ struct Scheduler::Impl {
   SchedulerMetrics m;
   uint64_t next_id = 1;
   bool stop = false;
+  Batch batch;                  // the step's tokens (loop thread only, reused)
+  std::vector<StepPart> parts;  // whose they are, in batch order
+  std::vector<float> logits;    // the step's asked rows
   std::thread thread;
 
-  Impl(const Model& md, const Tokenizer& tk, const ServingOptions& opt) : model(md), tokenizer(tk), o(opt) {
+  Impl(Backend& b, const Tokenizer& tk, const ServingOptions& opt) : backend(b), tokenizer(tk), o(opt) {
     m.kv_tokens_budget = o.kv_budget_tokens;
     thread = std::thread([this] { loop(); });
   }
@@ -130,11 +139,11 @@ struct Scheduler::Impl {
       Queued& q = queue.front();
       const uint64_t need = q.req.prompt.size() + q.req.max_tokens;
       if (m.kv_tokens_used + need > o.kv_budget_tokens) break;  // waits for memory
-      auto kv = KvCache::for_model(model.hparams(), static_cast<uint32_t>(need), o.kv_type);
-      if (!kv.ok()) {
+      auto seq = Sequence::create(backend, static_cast<uint32_t>(need), o.kv_type);
+      if (!seq.ok()) {
         GenerationEvent e;
         e.kind = GenerationEvent::Kind::kError;
-        e.error = kv.status().to_string();
+        e.error = seq.status().to_string();
         Queued dead = std::move(q);
         queue.pop_front();
         flags.erase(dead.id);
@@ -145,8 +154,8 @@ struct Scheduler::Impl {
         continue;
       }
       m.kv_tokens_used += need;
-      running.push_back(std::make_unique<Running>(q.id, std::move(q.req), q.cancelled, q.submitted, std::move(*kv),
-                                                  model.hparams().n_vocab, tokenizer));
+      running.push_back(std::make_unique<Running>(q.id, std::move(q.req), q.cancelled, q.submitted, std::move(*seq),
+                                                  backend.n_vocab(), tokenizer));
       queue.pop_front();
     }
     m.running = static_cast<uint32_t>(running.size());
@@ -191,8 +200,8 @@ struct Scheduler::Impl {
     if (running.empty()) return;
     // The step's batch: every decoding request's next token, and prompt chunks up to
     // prefill_chunk tokens in all (so a long prompt never stalls the decoders).
-    std::vector<Model::SeqBatch> batch;
-    std::vector<Running*> owners;
+    batch.clear();
+    parts.clear();
     uint32_t prefill_left = std::max(1u, o.prefill_chunk);
     for (auto& r : running) {
       const auto P = static_cast<uint32_t>(r->req.prompt.size());
@@ -201,21 +210,21 @@ struct Scheduler::Impl {
         const uint32_t n = std::min(prefill_left, P - r->prefilled);
         prefill_left -= n;
         const bool last = r->prefilled + n == P;
-        batch.push_back({std::span<const int32_t>(r->req.prompt).subspan(r->prefilled, n), r->prefilled, &r->kv, false, last});
-        owners.push_back(r.get());
+        batch.add(r->seq.id(), r->prefilled, std::span<const int32_t>(r->req.prompt).subspan(r->prefilled, n),
+                  last ? Logits::kLast : Logits::kNone);
+        parts.push_back({r.get(), n, last});
       } else {
-        batch.push_back({std::span<const int32_t>(&r->next, 1), P + r->completion - 1, &r->kv, false, true});
-        owners.push_back(r.get());
+        batch.add(r->seq.id(), P + r->completion - 1, r->next, true);
+        parts.push_back({r.get(), 1, true});
       }
     }
     if (batch.empty()) return;
-    std::vector<float> logits;
-    const Status s = model.eval_batch(batch, &logits, nullptr, o.offload);
+    const Status s = backend.eval(batch, &logits);
     {
       std::lock_guard<std::mutex> lock(mu);
       ++m.steps;
-      if (o.offload != nullptr) {  // a snapshot for /metrics (the HTTP thread reads it under mu)
-        const ExpertScheduler& es = *o.offload->scheduler;
+      if (o.experts != nullptr) {  // a snapshot for /metrics (the HTTP thread reads it under mu)
+        const ExpertScheduler& es = *o.experts;
         const uint32_t n = static_cast<uint32_t>(es.cache().n_layers());
         m.expert_layers.resize(n);
         for (uint32_t l = 0; l < n; ++l) {
@@ -226,21 +235,21 @@ struct Scheduler::Impl {
       }
     }
     if (!s.ok()) {
-      for (Running* r : owners) {
-        fail(*r, s.to_string());
-        r->next = -2;
+      for (const StepPart& p : parts) {
+        fail(*p.r, s.to_string());
+        p.r->next = -2;
       }
       std::erase_if(running, [](const std::unique_ptr<Running>& r) { return r->next == -2; });
       return;
     }
-    const uint32_t V = model.hparams().n_vocab;
+    const uint32_t V = backend.n_vocab();
     size_t row = 0;
     const Clock::time_point done_at = Clock::now();
-    for (size_t i = 0; i < owners.size(); ++i) {
-      Running& r = *owners[i];
+    for (const StepPart& p : parts) {
+      Running& r = *p.r;
       const bool prefill = r.prefilled < r.req.prompt.size();
-      if (prefill) r.prefilled += static_cast<uint32_t>(batch[i].tokens.size());
-      if (!batch[i].last_logits) continue;
+      if (prefill) r.prefilled += p.n;
+      if (!p.logits) continue;
       const std::span<const float> lg(&logits[row * V], V);
       ++row;
       on_token(r, r.sampler.sample(lg), done_at);
@@ -278,10 +287,10 @@ struct Scheduler::Impl {
   }
 };
 
-Scheduler::Scheduler(const Model& model, const Tokenizer& tokenizer, const ServingOptions& options) : options_(options) {
+Scheduler::Scheduler(Backend& backend, const Tokenizer& tokenizer, const ServingOptions& options) : options_(options) {
   MT_CHECK(options_.max_running > 0 && options_.n_ctx > 0);
   if (options_.kv_budget_tokens == 0) options_.kv_budget_tokens = static_cast<uint64_t>(options_.max_running) * options_.n_ctx;
-  impl_ = std::make_unique<Impl>(model, tokenizer, options_);
+  impl_ = std::make_unique<Impl>(backend, tokenizer, options_);
 }
 
 Scheduler::~Scheduler() {

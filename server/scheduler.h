@@ -9,6 +9,10 @@
 // Requests come in as token ids; events (each new piece of text, then one final event)
 // are delivered on the scheduler's own thread through the request's callback, which
 // must not block; returning false from it cancels the request.
+//
+// The model is reached only through a Backend (backend/backend.h): a request's sequence is
+// created at admission and freed when it leaves, and every step is one Backend::eval of
+// all the step's tokens. Only the scheduler's thread touches the backend.
 #pragma once
 
 #include <chrono>
@@ -18,12 +22,14 @@
 #include <string>
 #include <vector>
 
+#include "backend/backend.h"
 #include "core/status.h"
-#include "model/model.h"
 #include "runtime/sampling.h"
 #include "tokenizer/tokenizer.h"
 
 namespace mt {
+
+class ExpertScheduler;
 
 struct GenerationEvent {
   enum class Kind { kText, kDone, kError };
@@ -50,9 +56,10 @@ struct ServingOptions {
   uint64_t kv_budget_tokens = 0;    // all running requests' contexts together; 0: max_running * n_ctx
   uint32_t prefill_chunk = 256;     // prompt tokens per step per request
   QuantType kv_type = QuantType::F16;
-  // Experts tiered through this offload (model/offload.h; the serve command owns it);
-  // null: every expert on the CPU. Only the scheduler thread touches it.
-  MoeOffload* offload = nullptr;
+  // The scheduler of the experts' tiering, when the backend tiers them (the serve command
+  // owns it): its counters are published in the metrics after every step. Only the
+  // scheduler thread reads it.
+  const ExpertScheduler* experts = nullptr;
 };
 
 // One MoE layer's expert-tiering counters since the start (experts/scheduler.h).
@@ -67,12 +74,12 @@ struct SchedulerMetrics {
   uint64_t kv_tokens_used = 0, kv_tokens_budget = 0;
   std::vector<double> ttft_seconds;         // time to first token of finished requests (last 1024)
   std::vector<double> token_seconds;        // per-token latency samples (last 4096)
-  std::vector<ExpertLayerCounters> expert_layers;  // per layer (with an offload), after the last step
+  std::vector<ExpertLayerCounters> expert_layers;  // per layer (with tiered experts), after the last step
 };
 
 class Scheduler {
  public:
-  Scheduler(const Model& model, const Tokenizer& tokenizer, const ServingOptions& options);
+  Scheduler(Backend& backend, const Tokenizer& tokenizer, const ServingOptions& options);
   ~Scheduler();  // stops the loop; running requests get a kDone "cancelled"
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;

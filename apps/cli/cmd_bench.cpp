@@ -1,11 +1,11 @@
 // moetier bench: prompt-processing and generation throughput, llama-bench style, so the
 // two can be run side by side on the same file and threads (bench/compare_llamacpp.sh).
 //
-// pp<N>: one batch of N random valid token ids fed to a fresh Session (tokens/s = N / time).
+// pp<N>: one batch of N random valid token ids fed to a fresh sequence (tokens/s = N / time).
 // tg<N>: N single-token steps from an empty context, each token random (as llama-bench's
 // tg: the sampled token does not matter for speed). Each test runs once as a warm-up
 // (llama-bench's: the full prompt for pp, one token for tg), then -r timed repetitions,
-// each in a fresh Session created outside the timed region.
+// each in a fresh sequence created outside the timed region.
 //
 // Decode is memory-bound, so tg also reports the bytes of weights one token reads
 // (active_bytes_per_token: every non-expert tensor the token touches, one embedding row,
@@ -13,9 +13,10 @@
 // (from bench/moetier_membw) the fraction of that roofline reached.
 //
 // With --expert-cache (and the other tiering flags of `run`) the experts are tiered
-// through the simulated device (model/offload.h), one fresh expert cache per test (its
-// warm-up run warms it); each test reports the tiering counters of its warm-up and timed
-// runs: JSON "tiering" (experts/stats.h's schema), and a line per test in markdown.
+// (Engine::enable_tiering: the GPU's device cache, or the CPU's simulated device), one
+// fresh expert cache per test (its warm-up run warms it); each test reports the tiering
+// counters of its warm-up and timed runs: JSON "tiering" (experts/stats.h's schema), and
+// a line per test in markdown.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -36,7 +37,6 @@
 #include "experts/geometry.h"
 #include "experts/stats.h"
 #include "model/model.h"
-#include "model/offload.h"
 
 namespace mt::cli {
 namespace {
@@ -122,13 +122,7 @@ class Bench {
     TestResult r;
     r.n_prompt = n_prompt;
     r.n_gen = n_gen;
-    if (tiering_ != nullptr && engine_.on_gpu()) {  // a fresh expert cache for this test
-      MT_RETURN_IF_ERROR(engine_.tier_gpu(*tiering_, banks_.pin_budget, banks_.pin_limit, banks_.stream_threshold));
-    } else if (tiering_ != nullptr) {
-      MT_ASSIGN_OR_RETURN(offload_, make_offload(model_, tiering_->geometry, tiering_->plan,
-                                                 tiering_->cache, tiering_->scheduler, banks_.pin_budget,
-                                                 banks_.pin_limit));
-    }
+    if (tiering_ != nullptr) MT_RETURN_IF_ERROR(engine_.enable_tiering(*tiering_, banks_));  // a fresh expert cache
     Progress progress("bench " + r.name(), static_cast<uint64_t>(f_.reps) + 1, f_.output != "json");
     progress.update(0);
     MT_ASSIGN_OR_RETURN(double warm_ns, run_once(n_prompt, n_prompt > 0 ? 0 : 1));
@@ -144,14 +138,12 @@ class Bench {
     for (uint64_t ns : r.samples_ns) r.avg_ns += static_cast<double>(ns) / static_cast<double>(r.samples_ns.size());
     r.avg_ts = mean(r.samples_ts);
     r.stddev_ts = stddev(r.samples_ts);
-    const ExpertScheduler* scheduler = offload_ ? offload_->scheduler.get() : engine_.gpu_scheduler();
+    const ExpertScheduler* scheduler = engine_.tiering_scheduler();
     if (tiering_ != nullptr && scheduler != nullptr) {
-      const std::vector<LayerTiming>* timing = offload_ ? &offload_->executor->timing() : engine_.gpu_timing();
-      r.tiering_json = stats_json(*scheduler, tiering_->policy, tiering_->budget, timing);
+      r.tiering_json = stats_json(*scheduler, tiering_->policy, tiering_->budget, engine_.tiering_timing());
       const std::string text = stats_text(*scheduler, tiering_->policy, tiering_->budget);
       r.tiering_text = text.substr(0, text.find('\n'));
-      if (engine_.on_gpu()) r.tiering_text += "; " + engine_.gpu_tiering_summary();
-      offload_.reset();
+      if (engine_.on_gpu()) r.tiering_text += "; " + engine_.tiering_summary();
     }
     return r;
   }
@@ -164,15 +156,14 @@ class Bench {
   // Nanoseconds for one pp (a batch of n_prompt tokens) or one tg (n_gen single tokens).
   StatusOr<double> run_once(int n_prompt, int n_gen) {
     const uint32_t n_ctx = static_cast<uint32_t>(std::max(1, n_prompt + n_gen));
-    MT_ASSIGN_OR_RETURN(std::unique_ptr<Evaluator> session, engine_.new_sequence(n_ctx));
-    if (offload_ != nullptr) static_cast<Session*>(session.get())->set_offload(&offload_->offload);
+    MT_ASSIGN_OR_RETURN(Sequence session, Sequence::create(engine_.backend(), n_ctx));
     std::vector<int32_t> prompt(static_cast<size_t>(n_prompt));
     for (int32_t& t : prompt) t = random_token();
     int32_t token = random_token();
     const auto t0 = std::chrono::steady_clock::now();
-    if (n_prompt > 0) MT_RETURN_IF_ERROR(session->feed(prompt, false, &logits_));
+    if (n_prompt > 0) MT_RETURN_IF_ERROR(session.feed(prompt, false, &logits_));
     for (int i = 0; i < n_gen; ++i) {
-      MT_RETURN_IF_ERROR(session->feed({&token, 1}, false, &logits_));
+      MT_RETURN_IF_ERROR(session.feed({&token, 1}, false, &logits_));
       token = random_token();
     }
     return std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
@@ -183,7 +174,6 @@ class Bench {
   const BenchFlags& f_;
   const TieringSetup* tiering_;             // null: no tiering
   BankOptions banks_;
-  std::unique_ptr<OffloadState> offload_;   // the current test's (tiering only)
   std::mt19937 rng_;
   std::vector<float> logits_;
 };

@@ -93,7 +93,7 @@ int run(const LogitsFlags& f) {
     ids = parse_ids(f.ids);
     if (!ids.ok()) return fail("logits", ids.status());
   }
-  auto session = (*engine)->new_sequence(static_cast<uint32_t>(ids->size()), *kv_type);
+  auto session = Sequence::create((*engine)->backend(), static_cast<uint32_t>(ids->size()), *kv_type);
   if (!session.ok()) return fail("logits", session.status());
 
   std::unique_ptr<FILE, int (*)(FILE*)> routing(nullptr, fclose);
@@ -104,7 +104,7 @@ int run(const LogitsFlags& f) {
   RoutingWriter writer(routing.get(), f.dump);
   std::vector<float> logits;
   if (!f.dump.empty() && (*engine)->on_gpu()) return fail("logits", unimplemented("--dump: intermediates are dumped by the CPU path only"));
-  Status s = (*session)->feed(*ids, true, &logits, routing || !f.dump.empty() ? &writer : nullptr);
+  Status s = session->feed(*ids, true, &logits, routing || !f.dump.empty() ? &writer : nullptr);
   if (!s.ok()) return fail("logits", s);
   std::ofstream out(f.output, std::ios::binary);
   out.write(reinterpret_cast<const char*>(logits.data()), static_cast<std::streamsize>(logits.size() * sizeof(float)));

@@ -15,7 +15,6 @@
 #include "apps/cli/tiering_flags.h"
 #include "core/log.h"
 #include "experts/stats.h"
-#include "model/offload.h"
 #include "model/model.h"
 #include "runtime/chat_format.h"
 #include "runtime/sampling.h"
@@ -135,10 +134,7 @@ int run(RunFlags f) {
   }
   // Experts tiered (--expert-cache) through the GPU's device cache, or on the CPU through
   // the simulated device.
-  std::unique_ptr<OffloadState> offload;
   TieringSetup tiering;
-  const ExpertScheduler* scheduler = nullptr;         // the tiering's (CPU's simulated device or the GPU)
-  const std::vector<LayerTiming>* timing = nullptr;
   if (tiered) {
     auto setup = make_tiering_setup(model->file(), f.tiering);
     if (!setup.ok()) return fail("run", setup.status());
@@ -146,26 +142,14 @@ int run(RunFlags f) {
     auto banks = resolve_bank_flags(f.banks, (*engine)->on_gpu());
     if (!banks.ok()) return fail("run", banks.status());
     if (Status st = apply_device_defaults(f.tiering, banks->gpu, tiering); !st.ok()) return fail("run", st);
-    if ((*engine)->on_gpu()) {
-      Status tiered_ok = (*engine)->tier_gpu(tiering, banks->pin_budget, banks->pin_limit, banks->stream_threshold);
-      if (!tiered_ok.ok()) return fail("run", tiered_ok);
-      scheduler = (*engine)->gpu_scheduler();
-      timing = (*engine)->gpu_timing();
-    } else {
-      auto state = make_offload(*model, tiering.geometry, tiering.plan, tiering.cache, tiering.scheduler,
-                                banks->pin_budget, banks->pin_limit);
-      if (!state.ok()) return fail("run", state.status());
-      offload = std::move(*state);
-      scheduler = offload->scheduler.get();
-      timing = &offload->executor->timing();
-    }
+    if (Status st = (*engine)->enable_tiering(tiering, *banks); !st.ok()) return fail("run", st);
   } else if (f.stats || !f.stats_json.empty()) {
     return fail("run", invalid_argument("--stats and --stats-json report the expert cache: give --expert-cache"));
   }
-  auto sequence = (*engine)->new_sequence(n_ctx, *kv_type);
-  if (!sequence.ok()) return fail("run", sequence.status());
-  Evaluator* session = sequence->get();
-  if (offload) static_cast<Session*>(session)->set_offload(&offload->offload);
+  const ExpertScheduler* scheduler = (*engine)->tiering_scheduler();  // null without tiering
+  const std::vector<LayerTiming>* timing = (*engine)->tiering_timing();
+  auto session = Sequence::create((*engine)->backend(), n_ctx, *kv_type);
+  if (!session.ok()) return fail("run", session.status());
   const double load_s = seconds_since(t_load);
 
   Sampler sampler(f.sampling, hp.n_vocab);
@@ -230,14 +214,7 @@ int run(RunFlags f) {
   usage.print(hp.n_expert, prompt.size() + static_cast<uint64_t>(std::max(0, generated - 1)));
   if (scheduler != nullptr && f.stats) {
     std::fputs(stats_text(*scheduler, tiering.policy, tiering.budget, timing).c_str(), stderr);
-    if ((*engine)->on_gpu()) std::fprintf(stderr, "%s\n", (*engine)->gpu_tiering_summary().c_str());
-  }
-  if (offload && f.stats) {
-    std::fprintf(stderr, "host experts: %zu layers pinned (%s), %zu pageable; %s through the staging ring\n",
-                 offload->pins.pinned.size() - offload->store->pin_failures().size(),
-                 human_bytes(offload->store->pinned_bytes()).c_str(),
-                 offload->pins.pageable.size() + offload->store->pin_failures().size(),
-                 human_bytes(offload->sim->bytes_through_ring()).c_str());
+    std::fprintf(stderr, "%s\n", (*engine)->tiering_summary().c_str());
   }
   if (scheduler != nullptr && !f.stats_json.empty()) {
     std::unique_ptr<FILE, int (*)(FILE*)> out(std::fopen(f.stats_json.c_str(), "w"), fclose);

@@ -1,8 +1,9 @@
 // moetier serve: an OpenAI-compatible HTTP server for one model (server/http.h): chat and
 // text completions, streamed or not, from requests batched by the Scheduler; /v1/models,
-// /health and Prometheus /metrics. SIGINT / SIGTERM stop it cleanly. With --expert-cache
-// (run's tiering flags) the experts are tiered through the simulated device and /metrics
-// reports the cache counters per geometry group.
+// /health and Prometheus /metrics. SIGINT / SIGTERM stop it cleanly. --device cuda serves
+// from the GPU (its backend evaluates a step's sequences one after another for now). With
+// --expert-cache (run's tiering flags) the experts are tiered (the GPU's device cache, or
+// the CPU's simulated device) and /metrics reports the cache counters per geometry group.
 #include <CLI/CLI.hpp>
 #include <pthread.h>
 
@@ -17,13 +18,11 @@
 #endif
 
 #include "apps/cli/commands.h"
-#include "apps/cli/sizes.h"
+#include "apps/cli/engine.h"
 #include "apps/cli/tiering_flags.h"
 #include "core/log.h"
 #include "experts/geometry.h"
 #include "experts/stats.h"
-#include "model/model.h"
-#include "model/offload.h"
 #include "server/chat_prompt.h"
 #include "server/http.h"
 #include "server/scheduler.h"
@@ -39,7 +38,8 @@ struct ServeFlags {
   bool no_interleave = false;
   double request_timeout_s = 0;
   TieringFlags tiering;
-  std::string pin_budget = "0";
+  BankFlags banks;
+  DeviceFlags device;
 };
 
 std::vector<server::ExpertGroupLabel> expert_groups(const gguf::GgufFile& file) {
@@ -103,34 +103,33 @@ int serve(const ServeFlags& f) {
   auto kv_type = type_from_name(f.kv_type);
   if (!kv_type) return fail("serve", invalid_argument("--kv-type: unknown type '" + f.kv_type + "'"));
   if (f.max_running == 0) return fail("serve", invalid_argument("--max-running must be >= 1"));
-  auto model = Model::load(f.model, {f.threads, !f.no_interleave});
-  if (!model.ok()) return fail("serve", model.status());
-  const HParams& hp = (*model)->hparams();
-  auto tokenizer = Tokenizer::from_gguf((*model)->file());
+  const bool tiered = !f.tiering.expert_cache.empty();
+  auto engine = Engine::load(f.model, f.threads, !f.no_interleave, f.device, tiered);  // outlives the scheduler
+  if (!engine.ok()) return fail("serve", engine.status());
+  const Model& model = (*engine)->model();
+  const HParams& hp = model.hparams();
+  auto tokenizer = Tokenizer::from_gguf(model.file());
   if (!tokenizer.ok()) return fail("serve", tokenizer.status());
   if (tokenizer->n_vocab() != hp.n_vocab) return fail("serve", data_loss("tokenizer and model disagree on the vocabulary size"));
-  const server::ChatPrompt chat = server::ChatPrompt::from_model((*model)->file(), *tokenizer);
+  const server::ChatPrompt chat = server::ChatPrompt::from_model(model.file(), *tokenizer);
 
   ServingOptions options;
   options.max_running = f.max_running;
   options.n_ctx = f.n_ctx ? f.n_ctx : std::min<uint32_t>(hp.n_ctx_train ? hp.n_ctx_train : 4096, 4096);
   options.kv_type = *kv_type;
-  std::unique_ptr<OffloadState> offload;  // --expert-cache: outlives the scheduler (declared first)
   std::string tiering_note;
-  if (!f.tiering.expert_cache.empty()) {
-    auto setup = make_tiering_setup((*model)->file(), f.tiering);
+  if (tiered) {
+    auto setup = make_tiering_setup(model.file(), f.tiering);
     if (!setup.ok()) return fail("serve", setup.status());
-    if (Status st = apply_device_defaults(f.tiering, false, *setup); !st.ok()) return fail("serve", st);
-    auto pins = parse_size(f.pin_budget, "--pin-budget");
-    if (!pins.ok()) return fail("serve", pins.status());
-    auto state = make_offload(**model, setup->geometry, setup->plan, setup->cache, setup->scheduler, *pins);
-    if (!state.ok()) return fail("serve", state.status());
-    offload = std::move(*state);
-    options.offload = &offload->offload;
+    auto banks = resolve_bank_flags(f.banks, (*engine)->on_gpu());
+    if (!banks.ok()) return fail("serve", banks.status());
+    if (Status st = apply_device_defaults(f.tiering, banks->gpu, *setup); !st.ok()) return fail("serve", st);
+    if (Status st = (*engine)->enable_tiering(*setup, *banks); !st.ok()) return fail("serve", st);
+    options.experts = (*engine)->tiering_scheduler();
     tiering_note = "; experts tiered (" + f.tiering.moe_mode + ", " + cache_policy_name(setup->policy) + ", cache " +
                    human_bytes(setup->budget) + ")";
   }
-  Scheduler scheduler(**model, *tokenizer, options);
+  Scheduler scheduler((*engine)->backend(), *tokenizer, options);
 
   server::HttpOptions http_options;
   http_options.host = f.host;
@@ -139,16 +138,16 @@ int serve(const ServeFlags& f) {
   http_options.api_key = f.api_key;
   http_options.request_timeout = std::chrono::milliseconds(static_cast<int64_t>(f.request_timeout_s * 1000.0));
   http_options.threads = f.http_threads ? f.http_threads : std::max<uint32_t>(64, 2 * f.max_running);
-  http_options.expert_groups = expert_groups((*model)->file());
+  http_options.expert_groups = expert_groups(model.file());
   server::HttpServer http(scheduler, *tokenizer, chat, http_options);
   auto port = http.bind();
   if (!port.ok()) return fail("serve", port.status());
   signals.start(&http);
   std::fprintf(stderr,
-               "moetier serve: model '%s' (%s, %u layers, %u experts top-%u) on cpu, %d threads; context %u per "
+               "moetier serve: model '%s' (%s, %u layers, %u experts top-%u) on %s; context %u per "
                "request, up to %u running; chat format %s%s\n",
                http_options.model_name.c_str(), std::string(arch_info(hp.arch).name).c_str(), hp.n_layer, hp.n_expert,
-               hp.n_expert_used, (*model)->pool().size(), options.n_ctx, options.max_running,
+               hp.n_expert_used, (*engine)->describe().c_str(), options.n_ctx, options.max_running,
                chat.description().c_str(), tiering_note.c_str());
   std::fprintf(stderr, "moetier serve: listening on http://%s:%d\n", f.host.c_str(), *port);
   std::fflush(stderr);
@@ -177,8 +176,9 @@ Runner add_serve(CLI::App& app) {
                  "connections served at once (default max(64, 2 x --max-running)); more wait to be accepted");
   app.add_option("--kv-type", f->kv_type, "KV cache type: f16 (default), q8_0, f32");
   app.add_flag("--no-interleave", f->no_interleave, "keep every weight in the memory map (less memory, slower)");
+  add_device_flags(app, &f->device);
   add_tiering_flags(app, &f->tiering);
-  app.add_option("--pin-budget", f->pin_budget, "with --expert-cache: host bytes of expert layers to pin (as run)");
+  add_bank_flags(app, &f->banks);
   return [f] { return serve(*f); };
 }
 

@@ -8,12 +8,14 @@
 #include <cstdlib>
 
 #include "core/log.h"
+#include "model/cpu_backend.h"
+#include "model/offload.h"
 #ifdef MOETIER_HAVE_CUDA
+#include "cuda/cuda_backend.h"
 #include "cuda/cuda_model.h"
 #include "cuda/expert_cache.h"
 #include "cuda/gpu_measure.h"
 #include "cuda/tiering.h"
-#include "model/offload.h"
 #endif
 
 namespace mt::cli {
@@ -60,7 +62,12 @@ StatusOr<std::unique_ptr<Engine>> Engine::load(const std::string& path, int thre
                             std::to_string(e->model_->hparams().n_layer) +
                             " layers; give -ngl 99 for all, or tier the experts with --expert-cache)");
   }
-  if (!cuda) return e;
+  if (!cuda) {
+    auto cpu = std::make_unique<CpuBackend>(*e->model_);
+    e->cpu_ = cpu.get();
+    e->backend_ = std::move(cpu);
+    return e;
+  }
 #ifdef MOETIER_HAVE_CUDA
   e->gpu_ = std::make_unique<Gpu>();
   cuda::CudaOptions options;
@@ -75,6 +82,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::load(const std::string& path, int thre
     if (const char* v = std::getenv("MOETIER_POOL_SPIN_US"); v != nullptr && *v != '\0') spin_us = std::atoi(v);
     e->model_->pool().set_spin_us(std::max(0, spin_us));
   }
+  e->backend_ = std::make_unique<cuda::CudaBackend>(*e->gpu_->model);
   return e;
 #else
   return unimplemented("--device cuda: this moetier was built without CUDA");
@@ -83,17 +91,27 @@ StatusOr<std::unique_ptr<Engine>> Engine::load(const std::string& path, int thre
 
 bool Engine::on_gpu() const { return gpu_ != nullptr; }
 
-Status Engine::tier_gpu(const TieringSetup& setup, uint64_t pin_budget, uint64_t pin_limit, uint32_t stream_threshold) {
+Status Engine::enable_tiering(const TieringSetup& setup, const BankOptions& banks) {
+  if (gpu_) return tier_gpu(setup, banks);
+  cpu_->set_offload(nullptr);
+  offload_.reset();  // the previous pools go before the next are allocated
+  MT_ASSIGN_OR_RETURN(offload_, make_offload(*model_, setup.geometry, setup.plan, setup.cache, setup.scheduler,
+                                             banks.pin_budget, banks.pin_limit));
+  cpu_->set_offload(&offload_->offload);
+  return {};
+}
+
+Status Engine::tier_gpu(const TieringSetup& setup, const BankOptions& banks) {
 #ifdef MOETIER_HAVE_CUDA
-  if (!gpu_ || !gpu_->tiered) return invalid_argument("GPU tiering needs the model loaded tiered on cuda");
+  if (!gpu_->tiered) return invalid_argument("GPU tiering needs the model loaded tiered on cuda");
   if (gpu_->tiering) {
     MT_RETURN_IF_ERROR(gpu_->tiering->reset());
     return {};
   }
   cuda::CudaTieringOptions o;
-  o.pin_budget = pin_budget;
-  o.pin_limit = pin_limit;
-  o.stream_threshold = stream_threshold;
+  o.pin_budget = banks.pin_budget;
+  o.pin_limit = banks.pin_limit;
+  o.stream_threshold = banks.stream_threshold;
   SchedulerOptions so = setup.scheduler;
   if (so.split_misses && so.hw.source != "measured") {
     // The split of misses weighs the link against the CPU: with no measured profile, the
@@ -120,26 +138,35 @@ Status Engine::tier_gpu(const TieringSetup& setup, uint64_t pin_budget, uint64_t
   gpu_->model->set_tiering(gpu_->tiering.get());
   return {};
 #else
-  (void)setup, (void)pin_budget, (void)pin_limit, (void)stream_threshold;
+  (void)setup, (void)banks;
   return unimplemented("GPU tiering: this moetier was built without CUDA");
 #endif
 }
 
-const ExpertScheduler* Engine::gpu_scheduler() const {
+const ExpertScheduler* Engine::tiering_scheduler() const {
+  if (offload_) return offload_->scheduler.get();
 #ifdef MOETIER_HAVE_CUDA
   if (gpu_ && gpu_->tiering) return gpu_->tiering->scheduler.get();
 #endif
   return nullptr;
 }
 
-const std::vector<LayerTiming>* Engine::gpu_timing() const {
+const std::vector<LayerTiming>* Engine::tiering_timing() const {
+  if (offload_) return &offload_->executor->timing();
 #ifdef MOETIER_HAVE_CUDA
   if (gpu_ && gpu_->tiering) return &gpu_->tiering->executor->timing();
 #endif
   return nullptr;
 }
 
-std::string Engine::gpu_tiering_summary() const {
+std::string Engine::tiering_summary() const {
+  if (offload_) {
+    const OffloadState& o = *offload_;
+    const size_t refused = o.store->pin_failures().size();
+    return "host experts: " + std::to_string(o.pins.pinned.size() - refused) + " layers pinned (" +
+           human_bytes(o.store->pinned_bytes()) + "), " + std::to_string(o.pins.pageable.size() + refused) + " pageable; " +
+           human_bytes(o.sim->bytes_through_ring()) + " through the staging ring";
+  }
 #ifdef MOETIER_HAVE_CUDA
   if (gpu_ && gpu_->tiering) {
     const cuda::CudaTiering& t = *gpu_->tiering;
@@ -164,14 +191,6 @@ std::string Engine::describe() const {
   if (gpu_) return "cuda, " + human_bytes(gpu_->model->weight_bytes()) + " of weights on the device";
 #endif
   return "cpu, " + std::to_string(model_->pool().size()) + " threads";
-}
-
-StatusOr<std::unique_ptr<Evaluator>> Engine::new_sequence(uint32_t n_ctx, QuantType kv_type) const {
-#ifdef MOETIER_HAVE_CUDA
-  if (gpu_) return gpu_->model->new_sequence(n_ctx, kv_type);
-#endif
-  MT_ASSIGN_OR_RETURN(Session s, Session::create(*model_, n_ctx, kv_type));
-  return std::unique_ptr<Evaluator>(new Session(std::move(s)));
 }
 
 }  // namespace mt::cli

@@ -1,21 +1,31 @@
 // Engine: the loaded model and where it runs (`--device cpu|cuda`, llama.cpp's `-ngl`),
-// handing out one Evaluator per sequence. On CUDA every layer is resident on the GPU
-// (partial layer offload is not how moetier splits a model: experts are tiered instead).
+// seen by the commands as one Backend (backend/backend.h): the CPU model's or the CUDA
+// model's. On CUDA every layer is resident on the GPU (partial layer offload is not how
+// moetier splits a model: experts are tiered instead).
+//
+// Expert tiering (--expert-cache) is set up here and only here, for either device:
+// enable_tiering() builds the GPU's device cache (cuda/tiering.h) or the CPU's simulated
+// device (model/offload.h) and attaches it to the backend.
 #pragma once
 
 #include <memory>
 #include <string>
 
 #include "apps/cli/tiering_flags.h"
+#include "backend/backend.h"
 #include "core/status.h"
 #include "experts/scheduler.h"
 #include "experts/stats.h"
-#include "model/evaluator.h"
 #include "model/model.h"
 
 namespace CLI {
 class App;
 }
+
+namespace mt {
+class CpuBackend;
+struct OffloadState;
+}  // namespace mt
 
 namespace mt::cli {
 
@@ -29,34 +39,45 @@ void add_device_flags(CLI::App& app, DeviceFlags* f);
 class Engine {
  public:
   // interleave applies to the CPU only (the GPU reads the file's layout). tiered with
-  // cuda: the routed experts stay in host memory for tier_gpu().
+  // cuda: the routed experts stay in host memory for enable_tiering().
   static StatusOr<std::unique_ptr<Engine>> load(const std::string& path, int threads, bool interleave,
                                                 const DeviceFlags& device, bool tiered = false);
   ~Engine();
 
   const Model& model() const { return *model_; }
+  // Where every sequence is created and evaluated.
+  Backend& backend() { return *backend_; }
   bool on_gpu() const;
   // "cpu, 16 threads" or "cuda: NVIDIA H200, 17.20 GB of weights".
   std::string describe() const;
-  StatusOr<std::unique_ptr<Evaluator>> new_sequence(uint32_t n_ctx, QuantType kv_type = QuantType::F16) const;
 
-  // GPU expert tiering (cuda/tiering.h) for a model loaded tiered on cuda: the first call
-  // pins the host banks (pin_budget bytes; pin_limit refuses pinning past it, to show the
-  // pageable fallback) and builds the device cache; a later call gives a fresh cache and
-  // scheduler over the same banks. Sequences made before a call must be gone.
-  Status tier_gpu(const TieringSetup& setup, uint64_t pin_budget, uint64_t pin_limit, uint32_t stream_threshold);
-  // Its scheduler and per-layer timing (null before tier_gpu), and a line on its host
-  // banks and streaming ("pinned: 48 layers, 17.1 GB; pageable: 0; streamed: 3.2 GB").
-  const ExpertScheduler* gpu_scheduler() const;
-  const std::vector<LayerTiming>* gpu_timing() const;
-  std::string gpu_tiering_summary() const;
+  // Tiers the routed experts through a cache of setup's plan. On cuda (a model loaded
+  // tiered) the first call pins the host banks (banks.pin_budget bytes; pin_limit refuses
+  // pinning past it, to show the pageable fallback) and builds the device cache, and a
+  // later call gives a fresh cache and scheduler over the same banks; the backend's
+  // sequences made before a call must be gone. On the CPU every call builds a fresh
+  // simulated device and host expert store (pin_budget of them simulated pinned).
+  Status enable_tiering(const TieringSetup& setup, const BankOptions& banks);
+  // The tiering's scheduler and per-layer timing (null before enable_tiering).
+  const ExpertScheduler* tiering_scheduler() const;
+  const std::vector<LayerTiming>* tiering_timing() const;
+  // One line on the host banks: on cuda "host banks: pinned 48 layers (17.1 GB), ...", on
+  // the CPU "host experts: 48 layers pinned (17.1 GB), 0 pageable; 0 B through the staging
+  // ring" (empty before enable_tiering).
+  std::string tiering_summary() const;
 
   struct Gpu;
 
  private:
   Engine() = default;
+  Status tier_gpu(const TieringSetup& setup, const BankOptions& banks);
+
+  // Declared so that the backend (its sequences) goes first, then the tiering, then the model.
   std::unique_ptr<Model> model_;
   std::unique_ptr<Gpu> gpu_;
+  std::unique_ptr<OffloadState> offload_;  // the CPU's tiering
+  std::unique_ptr<Backend> backend_;
+  CpuBackend* cpu_ = nullptr;  // backend_ on the CPU
 };
 
 }  // namespace mt::cli

@@ -3,6 +3,7 @@
 # CUDA): the kernel folders include only what their targets link, so a header reaching up
 # fails here even where its target is not built (a CPU-only CI machine skips cuda/).
 #   cpu/, cuda/kernels/  ->  core/, quant/ and their own folder only
+#   backend/             ->  core/, quant/ and itself (the interface knows no implementation)
 #   experts/             ->  no model/, cuda/, backend/, runtime/, server/, apps/, and no
 #                            CUDA header (<cuda*.h>, <cublas*.h>, *.cuh)
 # Usage: check_layering.sh [SOURCE_ROOT] (default: the repository this script is in).
@@ -45,10 +46,11 @@ deny() {
 }
 allow cpu "core/" "quant/" "cpu/"
 allow cuda/kernels "core/" "quant/" "cuda/kernels/"
+allow backend "core/" "quant/" "backend/"
 deny experts '"(model|cuda|backend|runtime|server|apps)/' "experts/ stands below model/, cuda/ and the backends"
 deny experts '(<(cuda|cublas|cufft|curand|cusparse|nvrtc)[a-z_0-9]*\.h>|"[^"]*\.cuh")' "experts/ is host code with no CUDA header"
 if [ $bad -ne 0 ]; then
   echo "check_layering: FAILED"
   exit 1
 fi
-echo "check_layering: ok (cpu/, cuda/kernels/, experts/)"
+echo "check_layering: ok (cpu/, cuda/kernels/, backend/, experts/)"

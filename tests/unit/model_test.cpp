@@ -183,7 +183,7 @@ TEST(ModelForward, MultiSequenceBatchEqualsEachSequenceAlone) {
     std::vector<std::vector<float>> batched(prompts.size());
     {
       std::vector<Model::SeqBatch> b;
-      for (size_t i = 0; i < prompts.size(); ++i) b.push_back({prompts[i], 0, &kvs[i], true, true});
+      for (size_t i = 0; i < prompts.size(); ++i) b.push_back({prompts[i], 0, &kvs[i], true, true, {}});
       std::vector<float> out;
       ASSERT_TRUE(model->eval_batch(b, &out).ok());
       size_t at = 0;
@@ -198,7 +198,7 @@ TEST(ModelForward, MultiSequenceBatchEqualsEachSequenceAlone) {
       std::vector<Model::SeqBatch> b;
       for (size_t i = 0; i < prompts.size(); ++i) {
         toks[i] = static_cast<int32_t>((t * 13 + prompts[i].size()) % V);
-        b.push_back({{&toks[i], 1}, static_cast<uint32_t>(prompts[i].size()) + t, &kvs[i], false, true});
+        b.push_back({{&toks[i], 1}, static_cast<uint32_t>(prompts[i].size()) + t, &kvs[i], false, true, {}});
       }
       std::vector<float> out;
       ASSERT_TRUE(model->eval_batch(b, &out).ok());

@@ -11,6 +11,7 @@
 
 #include "experts/geometry.h"
 #include "experts/pools.h"
+#include "model/cpu_backend.h"
 #include "model/model.h"
 #include "model/offload.h"
 #include "server/scheduler.h"
@@ -60,6 +61,7 @@ class SchedulerTest : public ::testing::Test {
     auto m = Model::load(test::testdata("models/kjv-moe/kjv-moe-f16.gguf"), {2});
     ASSERT_TRUE(m.ok()) << m.status().to_string();
     model = std::move(*m);
+    backend = std::make_unique<CpuBackend>(*model);
     auto t = Tokenizer::from_gguf(model->file());
     ASSERT_TRUE(t.ok());
     tokenizer = std::make_unique<Tokenizer>(std::move(*t));
@@ -67,12 +69,13 @@ class SchedulerTest : public ::testing::Test {
     refs = nlohmann::json::parse(in);
   }
   std::unique_ptr<Model> model;
+  std::unique_ptr<CpuBackend> backend;
   std::unique_ptr<Tokenizer> tokenizer;
   nlohmann::json refs;
 };
 
 TEST_F(SchedulerTest, ConcurrentRequestsGiveTheReferenceGreedyContinuations) {
-  Scheduler s(*model, *tokenizer, {.max_running = 8, .n_ctx = 256, .prefill_chunk = 7});
+  Scheduler s(*backend, *tokenizer, {.max_running = 8, .n_ctx = 256, .prefill_chunk = 7});
   std::vector<std::unique_ptr<Collected>> out;
   std::vector<std::vector<int32_t>> expected;
   for (int rep = 0; rep < 2; ++rep) {
@@ -102,12 +105,13 @@ TEST_F(SchedulerTest, ConcurrentRequestsGiveTheReferenceGreedyContinuations) {
 TEST_F(SchedulerTest, TieredExpertsKeepTheContinuationsAndPublishTheirCounters) {
   auto geometry = read_expert_geometry(model->file());
   ASSERT_TRUE(geometry.ok());
-  auto state = make_offload(model->weights(), *geometry, plan_pools(*geometry, geometry->compact_bytes / 4), {}, {});
+  auto state = make_offload(*model, *geometry, plan_pools(*geometry, geometry->compact_bytes / 4), {}, {});
   ASSERT_TRUE(state.ok()) << state.status().to_string();
   ServingOptions options{.max_running = 4, .n_ctx = 256, .prefill_chunk = 16};
-  options.offload = &(*state)->offload;
+  options.experts = (*state)->scheduler.get();
+  CpuBackend tiered(*model, &(*state)->offload);
   {
-    Scheduler s(*model, *tokenizer, options);
+    Scheduler s(tiered, *tokenizer, options);
     std::vector<std::unique_ptr<Collected>> out;
     std::vector<std::vector<int32_t>> expected;
     for (const auto& p : refs["prompts"]) {
@@ -139,7 +143,7 @@ TEST_F(SchedulerTest, TieredExpertsKeepTheContinuationsAndPublishTheirCounters) 
 
 TEST_F(SchedulerTest, AKvBudgetMakesRequestsWaitNotFail) {
   // Room for one request at a time.
-  Scheduler s(*model, *tokenizer, {.max_running = 4, .n_ctx = 64, .kv_budget_tokens = 40});
+  Scheduler s(*backend, *tokenizer, {.max_running = 4, .n_ctx = 64, .kv_budget_tokens = 40});
   std::vector<std::unique_ptr<Collected>> out;
   const std::vector<int32_t> prompt = refs["prompts"][0]["ids"].get<std::vector<int32_t>>();
   ASSERT_LE(prompt.size() + 8, 40u);
@@ -157,7 +161,7 @@ TEST_F(SchedulerTest, AKvBudgetMakesRequestsWaitNotFail) {
 }
 
 TEST_F(SchedulerTest, CancelStopLengthTimeoutAndBadRequests) {
-  Scheduler s(*model, *tokenizer, {.max_running = 4, .n_ctx = 128});
+  Scheduler s(*backend, *tokenizer, {.max_running = 4, .n_ctx = 128});
   const std::vector<int32_t> prompt = refs["prompts"][1]["ids"].get<std::vector<int32_t>>();
   Collected cancelled, stopped, timed;
   ASSERT_TRUE(s.submit(request(prompt, 40, &cancelled, 3)).ok());

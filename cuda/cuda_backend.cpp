@@ -1,0 +1,77 @@
+#include "cuda/cuda_backend.h"
+
+#include <algorithm>
+#include <string>
+
+#include "cuda/cuda_model.h"
+
+namespace mt::cuda {
+
+CudaBackend::CudaBackend(CudaModel& model) : model_(model), n_vocab_(model.host().hparams().n_vocab) {}
+CudaBackend::~CudaBackend() = default;
+
+const CudaBackend::Seq& CudaBackend::get(SeqId seq) const {
+  auto it = seqs_.find(seq);
+  MT_CHECK(it != seqs_.end());
+  return it->second;
+}
+
+StatusOr<SeqId> CudaBackend::create_sequence(uint32_t n_ctx, QuantType kv_type) {
+  MT_ASSIGN_OR_RETURN(std::unique_ptr<Evaluator> s, model_.new_sequence(n_ctx, kv_type));
+  const SeqId id = next_id_++;
+  seqs_.emplace(id, Seq{std::move(s), kv_type});
+  return id;
+}
+
+StatusOr<SeqId> CudaBackend::fork_sequence(SeqId from) {
+  auto it = seqs_.find(from);
+  if (it == seqs_.end()) return unknown_sequence(from);
+  MT_ASSIGN_OR_RETURN(std::unique_ptr<Evaluator> to, model_.new_sequence(it->second.e->n_ctx(), it->second.kv_type));
+  MT_RETURN_IF_ERROR(model_.fork_sequence(*it->second.e, *to));
+  const SeqId id = next_id_++;
+  seqs_.emplace(id, Seq{std::move(to), it->second.kv_type});
+  return id;
+}
+
+Status CudaBackend::truncate_sequence(SeqId seq, uint32_t n_pos) {
+  auto it = seqs_.find(seq);
+  if (it == seqs_.end()) return unknown_sequence(seq);
+  return model_.truncate_sequence(*it->second.e, n_pos);
+}
+
+Status CudaBackend::eval(const Batch& batch, std::vector<float>* logits, Trace* trace) {
+  MT_ASSIGN_OR_RETURN(std::vector<SeqRun> runs, split_runs(batch, n_vocab_));
+  std::vector<Evaluator*> seqs;
+  for (const SeqRun& r : runs) {
+    auto it = seqs_.find(r.seq);
+    if (it == seqs_.end()) return unknown_sequence(r.seq);
+    MT_RETURN_IF_ERROR(check_run(r, it->second.e->position(), it->second.e->n_ctx()));
+    seqs.push_back(it->second.e.get());
+  }
+  const std::span<const uint8_t> asked = batch.logits();
+  const size_t V = n_vocab_;
+  // One run asking for its last row or for every row: the sequence writes the caller's vector.
+  const bool last = batch.n_logits() == 1 && asked.back() != 0;
+  if (runs.size() == 1 && (last || batch.n_logits() == batch.size())) {
+    return seqs[0]->feed(batch.tokens(), !last, logits, trace);
+  }
+  logits->resize(static_cast<size_t>(batch.n_logits()) * V);
+  size_t out_row = 0;
+  for (size_t i = 0; i < runs.size(); ++i) {
+    const SeqRun& r = runs[i];
+    const std::span<const uint8_t> want = asked.subspan(r.first, r.n);
+    const auto n_want = static_cast<uint32_t>(std::count(want.begin(), want.end(), uint8_t{1}));
+    const bool last_only = n_want == 0 || (n_want == 1 && want.back() != 0);
+    MT_RETURN_IF_ERROR(seqs[i]->feed(batch.tokens().subspan(r.first, r.n), !last_only, &run_logits_, trace));
+    for (uint32_t k = 0; k < r.n && n_want > 0; ++k) {
+      if (want[k] == 0) continue;
+      const size_t src = last_only ? 0 : k * V;
+      std::copy_n(run_logits_.begin() + static_cast<std::ptrdiff_t>(src), V,
+                  logits->begin() + static_cast<std::ptrdiff_t>(out_row * V));
+      ++out_row;
+    }
+  }
+  return {};
+}
+
+}  // namespace mt::cuda

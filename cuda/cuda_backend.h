@@ -1,0 +1,51 @@
+// CudaBackend: the Backend (backend/backend.h) of a CudaModel. Each sequence is one
+// CudaSequence (its device KV cache, workspace and decode graphs); eval() runs a batch run
+// by run, each sequence's tokens through its own sequence in batch order (one sequence at a
+// time: the device does not yet batch several sequences into one forward pass), and
+// gathers the asked rows' logits in batch order. A batch of one run asking its last row
+// (run, bench) or every row (logits) gets them written straight into the caller's vector.
+// fork_sequence and truncate_sequence are the CUDA model's (cuda/cuda_model.h): the fork
+// copies the KV rows (or recurrent states) on the device.
+// Host-only header: callers never see CUDA types.
+#pragma once
+
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "backend/backend.h"
+#include "model/evaluator.h"
+
+namespace mt::cuda {
+
+class CudaModel;
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(CudaModel& model);
+  ~CudaBackend() override;
+
+  uint32_t n_vocab() const override { return n_vocab_; }
+  StatusOr<SeqId> create_sequence(uint32_t n_ctx, QuantType kv_type = QuantType::F16) override;
+  StatusOr<SeqId> fork_sequence(SeqId from) override;
+  Status truncate_sequence(SeqId seq, uint32_t n_pos) override;
+  void free_sequence(SeqId seq) override { seqs_.erase(seq); }
+  uint32_t position(SeqId seq) const override { return get(seq).e->position(); }
+  uint32_t n_ctx(SeqId seq) const override { return get(seq).e->n_ctx(); }
+  Status eval(const Batch& batch, std::vector<float>* logits, Trace* trace = nullptr) override;
+
+ private:
+  struct Seq {
+    std::unique_ptr<Evaluator> e;  // a CudaSequence
+    QuantType kv_type;
+  };
+  const Seq& get(SeqId seq) const;
+
+  CudaModel& model_;
+  uint32_t n_vocab_;
+  std::unordered_map<SeqId, Seq> seqs_;
+  SeqId next_id_ = 1;
+  std::vector<float> run_logits_;  // one run's logits when they are gathered
+};
+
+}  // namespace mt::cuda

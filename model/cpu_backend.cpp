@@ -1,0 +1,71 @@
+#include "model/cpu_backend.h"
+
+#include <string>
+
+namespace mt {
+
+const CpuBackend::Seq& CpuBackend::get(SeqId seq) const {
+  auto it = seqs_.find(seq);
+  MT_CHECK(it != seqs_.end());
+  return *it->second;
+}
+
+SeqId CpuBackend::add(std::unique_ptr<Seq> seq) {
+  const SeqId id = next_id_++;
+  seqs_.emplace(id, std::move(seq));
+  return id;
+}
+
+StatusOr<SeqId> CpuBackend::create_sequence(uint32_t n_ctx, QuantType kv_type) {
+  MT_ASSIGN_OR_RETURN(KvCache kv, model_.new_kv_cache(n_ctx, kv_type));
+  return add(std::make_unique<Seq>(Seq{std::move(kv), 0}));
+}
+
+StatusOr<SeqId> CpuBackend::fork_sequence(SeqId from) {
+  auto it = seqs_.find(from);
+  if (it == seqs_.end()) return unknown_sequence(from);
+  return add(std::make_unique<Seq>(*it->second));  // the cache's rows and recurrent states copied
+}
+
+Status CpuBackend::truncate_sequence(SeqId seq, uint32_t n_pos) {
+  auto it = seqs_.find(seq);
+  if (it == seqs_.end()) return unknown_sequence(seq);
+  Seq& s = *it->second;
+  if (n_pos > s.pos) {
+    return invalid_argument("sequence " + std::to_string(seq) + " holds " + std::to_string(s.pos) +
+                            " positions: it cannot be truncated to " + std::to_string(n_pos));
+  }
+  if (s.kv.has_recurrent() && n_pos != 0 && n_pos != s.pos) {
+    return invalid_argument("sequence " + std::to_string(seq) + ": this model's recurrent (Gated DeltaNet) state holds " +
+                            std::to_string(s.pos) + " positions and cannot go back to " + std::to_string(n_pos) +
+                            ": truncate to 0 to start over");
+  }
+  s.pos = n_pos;  // rows past n_pos are rewritten by the next tokens; a recurrent state restarts at 0
+  return {};
+}
+
+Status CpuBackend::eval(const Batch& batch, std::vector<float>* logits, Trace* trace) {
+  MT_ASSIGN_OR_RETURN(std::vector<SeqRun> runs, split_runs(batch, n_vocab()));
+  step_.clear();
+  for (const SeqRun& r : runs) {
+    auto it = seqs_.find(r.seq);
+    if (it == seqs_.end()) return unknown_sequence(r.seq);
+    Seq& s = *it->second;
+    MT_RETURN_IF_ERROR(check_run(r, s.pos, s.kv.n_ctx()));
+    if (s.kv.type() != seqs_.at(runs.front().seq)->kv.type()) {
+      return invalid_argument(std::string("sequences with KV caches of different types (") + type_name(s.kv.type()) + ", " +
+                              type_name(seqs_.at(runs.front().seq)->kv.type()) + ") cannot share a batch");
+    }
+    Model::SeqBatch sb;
+    sb.tokens = batch.tokens().subspan(r.first, r.n);
+    sb.pos0 = r.pos0;
+    sb.kv = &s.kv;
+    sb.rows = batch.logits().subspan(r.first, r.n);
+    step_.push_back(sb);
+  }
+  MT_RETURN_IF_ERROR(model_.eval_batch(step_, logits, trace, offload_));
+  for (const SeqRun& r : runs) seqs_.at(r.seq)->pos += r.n;
+  return {};
+}
+
+}  // namespace mt
