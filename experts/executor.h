@@ -57,7 +57,8 @@ struct DeviceGroup {
   std::span<const int32_t> staged;    // (n_tokens * k)
   uint32_t n_slot = 0;                // selections computed from slots
   uint32_t n_staged = 0;              // selections computed from staging
-  LayerTiming* timing = nullptr;      // the layer's entry: the device adds copy_s and device_s
+  LayerTiming* timing = nullptr;      // the layer's entry: the device adds copy_s and device_s (a GPU
+                                      // when it reads the step's events, into timing())
 };
 
 // The device under the executor. Copies and compute are queued in call order on the
