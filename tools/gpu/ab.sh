@@ -15,15 +15,24 @@
 #                                 alone), the qwen3-30b-a3b q4_k_m files of router skew 0
 #                                 and 1 (SKEWS; SKEWS= none)
 #   tools/gpu/ab.sh tests         (device) mt_cuda_tests --gtest_filter=$FILTER on this tree
+#   tools/gpu/ab.sh all           (device) build, tests, bench in one call
 #   tools/gpu/ab.sh bench         (device) resident tg128 / pp512 / pp4096 (ROUNDS rounds) and
 #                                 tiered --expert-cache 25% / 10% tg64 on each skew
 #                                 (TIER_ROUNDS fresh processes per build), then a table of
 #                                 every repetition (tools/gpu/ab_summary.py)
-# Logs and JSON under $OUT.
 set -uo pipefail
 MODE=${1:-bench}
 OUT=${OUT:-$PWD/out/ab}
 mkdir -p "$OUT"
+# Logs go to LOGS and come back packed (the device returns at most 8 files): after every
+# step $OUT holds logs.tgz and summary.txt, so a call cut off by its time limit still
+# returns what it measured.
+LOGS=${LOGS:-/tmp/ab-logs}
+mkdir -p "$LOGS"
+pack() {
+  python3 tools/gpu/ab_summary.py "$LOGS" >"$OUT/summary.txt" 2>&1
+  tar -czf "$OUT/logs.tgz" -C "$LOGS" . 2>/dev/null
+}
 
 if [ "$MODE" = prepare ]; then
   REV=${2:?usage: tools/gpu/ab.sh prepare REV [NEW]}
@@ -59,10 +68,22 @@ run() {  # name command...
   local name=$1
   shift
   echo "=== $name ($(date +%T))"
-  if "$@" >"$OUT/$name.log" 2>&1; then echo "ok"; else echo "FAILED (see $name.log)"; tail -25 "$OUT/$name.log"; status=1; fi
+  if "$@" >"$LOGS/$name.log" 2>&1; then echo "ok"; else echo "FAILED (see $name.log)"; tail -25 "$LOGS/$name.log"; status=1; fi
+  pack
 }
 qfile() {  # skew -> the timing file
   if [ "$1" = 0 ]; then echo /tmp/q30-q4_k_m.gguf; else echo "/tmp/q30-s$1-q4_k_m.gguf"; fi
+}
+
+synth_files() {  # the timing files of SKEWS, written side by side, then their writeback
+  local skew F synth=$BASE
+  [ -x "$synth" ] || synth=$NEW
+  for skew in ${SKEWS-0 1}; do
+    F=$(qfile "$skew")
+    [ -f "$F" ] || run "synth_skew$skew" $synth synth --preset qwen3-30b-a3b --quant q4_k_m --router-skew "$skew" --fast -o "$F" &
+  done
+  wait
+  sync  # the files' writeback done before any benchmark
 }
 
 case $MODE in
@@ -70,31 +91,32 @@ build)
   ln -sfn "$PWD/models" .gpu-new/models
   [ -f build-gpu/build.ninja ] || cmake -S .gpu-new -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOETIER_CUDA=ON \
     -DCMAKE_CUDA_ARCHITECTURES=90 -DMOETIER_WERROR=ON -DMOETIER_SERVER=OFF -DCMAKE_PREFIX_PATH="$SYSROOT/usr" \
-    -DMOETIER_TESTDATA_DIR="$TESTDATA" >"$OUT/configure_new.log" 2>&1
+    -DMOETIER_TESTDATA_DIR="$TESTDATA" >"$LOGS/configure_new.log" 2>&1
   [ -f build-base/build.ninja ] || cmake -S .gpu-base -B build-base -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOETIER_CUDA=ON \
     -DCMAKE_CUDA_ARCHITECTURES=90 -DMOETIER_SERVER=OFF -DMOETIER_TESTS=OFF -DCMAKE_PREFIX_PATH="$SYSROOT/usr" \
-    >"$OUT/configure_base.log" 2>&1
+    >"$LOGS/configure_base.log" 2>&1
   [ -n "${NO_BASE:-}" ] || run compile_base cmake --build build-base -j "$JOBS" --target moetier &
   # shellcheck disable=SC2086
   run compile_new cmake --build build-gpu -j "$JOBS" --target ${BUILD_TARGETS:-moetier mt_cuda_tests mt_unit_tests} &
   wait
-  SYNTH=$BASE
-  [ -x "$SYNTH" ] || SYNTH=$NEW
-  for skew in ${SKEWS-0 1}; do
-    F=$(qfile "$skew")
-    [ -f "$F" ] || run "synth_skew$skew" $SYNTH synth --preset qwen3-30b-a3b --quant q4_k_m --router-skew "$skew" --fast -o "$F" &
-  done
-  wait
-  sync  # the files' writeback done before any benchmark
+  [ -n "${NO_SYNTH:-}" ] || synth_files
   ls -la /tmp/*.gguf "$NEW" "$BASE" 2>/dev/null
+  ;;
+all)  # one call: build, the tests of FILTER while the timing files are written, the benchmarks
+  NO_SYNTH=1 "$0" build
+  synth_files >"$LOGS/synth.log" 2>&1 &
+  "$0" tests
+  wait
+  cat "$LOGS/synth.log"
+  "$0" bench
   ;;
 tests)
   cat .gpu-base/REVISION .gpu-new/REVISION
   run tests ./build-gpu/mt_cuda_tests --gtest_filter="${FILTER:-*}"
-  grep -E "max rel|argmax equal|FAILED|Failure|Expected|actual|PASSED|SKIPPED|tests ran" "$OUT/tests.log" | tail -60
+  grep -E "max rel|argmax equal|FAILED|Failure|Expected|actual|PASSED|SKIPPED|tests ran" "$LOGS/tests.log" | tail -60
   # the AVX-512 CPU kernels (this machine has AVX-512; the one the code is written on may not)
   run cpu_kernels ./build-gpu/mt_unit_tests --gtest_filter="${CPU_FILTER:-CpuGemm*:MatmulJobs*:Repack*:Shapes/*:CpuIsa*}"
-  grep -E "FAILED|PASSED|SKIPPED|tests ran" "$OUT/cpu_kernels.log" | tail -12
+  grep -E "FAILED|PASSED|SKIPPED|tests ran" "$LOGS/cpu_kernels.log" | tail -12
   ;;
 bench)
   F0=$(qfile 0)
@@ -119,7 +141,8 @@ bench)
       done
     done
   done
-  python3 tools/gpu/ab_summary.py "$OUT" | tee "$OUT/summary.txt"
+  pack
+  cat "$OUT/summary.txt"
   ;;
 *)
   echo "usage: tools/gpu/ab.sh prepare REV | build | tests | bench" >&2

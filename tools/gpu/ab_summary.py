@@ -14,9 +14,10 @@ for log in sorted(out.glob("*.log")):
     if not m:
         continue
     text = log.read_text()
-    start = text.find("[")
-    if start < 0:
+    found = re.search(r"^\[", text, re.M)  # the JSON array opens a line (log lines come before it)
+    if not found:
         continue
+    start = found.start()
     try:
         results = json.loads(text[start:])
     except json.JSONDecodeError:
