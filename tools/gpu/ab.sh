@@ -124,15 +124,15 @@ bench)
     for b in base new; do
       bin=$BASE
       [ $b = new ] && bin=$NEW
-      run "res_tg_${b}_r$r" $bin bench -m "$F0" --device cuda -p 0 -n 128 -r 3 -o json
-      run "res_pp_${b}_r$r" $bin bench -m "$F0" --device cuda -p 512 -n 0 -r 2 -o json
+      run "res_tg_${b}_r$r" $bin bench -m "$F0" --device cuda -p 512 -n 128 -r 3 -o json
       run "res_pp4096_${b}_r$r" $bin bench -m "$F0" --device cuda -p 4096 -n 0 -r 2 -o json
     done
   done
-  for skew in ${SKEWS:-0 1}; do
-    F=$(qfile "$skew")
-    for budget in 25 10; do
-      for r in $(seq 1 "${TIER_ROUNDS:-2}"); do
+  # round by round, so that a call cut off by its limit has every configuration once
+  for r in $(seq 1 "${TIER_ROUNDS:-2}"); do
+    for skew in ${SKEWS-0 1}; do
+      F=$(qfile "$skew")
+      for budget in 25 10; do
         for b in base new; do
           bin=$BASE
           [ $b = new ] && bin=$NEW
