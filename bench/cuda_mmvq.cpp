@@ -147,7 +147,7 @@ Result run_type(QuantType type, const Flags& f, std::mt19937& rng) {
     ms = median_ms(f.reps, [&](int i, cudaStream_t s) {
       ws.reset();
       const int32_t* draw = dids.as<int32_t>() + static_cast<int64_t>(i) * f.tokens * K;
-      mt::cuda::mmvq_experts(m, draw, f.tokens, K, x.as<float>(), false, y.as<float>(), ws, s);
+      mt::cuda::mmvq_experts(m, {draw, f.tokens, K, false}, x.as<float>(), y.as<float>(), ws, s);
     });
     r.bytes *= static_cast<uint64_t>(f.tokens);
   } else {

@@ -171,7 +171,7 @@ class CudaSequence final : public Evaluator {
   }
   void mm_experts(const DeviceMatrix& w, const int32_t* ids, int n, int K, const float* x, bool per_slot, float* y) {
     const size_t mark = ws_->mark();
-    matmul_experts(w, ids, n, K, x, per_slot, y, *ws_, m_.stream);
+    matmul_experts(w, {ids, n, K, per_slot}, x, y, *ws_, m_.stream);
     ws_->rewind(mark);
   }
   // The same over rows that may be quantized already (cuda/kernels/matmul.h ActRows).

@@ -74,8 +74,8 @@ void CudaSequence::attention_layer(Pass& p, const DevLayer& L, uint32_t l, const
     MT_CHECK(L.bq == nullptr && L.bk == nullptr);
     float* qs = const_cast<float*>(pa.q_src);
     float* ks = const_cast<float*>(pa.k_src);
-    rms_norm(qs, pa.q_stride, L.q_norm, hp.rms_eps, Ti, Q, qs, pa.q_stride, s);
-    rms_norm(ks, pa.k_stride, L.k_norm, hp.rms_eps, Ti, KVd, ks, pa.k_stride, s);
+    rms_norm({qs, pa.q_stride, L.q_norm, hp.rms_eps, Ti, Q, qs, pa.q_stride}, s);
+    rms_norm({ks, pa.k_stride, L.k_norm, hp.rms_eps, Ti, KVd, ks, pa.k_stride}, s);
   }
   pa.eps = hp.rms_eps;
   pa.n_tokens = Ti;

@@ -47,7 +47,7 @@ void CudaSequence::gdn_layer(const DevLayer& L, uint32_t l, const ActRows& hx, u
   float* beta = ws_->take_n<float>(static_cast<size_t>(T) * nv);  // (T, nv)
   float* g = ws_->take_n<float>(static_cast<size_t>(T) * nv);     // (T, nv) log decay
   float* o = ws_->take_n<float>(static_cast<size_t>(T) * V);      // (T, V) delta-rule output, normed in place
-  gdn_conv(pq, stride_q, L.ssm_conv1d, kv_.conv(l), u, Ti, C, static_cast<int>(hp.ssm_conv), s);
+  gdn_conv({pq, stride_q, L.ssm_conv1d, kv_.conv(l), u, Ti, C, static_cast<int>(hp.ssm_conv)}, s);
   GdnGateArgs ga;
   ga.b = pb, ga.a = pa, ga.stride = stride_ba, ga.ssm_a = L.ssm_a, ga.dt_bias = L.ssm_dt, ga.grouped = grouped;
   GdnNormArgs na;
@@ -61,7 +61,7 @@ void CudaSequence::gdn_layer(const DevLayer& L, uint32_t l, const ActRows& hx, u
   } else {
     gdn_gates(ga, Ti, nv, nk, beta, g, s);
     delta_rule(da, s);
-    gated_rms_norm(o, pz, stride_z, L.ssm_norm, Ti, nv, dk, hp.rms_eps, s);
+    gated_rms_norm(o, {pz, stride_z, L.ssm_norm, hp.rms_eps}, Ti, nv, dk, s);
   }
   mm(L.ssm_out, o, Ti, y);
   ws_->rewind(mark);

@@ -62,7 +62,7 @@ void CudaSequence::mla_layer(Pass& p, const DevLayer& L, uint32_t l, const ActRo
   if (L.wq_a.data != nullptr) {
     float* qa = ws_->take_n<float>(T * QL);  // (T, q_lora_rank)
     mm(L.wq_a, hx, qa);
-    rms_norm(qa, QL, L.q_a_norm, hp.rms_eps, Ti, QL, qa, QL, s);
+    rms_norm({qa, QL, L.q_a_norm, hp.rms_eps, Ti, QL, qa, QL}, s);
     mm(L.wq_b, qa, Ti, q);
   } else {
     mm(L.wq, hx, q);

@@ -29,7 +29,8 @@ void CudaSequence::moe_layer(Pass& p, const DevLayer& L, uint32_t l, const ActRo
     rm.n_groups = static_cast<int>(hp.n_expert_groups), rm.n_group_used = static_cast<int>(hp.n_group_used);
     rm.softmax_selected = hp.gating == ExpertGating::kSoftmaxOfSelected;
     rm.logit_bias = L.router_b;
-    router_route(p.probs, Ti, X, K, rm, L.exp_probs_b, p.sel, p.wts, s);
+    rm.selection_bias = L.exp_probs_b;
+    router_route(p.probs, Ti, X, K, rm, p.sel, p.wts, s);
   } else {
     mm(L.router, p.h, Ti, p.probs);
     stage(p, "router top-k");

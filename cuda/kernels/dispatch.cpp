@@ -77,14 +77,17 @@ void mmvq_chunked(const DeviceMatrix& w, int64_t mat, const float* x, int n_toke
   }
 }
 
-void mmvq_experts_chunked(const DeviceMatrix& w, const int32_t* ids, int n_tokens, int K, const float* x,
-                          bool x_per_slot, float* y, Workspace& ws, cudaStream_t stream) {
+void mmvq_experts_chunked(const DeviceMatrix& w, const RoutedSlots& r, const float* x, float* y, Workspace& ws,
+                          cudaStream_t stream) {
+  const int32_t* ids = r.ids;
+  const int n_tokens = r.n_tokens, K = r.K;
+  const bool x_per_slot = r.x_per_slot;
   for (int t0 = 0; t0 < n_tokens; t0 += kMmvqMaxTokens) {
     const int n = std::min(kMmvqMaxTokens, n_tokens - t0);
     const int64_t slot0 = static_cast<int64_t>(t0) * K;
     const float* xc = x + (x_per_slot ? slot0 : static_cast<int64_t>(t0)) * w.n_in;
     const size_t mark = ws.mark();
-    mmvq_experts(w, ids + slot0, n, K, xc, x_per_slot, y + slot0 * w.n_out, ws, stream);
+    mmvq_experts(w, {ids + slot0, n, K, x_per_slot}, xc, y + slot0 * w.n_out, ws, stream);
     ws.rewind(mark);
   }
 }
@@ -101,14 +104,14 @@ void matmul(const DeviceMatrix& w, int64_t mat, const float* x, int n_tokens, fl
   }
 }
 
-void matmul_experts(const DeviceMatrix& w, const int32_t* ids, int n_tokens, int K, const float* x, bool x_per_slot,
-                    float* y, Workspace& ws, cudaStream_t stream) {
-  if (supports(w.type) && n_tokens <= mmvq_max_tokens(current_sm(), w.type, true)) {
-    mmvq_experts_chunked(w, ids, n_tokens, K, x, x_per_slot, y, ws, stream);
-  } else if (mmq_experts_fits(w, n_tokens, K)) {
-    mmq_experts(w, ids, n_tokens, K, x, x_per_slot, y, ws, stream);
+void matmul_experts(const DeviceMatrix& w, const RoutedSlots& r, const float* x, float* y, Workspace& ws,
+                    cudaStream_t stream) {
+  if (supports(w.type) && r.n_tokens <= mmvq_max_tokens(current_sm(), w.type, true)) {
+    mmvq_experts_chunked(w, r, x, y, ws, stream);
+  } else if (mmq_experts_fits(w, r.n_tokens, r.K)) {
+    mmq_experts(w, r, x, y, ws, stream);
   } else {
-    gemm_experts(w, ids, n_tokens, K, x, x_per_slot, y, ws, stream);
+    gemm_experts(w, r, x, y, ws, stream);
   }
 }
 
@@ -133,9 +136,9 @@ void matmul_experts(const DeviceMatrix& w, const int32_t* ids, int K, const ActR
   MT_CHECK(K > 0 && (!x_per_slot || x.rows % K == 0));
   const int n_tokens = x_per_slot ? x.rows / K : x.rows;
   if (reads_quantized(w, x, n_tokens, true)) {
-    mmvq_experts_quantized(w, ids, n_tokens, K, x.qs, x.meta, x_per_slot, y, stream);
+    mmvq_experts_quantized(w, {ids, n_tokens, K, x_per_slot}, x.qs, x.meta, y, stream);
   } else {
-    matmul_experts(w, ids, n_tokens, K, x.x, x_per_slot, y, ws, stream);
+    matmul_experts(w, {ids, n_tokens, K, x_per_slot}, x.x, y, ws, stream);
   }
 }
 

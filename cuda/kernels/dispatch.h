@@ -41,8 +41,8 @@ int dense_mmq_max_tokens(int sm, QuantType type);
 // workspace is rewound between chunks).
 void mmvq_chunked(const DeviceMatrix& w, int64_t mat, const float* x, int n_tokens, float* y, Workspace& ws,
                   cudaStream_t stream);
-void mmvq_experts_chunked(const DeviceMatrix& w, const int32_t* ids, int n_tokens, int K, const float* x,
-                          bool x_per_slot, float* y, Workspace& ws, cudaStream_t stream);
+void mmvq_experts_chunked(const DeviceMatrix& w, const RoutedSlots& r, const float* x, float* y, Workspace& ws,
+                          cudaStream_t stream);
 
 // True for the types gemm / gemm_experts take (every type of cuda/kernels/dequant.cuh).
 bool gemm_supports(QuantType type);

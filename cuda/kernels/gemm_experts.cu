@@ -177,8 +177,11 @@ struct Routed {
 
 }  // namespace
 
-void gemm_experts(const DeviceMatrix& w, const int32_t* ids, int n_tokens, int K, const float* x, bool x_per_slot,
-                  float* y, Workspace& ws, cudaStream_t stream) {
+void gemm_experts(const DeviceMatrix& w, const RoutedSlots& slots, const float* x, float* y, Workspace& ws,
+                  cudaStream_t stream) {
+  const int32_t* ids = slots.ids;
+  const int n_tokens = slots.n_tokens, K = slots.K;
+  const bool x_per_slot = slots.x_per_slot;
   check_matrix(w);
   if (n_tokens <= 0 || K <= 0) return;
   const int n_slots = n_tokens * K;

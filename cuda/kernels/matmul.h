@@ -37,6 +37,16 @@ struct DeviceMatrix {
 
 inline constexpr int kMmvqMaxTokens = 8;
 
+// The slots of a routed batch (the *_experts products): slot s = t * K + k (t < n_tokens,
+// k < K) reads matrix ids[s] (device memory) and X row x_per_slot ? s : t, and writes Y
+// row s.
+struct RoutedSlots {
+  const int32_t* ids = nullptr;
+  int n_tokens = 0;
+  int K = 1;
+  bool x_per_slot = false;
+};
+
 // True when the device kernels support the type (every type the CPU computes).
 bool supports(QuantType type);
 // True when mmvq quantizes the activations for this weight type (every supported type but
@@ -45,18 +55,18 @@ bool quantizes_activations(QuantType type);
 
 void mmvq(const DeviceMatrix& w, int64_t mat, const float* x, int n_tokens, float* y, Workspace& ws,
           cudaStream_t stream);
-void mmvq_experts(const DeviceMatrix& w, const int32_t* ids, int n_tokens, int K, const float* x, bool x_per_slot,
-                  float* y, Workspace& ws, cudaStream_t stream);
+void mmvq_experts(const DeviceMatrix& w, const RoutedSlots& r, const float* x, float* y, Workspace& ws,
+                  cudaStream_t stream);
 
 void gemm(const DeviceMatrix& w, int64_t mat, const float* x, int n_tokens, float* y, Workspace& ws,
           cudaStream_t stream);
-void gemm_experts(const DeviceMatrix& w, const int32_t* ids, int n_tokens, int K, const float* x, bool x_per_slot,
-                  float* y, Workspace& ws, cudaStream_t stream);
+void gemm_experts(const DeviceMatrix& w, const RoutedSlots& slots, const float* x, float* y, Workspace& ws,
+                  cudaStream_t stream);
 
 void matmul(const DeviceMatrix& w, int64_t mat, const float* x, int n_tokens, float* y, Workspace& ws,
             cudaStream_t stream);
-void matmul_experts(const DeviceMatrix& w, const int32_t* ids, int n_tokens, int K, const float* x, bool x_per_slot,
-                    float* y, Workspace& ws, cudaStream_t stream);
+void matmul_experts(const DeviceMatrix& w, const RoutedSlots& r, const float* x, float* y, Workspace& ws,
+                    cudaStream_t stream);
 
 // Activation rows that may already be quantized (by add_rms_norm_quant, cuda/kernels/ops.h): a
 // product whose kernel is mmvq and whose weight type pairs with `mode` (act_quant_for)

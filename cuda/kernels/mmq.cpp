@@ -134,8 +134,11 @@ void mmq(const DeviceMatrix& w, int64_t mat, const float* x, int n_tokens, float
   launcher(w.type, bn)(a, dim3(row_tiles(w), static_cast<unsigned>(col_tiles)), stream);
 }
 
-void mmq_experts_tiled(const DeviceMatrix& w, const int32_t* ids, int n_tokens, int K, const float* x,
-                       bool x_per_slot, float* y, Workspace& ws, cudaStream_t stream, int tile_cols) {
+void mmq_experts_tiled(const DeviceMatrix& w, const RoutedSlots& r, const float* x, float* y, Workspace& ws,
+                       cudaStream_t stream, int tile_cols) {
+  const int32_t* ids = r.ids;
+  const int n_tokens = r.n_tokens, K = r.K;
+  const bool x_per_slot = r.x_per_slot;
   check_matrix(w);
   MT_CHECK(n_tokens >= 0 && K >= 1 && static_cast<int64_t>(n_tokens) * K <= kMaxN);
   MT_CHECK(w.n_mat <= kMmqMaxExperts);
@@ -161,9 +164,9 @@ void mmq_experts_tiled(const DeviceMatrix& w, const int32_t* ids, int n_tokens, 
   launcher(w.type, bn)(a, dim3(row_tiles(w), static_cast<unsigned>(col_tiles)), stream);
 }
 
-void mmq_experts(const DeviceMatrix& w, const int32_t* ids, int n_tokens, int K, const float* x, bool x_per_slot,
-                 float* y, Workspace& ws, cudaStream_t stream) {
-  mmq_experts_tiled(w, ids, n_tokens, K, x, x_per_slot, y, ws, stream, 0);
+void mmq_experts(const DeviceMatrix& w, const RoutedSlots& r, const float* x, float* y, Workspace& ws,
+                 cudaStream_t stream) {
+  mmq_experts_tiled(w, r, x, y, ws, stream, 0);
 }
 
 }  // namespace mt::cuda

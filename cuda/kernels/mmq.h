@@ -42,13 +42,13 @@ void mmq(const DeviceMatrix& w, int64_t mat, const float* x, int n_tokens, float
          cudaStream_t stream);
 
 // Routed: Y (n_tokens * K, n_out), X (x_per_slot ? n_tokens * K : n_tokens, n_in).
-void mmq_experts(const DeviceMatrix& w, const int32_t* ids, int n_tokens, int K, const float* x, bool x_per_slot,
-                 float* y, Workspace& ws, cudaStream_t stream);
+void mmq_experts(const DeviceMatrix& w, const RoutedSlots& r, const float* x, float* y, Workspace& ws,
+                 cudaStream_t stream);
 
 // The same with a chosen column-tile width (16, 32 or 64 slots; 0 = the default choice
 // from the average slots per expert). For bench/cuda_tune.
-void mmq_experts_tiled(const DeviceMatrix& w, const int32_t* ids, int n_tokens, int K, const float* x,
-                       bool x_per_slot, float* y, Workspace& ws, cudaStream_t stream, int tile_cols);
+void mmq_experts_tiled(const DeviceMatrix& w, const RoutedSlots& r, const float* x, float* y, Workspace& ws,
+                       cudaStream_t stream, int tile_cols);
 
 // Workspace bytes mmq() (K <= 1) or mmq_experts() (K slots per token, either x_per_slot,
 // any tile width) take for these shapes; 0 for an unsupported type.

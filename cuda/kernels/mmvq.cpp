@@ -174,8 +174,11 @@ void mmvq_quantized(const DeviceMatrix& w, int64_t mat, const int8_t* qs, const 
   launcher(w.type)(a, stream);
 }
 
-void mmvq_experts_quantized(const DeviceMatrix& w, const int32_t* ids, int n_tokens, int K, const int8_t* qs,
-                            const uint2* meta, bool x_per_slot, float* y, cudaStream_t stream) {
+void mmvq_experts_quantized(const DeviceMatrix& w, const RoutedSlots& r, const int8_t* qs, const uint2* meta,
+                            float* y, cudaStream_t stream) {
+  const int32_t* ids = r.ids;
+  const int n_tokens = r.n_tokens, K = r.K;
+  const bool x_per_slot = r.x_per_slot;
   check_matrix(w);
   MT_CHECK(!is_float(w.type) && n_tokens >= 0 && K >= 1 && static_cast<int64_t>(n_tokens) * K <= kMaxGridY);
   if (n_tokens == 0 || w.n_out == 0) return;
@@ -185,8 +188,11 @@ void mmvq_experts_quantized(const DeviceMatrix& w, const int32_t* ids, int n_tok
   launcher(w.type)(a, stream);
 }
 
-void mmvq_experts(const DeviceMatrix& w, const int32_t* ids, int n_tokens, int K, const float* x, bool x_per_slot,
-                  float* y, Workspace& ws, cudaStream_t stream) {
+void mmvq_experts(const DeviceMatrix& w, const RoutedSlots& r, const float* x, float* y, Workspace& ws,
+                  cudaStream_t stream) {
+  const int32_t* ids = r.ids;
+  const int n_tokens = r.n_tokens, K = r.K;
+  const bool x_per_slot = r.x_per_slot;
   check_matrix(w);
   MT_CHECK(n_tokens >= 0 && K >= 1 && static_cast<int64_t>(n_tokens) * K <= kMaxGridY);
   if (n_tokens == 0 || w.n_out == 0) return;

@@ -39,8 +39,8 @@ void quantize_act(const float* x, int rows, int n_in, ActQuant mode, int8_t* qs,
 // act_quant_for(w.type)'s mode (quantize_act's layout; n_tokens rows).
 void mmvq_quantized(const DeviceMatrix& w, int64_t mat, const int8_t* qs, const uint2* meta, int n_tokens, float* y,
                     cudaStream_t stream);
-void mmvq_experts_quantized(const DeviceMatrix& w, const int32_t* ids, int n_tokens, int K, const int8_t* qs,
-                            const uint2* meta, bool x_per_slot, float* y, cudaStream_t stream);
+void mmvq_experts_quantized(const DeviceMatrix& w, const RoutedSlots& r, const int8_t* qs, const uint2* meta,
+                            float* y, cudaStream_t stream);
 
 // Overrides MOETIER_CUDA_MMVQ_WIDE16 (one-token rows of fewer than 16 tasks with a lane per
 // task, up to 16 lanes per row group; on by default) for the process. The sums are those

@@ -22,8 +22,16 @@ void get_rows(QuantType type, const uint8_t* table, uint64_t row_bytes, const in
 // model/attention.cpp rms_norm, per row: out = x / sqrt(mean(x^2) + eps) * w (w null: no
 // weight; w has n entries). Rows are x_stride / out_stride floats apart; out may be x.
 // The per-head q/k norm is this with rows = tokens * heads, n = head_dim.
-void rms_norm(const float* x, int64_t x_stride, const float* w, float eps, int rows, int n, float* out,
-              int64_t out_stride, cudaStream_t stream);
+struct RmsNormArgs {
+  const float* x = nullptr;
+  int64_t x_stride = 0;
+  const float* w = nullptr;
+  float eps = 1e-6f;
+  int rows = 0, n = 0;
+  float* out = nullptr;
+  int64_t out_stride = 0;
+};
+void rms_norm(const RmsNormArgs& a, cudaStream_t stream);
 
 // model/attention.cpp rope_angles + rope_apply, in place on x (n_tokens, n_heads, head_dim)
 // for positions pos0 + t: the first n_rot dims of each head rotated, NORM (adjacent
@@ -104,7 +112,7 @@ void router_topk(const float* logits, int n_tokens, int n_expert, int K, bool re
                  float* weights, cudaStream_t stream);
 
 // model/ffn.cpp route_token for the other routing maths (glm4moe, DeepSeek-V3-style):
-// scores by softmax or sigmoid, the selection bias (null: none) added for choosing only,
+// scores by softmax or sigmoid, the selection bias (n_expert; null: none) added for choosing only,
 // group-limited routing (n_groups <= 1: none; <= 64 groups), the top K (<= 32) by
 // selection score (ties: lower id), weights the unbiased scores, renormalised if asked
 // (sum clamped at 6.103515625e-5), then scaled. n_expert <= 512.
@@ -114,12 +122,13 @@ struct RouteMath {
   // a softmax over the K chosen (model/ffn.cpp kSoftmaxOfSelected).
   bool softmax_selected = false;
   const float* logit_bias = nullptr;
+  const float* selection_bias = nullptr;
   bool renormalize = false;
   float scale = 1.0f;
   int n_groups = 0, n_group_used = 0;
 };
-void router_route(const float* logits, int n_tokens, int n_expert, int K, const RouteMath& m, const float* bias,
-                  int32_t* ids, float* weights, cudaStream_t stream);
+void router_route(const float* logits, int n_tokens, int n_expert, int K, const RouteMath& m, int32_t* ids,
+                  float* weights, cudaStream_t stream);
 
 // u = silu(g) * u, or silu(u) when g is null; n elements.
 void swiglu(const float* g, float* u, int64_t n, cudaStream_t stream);
@@ -237,8 +246,15 @@ bool gdn_supports(int state_size, int conv_kernel);
 // The causal depthwise conv + SiLU over T tokens of one sequence: u (T, C) from qkv (T,
 // row stride qkv_stride) with w (C, Kc) and the state (Kc - 1, C) of the raw rows before
 // (updated to the last Kc - 1 rows).
-void gdn_conv(const float* qkv, int64_t qkv_stride, const float* w, float* state, float* u, int T, int C, int Kc,
-              cudaStream_t stream);
+struct GdnConvArgs {
+  const float* qkv = nullptr;
+  int64_t qkv_stride = 0;
+  const float* w = nullptr;
+  float* state = nullptr;
+  float* u = nullptr;
+  int T = 0, C = 0, Kc = 0;
+};
+void gdn_conv(const GdnConvArgs& a, cudaStream_t stream);
 // The gates' inputs: b and a rows `stride` apart; grouped (qwen3next): one (T, 2 nv)
 // input b whose row holds per key head [b of its nv / nk value heads | a of the same
 // heads], a unused.
@@ -282,9 +298,9 @@ struct GdnNormArgs {
 // a.beta unused, out the normed rows.
 bool delta_rule_gated_fits(int T);
 void delta_rule_gated(const DeltaRuleArgs& a, const GdnGateArgs& ga, const GdnNormArgs& na, cudaStream_t stream);
-// o (T, nv, dv) <- rms_norm(o_h) * w * silu(z_h) per head, in place; z rows z_stride apart.
-void gated_rms_norm(float* o, const float* z, int64_t z_stride, const float* w, int T, int nv, int dv, float eps,
-                    cudaStream_t stream);
+// o (T, nv, dv) <- rms_norm(o_h) * na.w * silu(z_h) per head, in place; z rows
+// na.z_stride apart.
+void gated_rms_norm(float* o, const GdnNormArgs& na, int T, int nv, int dv, cudaStream_t stream);
 // Gated attention (qwen3next / qwen35moe): src (T, rows `stride` apart) holds per head
 // [query (hd) | gate (hd)]; q and gate (T, n_head * hd) apart. x *= sigmoid(gate).
 void split_gated_q(const float* src, int64_t stride, int T, int n_head, int hd, float* q, float* gate,

@@ -180,10 +180,9 @@ bool gdn_supports(int state_size, int conv_kernel) {
   return (state_size == 64 || state_size == 128) && conv_kernel >= 2 && conv_kernel <= kMaxConv;
 }
 
-void gdn_conv(const float* qkv, int64_t qkv_stride, const float* w, float* state, float* u, int T, int C, int Kc,
-              cudaStream_t stream) {
-  MT_CHECK(Kc >= 2 && Kc <= kMaxConv);
-  gdn_conv_kernel<<<blocks_for(C), kEltThreads, 0, stream>>>(qkv, qkv_stride, w, state, u, T, C, Kc);
+void gdn_conv(const GdnConvArgs& a, cudaStream_t stream) {
+  MT_CHECK(a.Kc >= 2 && a.Kc <= kMaxConv);
+  gdn_conv_kernel<<<blocks_for(a.C), kEltThreads, 0, stream>>>(a.qkv, a.qkv_stride, a.w, a.state, a.u, a.T, a.C, a.Kc);
   MT_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -218,9 +217,8 @@ void delta_rule_gated(const DeltaRuleArgs& a, const GdnGateArgs& ga, const GdnNo
   MT_CUDA_CHECK(cudaGetLastError());
 }
 
-void gated_rms_norm(float* o, const float* z, int64_t z_stride, const float* w, int T, int nv, int dv, float eps,
-                    cudaStream_t stream) {
-  gated_rms_norm_kernel<<<T * nv, 128, 0, stream>>>(o, z, z_stride, w, nv, dv, eps);
+void gated_rms_norm(float* o, const GdnNormArgs& na, int T, int nv, int dv, cudaStream_t stream) {
+  gated_rms_norm_kernel<<<T * nv, 128, 0, stream>>>(o, na.z, na.z_stride, na.w, nv, dv, na.eps);
   MT_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -85,13 +85,12 @@ __global__ void add_kernel(float* y, const float* x, int64_t n) {
 
 }  // namespace
 
-void rms_norm(const float* x, int64_t x_stride, const float* w, float eps, int rows, int n, float* out,
-              int64_t out_stride, cudaStream_t stream) {
-  MT_CHECK(n > 0 && rows >= 0);
-  if (rows == 0) return;
-  int threads = (n + 31) / 32 * 32;
+void rms_norm(const RmsNormArgs& a, cudaStream_t stream) {
+  MT_CHECK(a.n > 0 && a.rows >= 0);
+  if (a.rows == 0) return;
+  int threads = (a.n + 31) / 32 * 32;
   threads = threads < 256 ? threads : 256;
-  rms_norm_kernel<<<rows, threads, 0, stream>>>(x, x_stride, w, eps, n, out, out_stride);
+  rms_norm_kernel<<<a.rows, threads, 0, stream>>>(a.x, a.x_stride, a.w, a.eps, a.n, a.out, a.out_stride);
   MT_CUDA_CHECK_LAUNCH();
 }
 

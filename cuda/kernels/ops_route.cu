@@ -113,13 +113,13 @@ __global__ void __launch_bounds__(kWarps * 32) route_kernel(const float* logits,
 
 }  // namespace
 
-void router_route(const float* logits, int n_tokens, int n_expert, int K, const RouteMath& m, const float* bias,
-                  int32_t* ids, float* weights, cudaStream_t stream) {
+void router_route(const float* logits, int n_tokens, int n_expert, int K, const RouteMath& m, int32_t* ids,
+                  float* weights, cudaStream_t stream) {
   MT_CHECK(n_expert > 0 && n_expert <= kMaxExperts && K > 0 && K <= 32 && K <= n_expert);
   MT_CHECK(m.n_groups <= kMaxGroups && (m.n_groups <= 1 || n_expert % m.n_groups == 0));
   if (n_tokens <= 0) return;
-  route_kernel<<<(n_tokens + kWarps - 1) / kWarps, kWarps * 32, 0, stream>>>(logits, n_tokens, n_expert, K, m, bias, ids,
-                                                                           weights);
+  route_kernel<<<(n_tokens + kWarps - 1) / kWarps, kWarps * 32, 0, stream>>>(logits, n_tokens, n_expert, K, m,
+                                                                           m.selection_bias, ids, weights);
   MT_CUDA_CHECK(cudaGetLastError());
 }
 

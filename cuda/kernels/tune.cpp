@@ -153,9 +153,9 @@ Limits crossover(Bench& b, const DeviceMatrix& w, bool experts, bool per_slot, c
     const int t = ts[i];
     double mm = 0, mq = 0, gg = 0;
     if (experts) {
-      mm = timed(b, [&] { mmvq_experts_chunked(w, b.ids, t, kTopK, b.x, per_slot, b.y, *b.ws, b.stream); });
-      if (has_mmq) mq = timed(b, [&] { mmq_experts(w, b.ids, t, kTopK, b.x, per_slot, b.y, *b.ws, b.stream); });
-      gg = timed(b, [&] { gemm_experts(w, b.ids, t, kTopK, b.x, per_slot, b.y, *b.ws, b.stream); });
+      mm = timed(b, [&] { mmvq_experts_chunked(w, {b.ids, t, kTopK, per_slot}, b.x, b.y, *b.ws, b.stream); });
+      if (has_mmq) mq = timed(b, [&] { mmq_experts(w, {b.ids, t, kTopK, per_slot}, b.x, b.y, *b.ws, b.stream); });
+      gg = timed(b, [&] { gemm_experts(w, {b.ids, t, kTopK, per_slot}, b.x, b.y, *b.ws, b.stream); });
     } else {
       mm = timed(b, [&] { mmvq_chunked(w, 0, b.x, t, b.y, *b.ws, b.stream); });
       if (has_mmq) mq = timed(b, [&] { mmq(w, 0, b.x, t, b.y, *b.ws, b.stream); });
@@ -228,14 +228,14 @@ void rates(Bench& b, cublasHandle_t h, const DeviceMatrix& dense, const DeviceMa
   for (int t : {64, kMaxTokens}) {
     const int slots = t * kTopK;
     const double flops = 2.0 * slots * up.n_in * up.n_out;
-    const double ours = timed(b, [&] { gemm_experts(up, b.ids, t, kTopK, b.x, false, b.y, *b.ws, b.stream); });
+    const double ours = timed(b, [&] { gemm_experts(up, {b.ids, t, kTopK, false}, b.x, b.y, *b.ws, b.stream); });
     const double ref = cublas_f16_ms(b, h, static_cast<int>(up.n_out), slots, static_cast<int>(up.n_in));
     std::printf("    experts T=%-4d %7.1f TFLOP/s vs cuBLAS (one GEMM of %d slots) %7.1f TFLOP/s (%.0f%%)\n", t,
                 tflops(flops, ours), slots, tflops(flops, ref), 100.0 * ref / ours);
     if (has_mmq) {  // mmq_experts with its own tile width (0) and each width
       for (int width : {0, 16, 32, 64}) {
         const double mq = timed(b, [&] {
-          mmq_experts_tiled(up, b.ids, t, kTopK, b.x, false, b.y, *b.ws, b.stream, width);
+          mmq_experts_tiled(up, {b.ids, t, kTopK, false}, b.x, b.y, *b.ws, b.stream, width);
         });
         std::printf("    experts T=%-4d mmq tile %-4s %7.1f TOP/s, %.1f us (%.1fx the gemm path)\n", t,
                     width == 0 ? "auto" : std::to_string(width).c_str(), tflops(flops, mq), 1e3 * mq, ours / mq);

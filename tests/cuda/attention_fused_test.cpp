@@ -103,8 +103,8 @@ TEST(CudaFused, AttnPrepEqualsBiasNormRopeStore) {
       add_bias(dv.as<float>(), dbv.as<float>(), T, KV, nullptr);
     }
     if (c.norm) {
-      rms_norm(dq.as<float>(), D, dqn.as<float>(), eps, T * H, D, dq.as<float>(), D, nullptr);
-      rms_norm(dk.as<float>(), D, dkn.as<float>(), eps, T * Hkv, D, dk.as<float>(), D, nullptr);
+      rms_norm({dq.as<float>(), D, dqn.as<float>(), eps, T * H, D, dq.as<float>(), D}, nullptr);
+      rms_norm({dk.as<float>(), D, dkn.as<float>(), eps, T * Hkv, D, dk.as<float>(), D}, nullptr);
     }
     const RopeParams rp{c.n_rot, pos0, base, fscale, c.neox};
     rope(dq.as<float>(), T, H, D, rp, nullptr);

@@ -64,7 +64,7 @@ TEST(CudaFused, GatedDeltaRuleEqualsGatesRuleAndNorm) {
         a.state = s1.as<float>(), a.out = o1.as<float>();
         gdn_gates(ga, T, nv, nk, beta.as<float>(), g.as<float>(), nullptr);
         delta_rule(a, nullptr);
-        gated_rms_norm(o1.as<float>(), na.z, na.z_stride, na.w, T, nv, dk, na.eps, nullptr);
+        gated_rms_norm(o1.as<float>(), na, T, nv, dk, nullptr);
         a.state = s2.as<float>(), a.out = o2.as<float>();
         ASSERT_TRUE(delta_rule_gated_fits(T));
         delta_rule_gated(a, ga, na, nullptr);
@@ -93,13 +93,13 @@ TEST(CudaFused, AddRmsNormEqualsAddThenRmsNorm) {
     DeviceBuffer x1 = to_device(x), x2 = to_device(x), dy = to_device(y), dw = to_device(w);
     DeviceBuffer o1(x.size() * sizeof(float)), o2(x.size() * sizeof(float));
     add(x1.as<float>(), dy.as<float>(), static_cast<int64_t>(x.size()), nullptr);
-    rms_norm(x1.as<float>(), n, dw.as<float>(), 1e-6f, rows, n, o1.as<float>(), n, nullptr);
+    rms_norm({x1.as<float>(), n, dw.as<float>(), 1e-6f, rows, n, o1.as<float>(), n}, nullptr);
     add_rms_norm(x2.as<float>(), dy.as<float>(), dw.as<float>(), 1e-6f, rows, n, o2.as<float>(), nullptr);
     EXPECT_TRUE(same_bytes(to_host<float>(x1, x.size()), to_host<float>(x2, x.size()))) << "x, n " << n;
     EXPECT_TRUE(same_bytes(to_host<float>(o1, x.size()), to_host<float>(o2, x.size()))) << "out, n " << n;
     // y null: x unchanged, out = rms_norm(x).
     DeviceBuffer x3 = to_device(x), o3(x.size() * sizeof(float)), o4(x.size() * sizeof(float));
-    rms_norm(x3.as<float>(), n, dw.as<float>(), 1e-6f, rows, n, o3.as<float>(), n, nullptr);
+    rms_norm({x3.as<float>(), n, dw.as<float>(), 1e-6f, rows, n, o3.as<float>(), n}, nullptr);
     add_rms_norm(x3.as<float>(), nullptr, dw.as<float>(), 1e-6f, rows, n, o4.as<float>(), nullptr);
     EXPECT_TRUE(same_bytes(to_host<float>(x3, x.size()), x)) << "x kept, n " << n;
     EXPECT_TRUE(same_bytes(to_host<float>(o3, x.size()), to_host<float>(o4, x.size()))) << "norm only, n " << n;

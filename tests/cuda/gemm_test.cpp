@@ -235,7 +235,7 @@ void check_experts(QuantType type, int n_tokens, bool x_per_slot, bool holes, st
   const DeviceBuffer xd = to_device(x), idd = to_device(ids);
   const DeviceBuffer yd = to_device(std::vector<float>(ref.size(), kUntouched));
   Workspace ws(gemm_workspace_bytes(w, n_tokens, K));
-  gemm_experts(w, idd.as<int32_t>(), n_tokens, K, xd.as<float>(), x_per_slot, yd.as<float>(), ws, nullptr);
+  gemm_experts(w, {idd.as<int32_t>(), n_tokens, K, x_per_slot}, xd.as<float>(), yd.as<float>(), ws, nullptr);
   const std::vector<float> y = to_host<float>(yd, ref.size());
   std::vector<float> y_used, ref_used;  // the rows of slots with an expert
   for (int s = 0; s < n_slots; ++s) {

@@ -306,7 +306,7 @@ void check_experts(const HostMatrix& m, const RoutedCase& c, const std::vector<i
     SCOPED_TRACE("tile width " + std::to_string(width));
     const DeviceBuffer yd = to_device(std::vector<float>(n_y, kUntouched));
     ws.reset();
-    mmq_experts_tiled(d.w, idd.as<int32_t>(), c.n_tokens, c.K, xd.as<float>(), c.x_per_slot, yd.as<float>(), ws,
+    mmq_experts_tiled(d.w, {idd.as<int32_t>(), c.n_tokens, c.K, c.x_per_slot}, xd.as<float>(), yd.as<float>(), ws,
                       nullptr, width);
     MT_CUDA_CHECK(cudaGetLastError());
     expect_close(to_host<float>(yd, n_y), jobs, m.n_out, tight, loose);
@@ -356,7 +356,7 @@ TEST(Mmq, ExpertsWithEverySlotSkippedWriteNothing) {
   const size_t n_y = static_cast<size_t>(n_tokens * K * m.n_out);
   const DeviceBuffer yd = to_device(std::vector<float>(n_y, kUntouched));
   Workspace ws(mmq_workspace_bytes(d.w, n_tokens, K));
-  mmq_experts(d.w, idd.as<int32_t>(), n_tokens, K, xd.as<float>(), false, yd.as<float>(), ws, nullptr);
+  mmq_experts(d.w, {idd.as<int32_t>(), n_tokens, K, false}, xd.as<float>(), yd.as<float>(), ws, nullptr);
   const std::vector<float> y = to_host<float>(yd, n_y);
   for (size_t i = 0; i < n_y; ++i) ASSERT_EQ(y[i], kUntouched) << i;
 }
@@ -433,13 +433,13 @@ TEST(Mmq, RoutedProductReplaysFromACudaGraph) {
   Workspace ws(mmq_workspace_bytes(d.w, n_tokens, K));
   cudaStream_t stream = nullptr;
   MT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  mmq_experts(d.w, idd.as<int32_t>(), n_tokens, K, xd.as<float>(), false, y_direct.as<float>(), ws, stream);
+  mmq_experts(d.w, {idd.as<int32_t>(), n_tokens, K, false}, xd.as<float>(), y_direct.as<float>(), ws, stream);
   MT_CUDA_CHECK(cudaStreamSynchronize(stream));
   ws.reset();
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
   MT_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  mmq_experts(d.w, idd.as<int32_t>(), n_tokens, K, xd.as<float>(), false, y_graph.as<float>(), ws, stream);
+  mmq_experts(d.w, {idd.as<int32_t>(), n_tokens, K, false}, xd.as<float>(), y_graph.as<float>(), ws, stream);
   MT_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
   MT_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
   for (int i = 0; i < 2; ++i) MT_CUDA_CHECK(cudaGraphLaunch(exec, stream));
@@ -491,7 +491,7 @@ TEST(MmqDispatch, MatmulTakesMmqAboveTheMmvqLimit) {
     const size_t n_y = static_cast<size_t>(n_routed * K * m.n_out);
     const DeviceBuffer yd = to_device(std::vector<float>(n_y, kUntouched));
     Workspace ws(matmul_workspace_bytes(d.w, n_routed, K));
-    matmul_experts(d.w, idd.as<int32_t>(), n_routed, K, xd.as<float>(), false, yd.as<float>(), ws, nullptr);
+    matmul_experts(d.w, {idd.as<int32_t>(), n_routed, K, false}, xd.as<float>(), yd.as<float>(), ws, nullptr);
     expect_close(to_host<float>(yd, n_y), jobs, m.n_out, tight, loose);
   }
 }

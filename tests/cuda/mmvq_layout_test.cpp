@@ -67,7 +67,7 @@ SwitchedOutputs run_switched(const DeviceCopy& c, const std::vector<float>& x, b
     const std::vector<float> fill(static_cast<size_t>(K * n_out), 5.f);
     const DeviceBuffer yr = to_device(fill);
     ws.reset();
-    mmvq_experts(c.w, dids.as<int32_t>(), 1, K, dx.as<float>(), per_slot, yr.as<float>(), ws, nullptr);
+    mmvq_experts(c.w, {dids.as<int32_t>(), 1, K, per_slot}, dx.as<float>(), yr.as<float>(), ws, nullptr);
     MT_CUDA_CHECK(cudaGetLastError());
     r.out[on][0] = to_host<float>(y, static_cast<size_t>(n_out));
     r.out[on][1] = to_host<float>(yr, fill.size());

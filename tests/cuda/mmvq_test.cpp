@@ -330,7 +330,7 @@ TEST(MmvqExperts, EveryQuantizedTypeEqualsTheCpuScalarDot) {
         const DeviceBuffer dids = to_device(ids), dx = to_device(x);
         DeviceBuffer dy(static_cast<size_t>(slots * n_out) * sizeof(float));
         Workspace ws(mmvq_workspace_bytes(c.w, T, K));
-        mmvq_experts(c.w, dids.as<int32_t>(), T, K, dx.as<float>(), x_per_slot, dy.as<float>(), ws, nullptr);
+        mmvq_experts(c.w, {dids.as<int32_t>(), T, K, x_per_slot}, dx.as<float>(), dy.as<float>(), ws, nullptr);
         MT_CUDA_CHECK(cudaGetLastError());
         const std::vector<float> y = to_host<float>(dy, static_cast<size_t>(slots * n_out));
         for (int s = 0; s < slots; ++s) {
@@ -418,7 +418,7 @@ void check_routed(const HostMatrix& m, const DeviceMatrix& w, int T, int K, bool
   const DeviceBuffer dids = to_device(ids), dx = to_device(x);
   DeviceBuffer dy(static_cast<size_t>(slots * m.n_out) * sizeof(float));
   Workspace ws(mmvq_workspace_bytes(w, T, K));
-  mmvq_experts(w, dids.as<int32_t>(), T, K, dx.as<float>(), x_per_slot, dy.as<float>(), ws, nullptr);
+  mmvq_experts(w, {dids.as<int32_t>(), T, K, x_per_slot}, dx.as<float>(), dy.as<float>(), ws, nullptr);
   MT_CUDA_CHECK(cudaGetLastError());
   const std::vector<float> y = to_host<float>(dy, static_cast<size_t>(slots * m.n_out));
   Diff diff;
@@ -462,7 +462,7 @@ TEST(MmvqExperts, ANegativeIdLeavesItsSlotUntouched) {
   const DeviceBuffer dids = to_device(ids), dx = to_device(x);
   const DeviceBuffer dy = to_device(std::vector<float>(static_cast<size_t>(3 * n_out), 7.f));
   Workspace ws(mmvq_workspace_bytes(c.w, 1, 3));
-  mmvq_experts(c.w, dids.as<int32_t>(), 1, 3, dx.as<float>(), false, dy.as<float>(), ws, nullptr);
+  mmvq_experts(c.w, {dids.as<int32_t>(), 1, 3, false}, dx.as<float>(), dy.as<float>(), ws, nullptr);
   const std::vector<float> y = to_host<float>(dy, static_cast<size_t>(3 * n_out));
   const KernelX kx = kernel_x(QuantType::Q4_K, x.data(), n_in);
   for (int64_t r = 0; r < n_out; ++r) {

@@ -56,7 +56,7 @@ TEST(CudaOps, RmsNormMatchesCpu) {
       for (int r = 0; r < rows; ++r) mt::rms_norm(&x[r * n], w, eps, n, &want[r * n]);
       DeviceBuffer dx = to_device(x), dout(x.size() * sizeof(float));
       DeviceBuffer dw = to_device(weighted ? w : std::vector<float>{0.0f});
-      rms_norm(dx.as<float>(), n, weighted ? dw.as<float>() : nullptr, eps, rows, n, dout.as<float>(), n, nullptr);
+      rms_norm({dx.as<float>(), n, weighted ? dw.as<float>() : nullptr, eps, rows, n, dout.as<float>(), n}, nullptr);
       expect_close(to_host<float>(dout, x.size()), want, 1e-6f, 1e-7f, "rms_norm rows");
     }
   }
@@ -68,7 +68,7 @@ TEST(CudaOps, RmsNormMatchesCpu) {
     std::vector<float> want(x.size());
     for (int r = 0; r < T * H; ++r) mt::rms_norm(&x[r * D], w, eps, D, &want[r * D]);
     DeviceBuffer dx = to_device(x), dw = to_device(w);
-    rms_norm(dx.as<float>(), D, dw.as<float>(), eps, T * H, D, dx.as<float>(), D, nullptr);
+    rms_norm({dx.as<float>(), D, dw.as<float>(), eps, T * H, D, dx.as<float>(), D}, nullptr);
     expect_close(to_host<float>(dx, x.size()), want, 1e-6f, 1e-7f, "rms_norm per head in place");
   }
   // Strided rows: x rows 24 floats wider than n, out rows 8 wider; the padding untouched.
@@ -80,7 +80,7 @@ TEST(CudaOps, RmsNormMatchesCpu) {
     for (int r = 0; r < rows; ++r) mt::rms_norm(&x[r * xs], w, eps, n, &want[r * os]);
     DeviceBuffer dx = to_device(x), dw = to_device(w);
     DeviceBuffer dout = to_device(std::vector<float>(want.size(), -7.0f));
-    rms_norm(dx.as<float>(), xs, dw.as<float>(), eps, rows, n, dout.as<float>(), os, nullptr);
+    rms_norm({dx.as<float>(), xs, dw.as<float>(), eps, rows, n, dout.as<float>(), os}, nullptr);
     expect_close(to_host<float>(dout, want.size()), want, 1e-6f, 1e-7f, "rms_norm strided");
   }
 }
