@@ -25,24 +25,185 @@ struct TensorSpec {
 
 std::string blk(uint32_t layer, const char* name) { return "blk." + std::to_string(layer) + "." + name; }
 
-// Every tensor of the model with its shape (ggml order: ne0 = n_in) and value recipe.
-std::vector<TensorSpec> plan_tensors(const SynthConfig& c, uint32_t n_vocab) {
-  const ArchInfo& a = arch_info(c.arch);
-  const uint64_t E = c.n_embd, kv_dim = uint64_t{c.n_head_kv} * c.head_dim;
-  const float residual_gain = 1.0f / std::sqrt(2.0f * static_cast<float>(c.n_layer));
-  auto matrix = [](uint64_t n_in, float gain = 1.0f) {
+// The value recipes the tensors share: a matrix's spread from its fan-in, norms near 1,
+// small biases, the residual branches' gain.
+struct Recipes {
+  float residual_gain = 1.0f;
+  float h_dot_u = 1.0f;  // the normed shared direction's dot with the router's bias axis
+  RowRecipe norm, bias;
+  static RowRecipe matrix(uint64_t n_in, float gain = 1.0f) {
     RowRecipe r;
     r.stddev = gain / std::sqrt(static_cast<float>(n_in));
     return r;
-  };
-  RowRecipe norm;
-  norm.offset = 1.0f;
-  norm.stddev = 0.05f;
-  RowRecipe bias;
-  bias.stddev = 0.02f;
+  }
+};
+
+// Gated DeltaNet: q|k|v through the conv, z, the step size and decay inputs, the decay
+// rates -exp(A_log) in [-0.45, -0.15] and dt biases near -1 (a per-token decay near 0.9:
+// memory over ~10 tokens), the gated norm, ssm_out.
+void recurrent_tensors(const SynthConfig& c, uint32_t l, const Recipes& r, std::vector<TensorSpec>& t) {
+  const uint64_t E = c.n_embd;
+  const uint64_t nv = c.ssm_nv, V = nv * c.ssm_state, conv = 2ull * c.ssm_nk * c.ssm_state + V;
+  RowRecipe decay;
+  decay.offset = -0.3f;
+  decay.stddev = 0.05f;
+  RowRecipe dt;
+  dt.offset = -1.0f;
+  dt.stddev = 0.5f;
+  t.push_back({blk(l, "attn_qkv.weight"), Role::kAttnQ, l, {E, conv}, Recipes::matrix(E)});
+  t.push_back({blk(l, "attn_gate.weight"), Role::kAttnK, l, {E, V}, Recipes::matrix(E)});
+  t.push_back({blk(l, "ssm_conv1d.weight"), Role::kSsmConv, l, {c.ssm_conv, conv}, Recipes::matrix(c.ssm_conv)});
+  t.push_back({blk(l, "ssm_dt.bias"), Role::kBias, l, {nv}, dt});
+  t.push_back({blk(l, "ssm_a"), Role::kBias, l, {nv}, decay});
+  if (c.arch == Arch::kQwen3Next) {
+    t.push_back({blk(l, "ssm_ba.weight"), Role::kAttnK, l, {E, 2 * nv}, Recipes::matrix(E)});
+  } else {
+    t.push_back({blk(l, "ssm_beta.weight"), Role::kAttnK, l, {E, nv}, Recipes::matrix(E)});
+    t.push_back({blk(l, "ssm_alpha.weight"), Role::kAttnK, l, {E, nv}, Recipes::matrix(E)});
+  }
+  t.push_back({blk(l, "ssm_norm.weight"), Role::kNorm, l, {c.ssm_state}, r.norm});
+  t.push_back({blk(l, "ssm_out.weight"), Role::kAttnOut, l, {V, E}, Recipes::matrix(V, r.residual_gain)});
+}
+
+// MLA layout: q through the low-rank pair (or one matrix), the latent row, the per-head
+// absorption matrices, the output over n_head * mla_v.
+void mla_tensors(const SynthConfig& c, uint32_t l, uint64_t q_dim, const Recipes& r, std::vector<TensorSpec>& t) {
+  const uint64_t E = c.n_embd;
+  const uint64_t H = c.n_head, R = c.kv_lora_rank, P = c.n_rot, QL = c.q_lora_rank, V = c.mla_v;
+  if (QL > 0) {
+    t.push_back({blk(l, "attn_q_a.weight"), Role::kAttnQ, l, {E, QL}, Recipes::matrix(E)});
+    t.push_back({blk(l, "attn_q_a_norm.weight"), Role::kNorm, l, {QL}, r.norm});
+    t.push_back({blk(l, "attn_q_b.weight"), Role::kAttnQ, l, {QL, q_dim}, Recipes::matrix(QL)});
+  } else {
+    t.push_back({blk(l, "attn_q.weight"), Role::kAttnQ, l, {E, q_dim}, Recipes::matrix(E)});
+  }
+  t.push_back({blk(l, "attn_kv_a_mqa.weight"), Role::kAttnK, l, {E, R + P}, Recipes::matrix(E)});
+  t.push_back({blk(l, "attn_kv_a_norm.weight"), Role::kNorm, l, {R}, r.norm});
+  // q_nope absorbed into the R latent dims: gain sqrt(nope / R) keeps its dot with the
+  // (normed) latent row at the spread of a nope-dim dot, as in a plain head.
+  const uint64_t nope = c.head_dim - P;
+  t.push_back({blk(l, "attn_k_b.weight"), Role::kAttnK, l, {nope, R, H},
+               Recipes::matrix(nope, std::sqrt(static_cast<float>(nope) / static_cast<float>(R)))});
+  t.push_back({blk(l, "attn_v_b.weight"), Role::kAttnV, l, {R, V, H}, Recipes::matrix(R)});
+  t.push_back({blk(l, "attn_output.weight"), Role::kAttnOut, l, {H * V, E}, Recipes::matrix(H * V, r.residual_gain)});
+}
+
+// Plain attention: q, k, v (biases, q/k norms where the architecture has them), output.
+void plain_attention_tensors(const SynthConfig& c, uint32_t l, uint64_t q_dim, const Recipes& r,
+                             std::vector<TensorSpec>& t) {
+  const ArchInfo& a = arch_info(c.arch);
+  const uint64_t E = c.n_embd, kv_dim = uint64_t{c.n_head_kv} * c.head_dim;
+  t.push_back({blk(l, "attn_q.weight"), Role::kAttnQ, l, {E, q_dim}, Recipes::matrix(E)});
+  t.push_back({blk(l, "attn_k.weight"), Role::kAttnK, l, {E, kv_dim}, Recipes::matrix(E)});
+  t.push_back({blk(l, "attn_v.weight"), Role::kAttnV, l, {E, kv_dim}, Recipes::matrix(E)});
+  if (a.qkv_bias) {
+    t.push_back({blk(l, "attn_q.bias"), Role::kBias, l, {q_dim}, r.bias});
+    t.push_back({blk(l, "attn_k.bias"), Role::kBias, l, {kv_dim}, r.bias});
+    t.push_back({blk(l, "attn_v.bias"), Role::kBias, l, {kv_dim}, r.bias});
+  }
+  if (a.qk_norm == QkNorm::kPerHead || (a.qk_norm == QkNorm::kPerHeadOptional && c.qk_norm)) {
+    t.push_back({blk(l, "attn_q_norm.weight"), Role::kNorm, l, {c.head_dim}, r.norm});
+    t.push_back({blk(l, "attn_k_norm.weight"), Role::kNorm, l, {c.head_dim}, r.norm});
+  } else if (a.qk_norm == QkNorm::kFullWidth) {
+    t.push_back({blk(l, "attn_q_norm.weight"), Role::kNorm, l, {q_dim}, r.norm});
+    t.push_back({blk(l, "attn_k_norm.weight"), Role::kNorm, l, {kv_dim}, r.norm});
+  }
+  t.push_back({blk(l, "attn_output.weight"), Role::kAttnOut, l, {q_dim, E}, Recipes::matrix(q_dim, r.residual_gain)});
+}
+
+// A block's mixer: recurrent, gated full attention, MLA or plain, then laguna's gate and
+// gpt-oss's output bias and sinks.
+void attention_tensors(const SynthConfig& c, uint32_t l, const Recipes& r, std::vector<TensorSpec>& t) {
+  const ArchInfo& a = arch_info(c.arch);
+  const uint64_t E = c.n_embd, kv_dim = uint64_t{c.n_head_kv} * c.head_dim;
+  // laguna: the sliding-window layers (all but every 4th) may have more query heads.
+  const bool swa_layer = c.arch == Arch::kLaguna && c.n_swa > 0 && l % 4 != 0;
+  const uint64_t q_dim = uint64_t{swa_layer && c.n_head_swa ? c.n_head_swa : c.n_head} * c.head_dim;
+  const bool recurrent = a.linear_attention && l < c.n_layer && (l + 1) % c.full_attention_interval != 0;
+  if (recurrent) {
+    recurrent_tensors(c, l, r, t);
+  } else if (a.linear_attention) {
+    // Gated full attention: attn_q gives each head's query and its output gate.
+    t.push_back({blk(l, "attn_q.weight"), Role::kAttnQ, l, {E, 2 * q_dim}, Recipes::matrix(E)});
+    t.push_back({blk(l, "attn_k.weight"), Role::kAttnK, l, {E, kv_dim}, Recipes::matrix(E)});
+    t.push_back({blk(l, "attn_v.weight"), Role::kAttnV, l, {E, kv_dim}, Recipes::matrix(E)});
+    t.push_back({blk(l, "attn_q_norm.weight"), Role::kNorm, l, {c.head_dim}, r.norm});
+    t.push_back({blk(l, "attn_k_norm.weight"), Role::kNorm, l, {c.head_dim}, r.norm});
+    t.push_back({blk(l, "attn_output.weight"), Role::kAttnOut, l, {q_dim, E}, Recipes::matrix(q_dim, r.residual_gain)});
+  } else if (c.arch == Arch::kDeepseek2) {
+    mla_tensors(c, l, q_dim, r, t);
+  } else {
+    plain_attention_tensors(c, l, q_dim, r, t);
+  }
+  if (c.arch == Arch::kLaguna) {
+    t.push_back({blk(l, "attn_gate.weight"), Role::kAttnQ, l, {E, c.gate_per_head ? q_dim / c.head_dim : q_dim},
+                 Recipes::matrix(E)});
+  }
+  if (a.oai) {
+    RowRecipe sink;
+    sink.stddev = 1.0f;  // logits of the scores' order: the sink takes a real share
+    t.push_back({blk(l, "attn_output.bias"), Role::kBias, l, {E}, r.bias});
+    t.push_back({blk(l, "attn_sinks.weight"), Role::kBias, l, {c.n_head}, sink});
+  }
+}
+
+// A MoE block's feed-forward: router (its skew along the shared direction), the experts,
+// gpt-oss's biases, the selection bias, the shared expert, NextN's extras.
+void moe_tensors(const SynthConfig& c, uint32_t l, const Recipes& r, std::vector<TensorSpec>& t) {
+  const ArchInfo& a = arch_info(c.arch);
+  const uint64_t E = c.n_embd;
+  RowRecipe router = Recipes::matrix(E);
+  router.orthogonal_to_u = true;
+  for (float b : router_biases(c.seed, l, c.n_expert, c.router_skew)) router.per_row_u.push_back(b / r.h_dot_u);
+  t.push_back({blk(l, "ffn_gate_inp.weight"), Role::kRouter, l, {E, c.n_expert}, router});
+  t.push_back({blk(l, "ffn_gate_exps.weight"), Role::kExpGate, l, {E, c.n_ff_exp, c.n_expert}, Recipes::matrix(E)});
+  t.push_back({blk(l, "ffn_up_exps.weight"), Role::kExpUp, l, {E, c.n_ff_exp, c.n_expert}, Recipes::matrix(E)});
+  // The routed weights sum to weights_scale (2.5 in DeepSeek-V3 / GLM): the down matrices
+  // carry its inverse, so the residual stream grows as in the other architectures.
+  t.push_back({blk(l, "ffn_down_exps.weight"), Role::kExpDown, l, {c.n_ff_exp, E, c.n_expert},
+               Recipes::matrix(c.n_ff_exp, r.residual_gain / c.weights_scale)});
+  if (a.oai) {
+    RowRecipe expert_bias;
+    expert_bias.stddev = 0.05f;
+    t.push_back({blk(l, "ffn_gate_inp.bias"), Role::kBias, l, {c.n_expert}, expert_bias});
+    t.push_back({blk(l, "ffn_gate_exps.bias"), Role::kBias, l, {c.n_ff_exp, c.n_expert}, expert_bias});
+    t.push_back({blk(l, "ffn_up_exps.bias"), Role::kBias, l, {c.n_ff_exp, c.n_expert}, expert_bias});
+    t.push_back({blk(l, "ffn_down_exps.bias"), Role::kBias, l, {E, c.n_expert}, r.bias});
+  }
+  if (a.routing_keys && c.selection_bias) {
+    RowRecipe selection_bias;
+    selection_bias.stddev = 0.05f;  // comparable to the sigmoid scores' spread: it changes choices
+    t.push_back({blk(l, "exp_probs_b.bias"), Role::kExpProbsB, l, {c.n_expert}, selection_bias});
+  }
+  const uint64_t S = a.shared_expert == SharedExpert::kUngated ? uint64_t{c.n_ff_exp} * c.n_expert_shared : c.n_ff_shexp;
+  if (a.shared_expert == SharedExpert::kGated) {
+    t.push_back({blk(l, "ffn_gate_inp_shexp.weight"), Role::kSharedGateInp, l, {E}, Recipes::matrix(E)});
+  }
+  if (S > 0) {
+    t.push_back({blk(l, "ffn_gate_shexp.weight"), Role::kShexpGate, l, {E, S}, Recipes::matrix(E)});
+    t.push_back({blk(l, "ffn_up_shexp.weight"), Role::kShexpUp, l, {E, S}, Recipes::matrix(E)});
+    t.push_back({blk(l, "ffn_down_shexp.weight"), Role::kShexpDown, l, {S, E}, Recipes::matrix(S, r.residual_gain)});
+  }
+  if (l >= c.n_layer) {  // NextN: loaded by llama.cpp, unused by plain decoding
+    t.push_back({blk(l, "nextn.eh_proj.weight"), Role::kNextnProj, l, {2 * E, E}, Recipes::matrix(2 * E)});
+    t.push_back({blk(l, "nextn.enorm.weight"), Role::kNorm, l, {E}, r.norm});
+    t.push_back({blk(l, "nextn.hnorm.weight"), Role::kNorm, l, {E}, r.norm});
+    t.push_back({blk(l, "nextn.shared_head_norm.weight"), Role::kNorm, l, {E}, r.norm});
+  }
+}
+
+// Every tensor of the model with its shape (ggml order: ne0 = n_in) and value recipe.
+std::vector<TensorSpec> plan_tensors(const SynthConfig& c, uint32_t n_vocab) {
+  const ArchInfo& a = arch_info(c.arch);
+  const uint64_t E = c.n_embd;
+  Recipes r;
+  r.residual_gain = 1.0f / std::sqrt(2.0f * static_cast<float>(c.n_layer));
+  r.norm.offset = 1.0f;
+  r.norm.stddev = 0.05f;
+  r.bias.stddev = 0.02f;
   // The shared direction's weight in the embeddings and what RMSNorm makes of it.
   const float embd_u = 0.5f * std::sqrt(static_cast<float>(E));
-  const float h_dot_u = embd_u / std::sqrt(1.25f);
+  r.h_dot_u = embd_u / std::sqrt(1.25f);
 
   std::vector<TensorSpec> t;
   RowRecipe embd;
@@ -55,140 +216,20 @@ std::vector<TensorSpec> plan_tensors(const SynthConfig& c, uint32_t n_vocab) {
   t.push_back({"token_embd.weight", Role::kEmbedding, 0, {E, n_vocab}, embd});
   // The main stack, then the NextN blocks (a whole MoE block plus their projection and norms).
   for (uint32_t l = 0; l < c.n_layer + c.n_nextn; ++l) {
-    // laguna: the sliding-window layers (all but every 4th) may have more query heads.
-    const bool swa_layer = c.arch == Arch::kLaguna && c.n_swa > 0 && l % 4 != 0;
-    const uint64_t q_dim = uint64_t{swa_layer && c.n_head_swa ? c.n_head_swa : c.n_head} * c.head_dim;
-    t.push_back({blk(l, "attn_norm.weight"), Role::kNorm, l, {E}, norm});
-    const bool recurrent = a.linear_attention && l < c.n_layer && (l + 1) % c.full_attention_interval != 0;
-    if (recurrent) {
-      // Gated DeltaNet: q|k|v through the conv, z, the step size and decay inputs, the
-      // decay rates -exp(A_log) in [-0.45, -0.15] and dt biases near -1 (a per-token decay
-      // near 0.9: memory over ~10 tokens), the gated norm, ssm_out.
-      const uint64_t nv = c.ssm_nv, V = nv * c.ssm_state, conv = 2ull * c.ssm_nk * c.ssm_state + V;
-      RowRecipe decay;
-      decay.offset = -0.3f;
-      decay.stddev = 0.05f;
-      RowRecipe dt;
-      dt.offset = -1.0f;
-      dt.stddev = 0.5f;
-      t.push_back({blk(l, "attn_qkv.weight"), Role::kAttnQ, l, {E, conv}, matrix(E)});
-      t.push_back({blk(l, "attn_gate.weight"), Role::kAttnK, l, {E, V}, matrix(E)});
-      t.push_back({blk(l, "ssm_conv1d.weight"), Role::kSsmConv, l, {c.ssm_conv, conv}, matrix(c.ssm_conv)});
-      t.push_back({blk(l, "ssm_dt.bias"), Role::kBias, l, {nv}, dt});
-      t.push_back({blk(l, "ssm_a"), Role::kBias, l, {nv}, decay});
-      if (c.arch == Arch::kQwen3Next) {
-        t.push_back({blk(l, "ssm_ba.weight"), Role::kAttnK, l, {E, 2 * nv}, matrix(E)});
-      } else {
-        t.push_back({blk(l, "ssm_beta.weight"), Role::kAttnK, l, {E, nv}, matrix(E)});
-        t.push_back({blk(l, "ssm_alpha.weight"), Role::kAttnK, l, {E, nv}, matrix(E)});
-      }
-      t.push_back({blk(l, "ssm_norm.weight"), Role::kNorm, l, {c.ssm_state}, norm});
-      t.push_back({blk(l, "ssm_out.weight"), Role::kAttnOut, l, {V, E}, matrix(V, residual_gain)});
-    } else if (a.linear_attention) {
-      // Gated full attention: attn_q gives each head's query and its output gate.
-      t.push_back({blk(l, "attn_q.weight"), Role::kAttnQ, l, {E, 2 * q_dim}, matrix(E)});
-      t.push_back({blk(l, "attn_k.weight"), Role::kAttnK, l, {E, kv_dim}, matrix(E)});
-      t.push_back({blk(l, "attn_v.weight"), Role::kAttnV, l, {E, kv_dim}, matrix(E)});
-      t.push_back({blk(l, "attn_q_norm.weight"), Role::kNorm, l, {c.head_dim}, norm});
-      t.push_back({blk(l, "attn_k_norm.weight"), Role::kNorm, l, {c.head_dim}, norm});
-      t.push_back({blk(l, "attn_output.weight"), Role::kAttnOut, l, {q_dim, E}, matrix(q_dim, residual_gain)});
-    } else if (c.arch == Arch::kDeepseek2) {
-      // MLA layout: q through the low-rank pair (or one matrix), the latent row, the per-head
-      // absorption matrices, the output over n_head * mla_v.
-      const uint64_t H = c.n_head, R = c.kv_lora_rank, P = c.n_rot, QL = c.q_lora_rank, V = c.mla_v;
-      if (QL > 0) {
-        t.push_back({blk(l, "attn_q_a.weight"), Role::kAttnQ, l, {E, QL}, matrix(E)});
-        t.push_back({blk(l, "attn_q_a_norm.weight"), Role::kNorm, l, {QL}, norm});
-        t.push_back({blk(l, "attn_q_b.weight"), Role::kAttnQ, l, {QL, q_dim}, matrix(QL)});
-      } else {
-        t.push_back({blk(l, "attn_q.weight"), Role::kAttnQ, l, {E, q_dim}, matrix(E)});
-      }
-      t.push_back({blk(l, "attn_kv_a_mqa.weight"), Role::kAttnK, l, {E, R + P}, matrix(E)});
-      t.push_back({blk(l, "attn_kv_a_norm.weight"), Role::kNorm, l, {R}, norm});
-      // q_nope absorbed into the R latent dims: gain sqrt(nope / R) keeps its dot with the
-      // (normed) latent row at the spread of a nope-dim dot, as in a plain head.
-      const uint64_t nope = c.head_dim - P;
-      t.push_back({blk(l, "attn_k_b.weight"), Role::kAttnK, l, {nope, R, H},
-                   matrix(nope, std::sqrt(static_cast<float>(nope) / static_cast<float>(R)))});
-      t.push_back({blk(l, "attn_v_b.weight"), Role::kAttnV, l, {R, V, H}, matrix(R)});
-      t.push_back({blk(l, "attn_output.weight"), Role::kAttnOut, l, {H * V, E}, matrix(H * V, residual_gain)});
-    } else {
-    t.push_back({blk(l, "attn_q.weight"), Role::kAttnQ, l, {E, q_dim}, matrix(E)});
-    t.push_back({blk(l, "attn_k.weight"), Role::kAttnK, l, {E, kv_dim}, matrix(E)});
-    t.push_back({blk(l, "attn_v.weight"), Role::kAttnV, l, {E, kv_dim}, matrix(E)});
-    if (a.qkv_bias) {
-      t.push_back({blk(l, "attn_q.bias"), Role::kBias, l, {q_dim}, bias});
-      t.push_back({blk(l, "attn_k.bias"), Role::kBias, l, {kv_dim}, bias});
-      t.push_back({blk(l, "attn_v.bias"), Role::kBias, l, {kv_dim}, bias});
-    }
-    if (a.qk_norm == QkNorm::kPerHead || (a.qk_norm == QkNorm::kPerHeadOptional && c.qk_norm)) {
-      t.push_back({blk(l, "attn_q_norm.weight"), Role::kNorm, l, {c.head_dim}, norm});
-      t.push_back({blk(l, "attn_k_norm.weight"), Role::kNorm, l, {c.head_dim}, norm});
-    } else if (a.qk_norm == QkNorm::kFullWidth) {
-      t.push_back({blk(l, "attn_q_norm.weight"), Role::kNorm, l, {q_dim}, norm});
-      t.push_back({blk(l, "attn_k_norm.weight"), Role::kNorm, l, {kv_dim}, norm});
-    }
-    t.push_back({blk(l, "attn_output.weight"), Role::kAttnOut, l, {q_dim, E}, matrix(q_dim, residual_gain)});
-    }
-    if (c.arch == Arch::kLaguna) {
-      t.push_back({blk(l, "attn_gate.weight"), Role::kAttnQ, l, {E, c.gate_per_head ? q_dim / c.head_dim : q_dim}, matrix(E)});
-    }
-    if (a.oai) {
-      RowRecipe sink;
-      sink.stddev = 1.0f;  // logits of the scores' order: the sink takes a real share
-      t.push_back({blk(l, "attn_output.bias"), Role::kBias, l, {E}, bias});
-      t.push_back({blk(l, "attn_sinks.weight"), Role::kBias, l, {c.n_head}, sink});
-    }
-    t.push_back({blk(l, (std::string(a.ffn_norm) + ".weight").c_str()), Role::kNorm, l, {E}, norm});
+    t.push_back({blk(l, "attn_norm.weight"), Role::kNorm, l, {E}, r.norm});
+    attention_tensors(c, l, r, t);
+    t.push_back({blk(l, (std::string(a.ffn_norm) + ".weight").c_str()), Role::kNorm, l, {E}, r.norm});
     if (l < c.n_dense_lead) {
       const uint64_t F = c.n_ff;
-      t.push_back({blk(l, "ffn_gate.weight"), Role::kDenseGate, l, {E, F}, matrix(E)});
-      t.push_back({blk(l, "ffn_up.weight"), Role::kDenseUp, l, {E, F}, matrix(E)});
-      t.push_back({blk(l, "ffn_down.weight"), Role::kDenseDown, l, {F, E}, matrix(F, residual_gain)});
+      t.push_back({blk(l, "ffn_gate.weight"), Role::kDenseGate, l, {E, F}, Recipes::matrix(E)});
+      t.push_back({blk(l, "ffn_up.weight"), Role::kDenseUp, l, {E, F}, Recipes::matrix(E)});
+      t.push_back({blk(l, "ffn_down.weight"), Role::kDenseDown, l, {F, E}, Recipes::matrix(F, r.residual_gain)});
       continue;
     }
-
-    RowRecipe router = matrix(E);
-    router.orthogonal_to_u = true;
-    for (float b : router_biases(c.seed, l, c.n_expert, c.router_skew)) router.per_row_u.push_back(b / h_dot_u);
-    t.push_back({blk(l, "ffn_gate_inp.weight"), Role::kRouter, l, {E, c.n_expert}, router});
-    t.push_back({blk(l, "ffn_gate_exps.weight"), Role::kExpGate, l, {E, c.n_ff_exp, c.n_expert}, matrix(E)});
-    t.push_back({blk(l, "ffn_up_exps.weight"), Role::kExpUp, l, {E, c.n_ff_exp, c.n_expert}, matrix(E)});
-    // The routed weights sum to weights_scale (2.5 in DeepSeek-V3 / GLM): the down matrices
-    // carry its inverse, so the residual stream grows as in the other architectures.
-    t.push_back({blk(l, "ffn_down_exps.weight"), Role::kExpDown, l, {c.n_ff_exp, E, c.n_expert},
-                 matrix(c.n_ff_exp, residual_gain / c.weights_scale)});
-    if (a.oai) {
-      RowRecipe expert_bias;
-      expert_bias.stddev = 0.05f;
-      t.push_back({blk(l, "ffn_gate_inp.bias"), Role::kBias, l, {c.n_expert}, expert_bias});
-      t.push_back({blk(l, "ffn_gate_exps.bias"), Role::kBias, l, {c.n_ff_exp, c.n_expert}, expert_bias});
-      t.push_back({blk(l, "ffn_up_exps.bias"), Role::kBias, l, {c.n_ff_exp, c.n_expert}, expert_bias});
-      t.push_back({blk(l, "ffn_down_exps.bias"), Role::kBias, l, {E, c.n_expert}, bias});
-    }
-    if (a.routing_keys && c.selection_bias) {
-      RowRecipe selection_bias;
-      selection_bias.stddev = 0.05f;  // comparable to the sigmoid scores' spread: it changes choices
-      t.push_back({blk(l, "exp_probs_b.bias"), Role::kExpProbsB, l, {c.n_expert}, selection_bias});
-    }
-    const uint64_t S = a.shared_expert == SharedExpert::kUngated ? uint64_t{c.n_ff_exp} * c.n_expert_shared : c.n_ff_shexp;
-    if (a.shared_expert == SharedExpert::kGated) {
-      t.push_back({blk(l, "ffn_gate_inp_shexp.weight"), Role::kSharedGateInp, l, {E}, matrix(E)});
-    }
-    if (S > 0) {
-      t.push_back({blk(l, "ffn_gate_shexp.weight"), Role::kShexpGate, l, {E, S}, matrix(E)});
-      t.push_back({blk(l, "ffn_up_shexp.weight"), Role::kShexpUp, l, {E, S}, matrix(E)});
-      t.push_back({blk(l, "ffn_down_shexp.weight"), Role::kShexpDown, l, {S, E}, matrix(S, residual_gain)});
-    }
-    if (l >= c.n_layer) {  // NextN: loaded by llama.cpp, unused by plain decoding
-      t.push_back({blk(l, "nextn.eh_proj.weight"), Role::kNextnProj, l, {2 * E, E}, matrix(2 * E)});
-      t.push_back({blk(l, "nextn.enorm.weight"), Role::kNorm, l, {E}, norm});
-      t.push_back({blk(l, "nextn.hnorm.weight"), Role::kNorm, l, {E}, norm});
-      t.push_back({blk(l, "nextn.shared_head_norm.weight"), Role::kNorm, l, {E}, norm});
-    }
+    moe_tensors(c, l, r, t);
   }
-  t.push_back({"output_norm.weight", Role::kNorm, 0, {E}, norm});
-  if (!c.tie_output) t.push_back({"output.weight", Role::kOutput, 0, {E, n_vocab}, matrix(E)});
+  t.push_back({"output_norm.weight", Role::kNorm, 0, {E}, r.norm});
+  if (!c.tie_output) t.push_back({"output.weight", Role::kOutput, 0, {E, n_vocab}, Recipes::matrix(E)});
   return t;
 }
 

@@ -267,13 +267,10 @@ int run(const BenchFlags& f) {
   TieringSetup tiering;
   BankOptions banks;
   if (tiered) {
-    auto setup = make_tiering_setup(model->file(), f.tiering);
-    if (!setup.ok()) return fail("bench", setup.status());
-    tiering = std::move(*setup);
-    auto b = resolve_bank_flags(f.banks, (*engine)->on_gpu());
-    if (!b.ok()) return fail("bench", b.status());
-    banks = *b;
-    if (Status st = apply_device_defaults(f.tiering, banks.gpu, tiering); !st.ok()) return fail("bench", st);
+    auto r = resolve_tiering(model->file(), f.tiering, f.banks, (*engine)->on_gpu());
+    if (!r.ok()) return fail("bench", r.status());
+    tiering = std::move(r->setup);
+    banks = r->banks;
   }
   Bench bench(**engine, f, tiered ? &tiering : nullptr, banks);
   std::vector<TestResult> results;

@@ -94,6 +94,49 @@ std::string default_model() {
   return std::string(MOETIER_SOURCE_DIR) + "/models/kjv-moe-f16.gguf";
 }
 
+// The prompt's tokens: the text as given, or wrapped in the model's chat format (--chat).
+StatusOr<std::vector<int32_t>> encode_prompt(const RunFlags& f, const Model& model, const Tokenizer& tokenizer) {
+  std::string text = f.prompt;
+  bool parse_special = false;
+  if (f.chat) {
+    auto tmpl = model.file().get_string("tokenizer.chat_template");
+    MT_ASSIGN_OR_RETURN(ChatFormat format, detect_chat_format(tmpl.ok() ? *tmpl : std::string_view{}));
+    text = apply_chat_format(format, f.system, f.prompt);
+    parse_special = true;
+  }
+  std::vector<int32_t> prompt = tokenizer.encode(text, true, parse_special);
+  if (prompt.empty()) return invalid_argument("the prompt is empty");
+  return prompt;
+}
+
+struct RunReport {
+  double load_s = 0, prompt_s = 0, gen_s = 0;
+  size_t n_prompt = 0;
+  int generated = 0;
+  const char* reason = "";
+  uint64_t seed = 0;
+};
+
+// The timings and the expert-usage summary, on stderr after the text.
+void print_report(const RunFlags& f, const Engine& engine, const RunReport& r, const UsageTrace& usage) {
+  const HParams& hp = engine.model().hparams();
+  std::fprintf(stderr, "\nmodel: %s (%s, %u layers, %u experts top-%u) on %s, load %.2f s, seed %llu, stop: %s\n",
+               f.model.c_str(), std::string(arch_info(hp.arch).name).c_str(), hp.n_layer, hp.n_expert, hp.n_expert_used,
+               engine.describe().c_str(), r.load_s, static_cast<unsigned long long>(r.seed), r.reason);
+  std::fprintf(stderr, "prompt: %zu tokens in %.3f s (%.1f tok/s)\n", r.n_prompt, r.prompt_s,
+               static_cast<double>(r.n_prompt) / std::max(r.prompt_s, 1e-9));
+  std::fprintf(stderr, "generation: %d tokens in %.3f s (%.1f tok/s)\n", r.generated, r.gen_s,
+               static_cast<double>(r.generated) / std::max(r.gen_s, 1e-9));
+  usage.print(hp.n_expert, r.n_prompt + static_cast<uint64_t>(std::max(0, r.generated - 1)));
+}
+
+Status write_text_file(const std::string& path, const std::string& text) {
+  std::unique_ptr<FILE, int (*)(FILE*)> out(std::fopen(path.c_str(), "w"), fclose);
+  if (!out) return io_error("cannot create '" + path + "'");
+  if (std::fwrite(text.data(), 1, text.size(), out.get()) != text.size()) return io_error("cannot write '" + path + "'");
+  return {};
+}
+
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -116,17 +159,9 @@ int run(RunFlags f) {
   const HParams& hp = model->hparams();
   if (tokenizer->n_vocab() != hp.n_vocab) return fail("run", data_loss("tokenizer and model disagree on the vocabulary size"));
 
-  std::string text = f.prompt;
-  bool parse_special = false;
-  if (f.chat) {
-    auto tmpl = model->file().get_string("tokenizer.chat_template");
-    auto format = detect_chat_format(tmpl.ok() ? *tmpl : std::string_view{});
-    if (!format.ok()) return fail("run", format.status());
-    text = apply_chat_format(*format, f.system, f.prompt);
-    parse_special = true;
-  }
-  std::vector<int32_t> prompt = tokenizer->encode(text, true, parse_special);
-  if (prompt.empty()) return fail("run", invalid_argument("the prompt is empty"));
+  auto encoded = encode_prompt(f, *model, *tokenizer);
+  if (!encoded.ok()) return fail("run", encoded.status());
+  const std::vector<int32_t> prompt = std::move(*encoded);
   const uint32_t n_ctx = f.n_ctx ? f.n_ctx : std::min<uint32_t>(hp.n_ctx_train, 4096);
   if (prompt.size() + static_cast<size_t>(f.n_predict) > n_ctx) {
     return fail("run", out_of_range("prompt (" + std::to_string(prompt.size()) + " tokens) + -n " + std::to_string(f.n_predict) +
@@ -136,13 +171,10 @@ int run(RunFlags f) {
   // the simulated device.
   TieringSetup tiering;
   if (tiered) {
-    auto setup = make_tiering_setup(model->file(), f.tiering);
-    if (!setup.ok()) return fail("run", setup.status());
-    tiering = std::move(*setup);
-    auto banks = resolve_bank_flags(f.banks, (*engine)->on_gpu());
-    if (!banks.ok()) return fail("run", banks.status());
-    if (Status st = apply_device_defaults(f.tiering, banks->gpu, tiering); !st.ok()) return fail("run", st);
-    if (Status st = (*engine)->enable_tiering(tiering, *banks); !st.ok()) return fail("run", st);
+    auto r = resolve_tiering(model->file(), f.tiering, f.banks, (*engine)->on_gpu());
+    if (!r.ok()) return fail("run", r.status());
+    tiering = std::move(r->setup);
+    if (Status st = (*engine)->enable_tiering(tiering, r->banks); !st.ok()) return fail("run", st);
   } else if (f.stats || !f.stats_json.empty()) {
     return fail("run", invalid_argument("--stats and --stats-json report the expert cache: give --expert-cache"));
   }
@@ -204,24 +236,15 @@ int run(RunFlags f) {
   std::fflush(stdout);
   const double gen_s = seconds_since(t_gen);
 
-  std::fprintf(stderr, "\nmodel: %s (%s, %u layers, %u experts top-%u) on %s, load %.2f s, seed %llu, stop: %s\n",
-               f.model.c_str(), std::string(arch_info(hp.arch).name).c_str(), hp.n_layer, hp.n_expert, hp.n_expert_used,
-               (*engine)->describe().c_str(), load_s, static_cast<unsigned long long>(sampler.seed()), reason);
-  std::fprintf(stderr, "prompt: %zu tokens in %.3f s (%.1f tok/s)\n", prompt.size(), prompt_s,
-               static_cast<double>(prompt.size()) / std::max(prompt_s, 1e-9));
-  std::fprintf(stderr, "generation: %d tokens in %.3f s (%.1f tok/s)\n", generated, gen_s,
-               static_cast<double>(generated) / std::max(gen_s, 1e-9));
-  usage.print(hp.n_expert, prompt.size() + static_cast<uint64_t>(std::max(0, generated - 1)));
+  const RunReport report{load_s, prompt_s, gen_s, prompt.size(), generated, reason, sampler.seed()};
+  print_report(f, **engine, report, usage);
   if (scheduler != nullptr && f.stats) {
     std::fputs(stats_text(*scheduler, tiering.policy, tiering.budget, timing).c_str(), stderr);
     std::fprintf(stderr, "%s\n", (*engine)->tiering_summary().c_str());
   }
   if (scheduler != nullptr && !f.stats_json.empty()) {
-    std::unique_ptr<FILE, int (*)(FILE*)> out(std::fopen(f.stats_json.c_str(), "w"), fclose);
-    if (!out) return fail("run", io_error("cannot create '" + f.stats_json + "'"));
-    const std::string j =
-        stats_json(*scheduler, tiering.policy, tiering.budget, timing) + "\n";
-    if (std::fwrite(j.data(), 1, j.size(), out.get()) != j.size()) return fail("run", io_error("cannot write '" + f.stats_json + "'"));
+    Status st = write_text_file(f.stats_json, stats_json(*scheduler, tiering.policy, tiering.budget, timing) + "\n");
+    if (!st.ok()) return fail("run", st);
   }
   return 0;
 }

@@ -119,12 +119,10 @@ int serve(const ServeFlags& f) {
   options.kv_type = *kv_type;
   std::string tiering_note;
   if (tiered) {
-    auto setup = make_tiering_setup(model.file(), f.tiering);
-    if (!setup.ok()) return fail("serve", setup.status());
-    auto banks = resolve_bank_flags(f.banks, (*engine)->on_gpu());
-    if (!banks.ok()) return fail("serve", banks.status());
-    if (Status st = apply_device_defaults(f.tiering, banks->gpu, *setup); !st.ok()) return fail("serve", st);
-    if (Status st = (*engine)->enable_tiering(*setup, *banks); !st.ok()) return fail("serve", st);
+    auto r = resolve_tiering(model.file(), f.tiering, f.banks, (*engine)->on_gpu());
+    if (!r.ok()) return fail("serve", r.status());
+    const TieringSetup* setup = &r->setup;
+    if (Status st = (*engine)->enable_tiering(r->setup, r->banks); !st.ok()) return fail("serve", st);
     options.experts = (*engine)->tiering_scheduler();
     tiering_note = "; experts tiered (" + f.tiering.moe_mode + ", " + cache_policy_name(setup->policy) + ", cache " +
                    human_bytes(setup->budget) + ")";

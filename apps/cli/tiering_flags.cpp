@@ -168,4 +168,13 @@ StatusOr<TieringSetup> make_tiering_setup(const gguf::GgufFile& file, const Tier
   return s;
 }
 
+StatusOr<ResolvedTiering> resolve_tiering(const gguf::GgufFile& file, const TieringFlags& f, const BankFlags& banks,
+                                          bool gpu) {
+  ResolvedTiering r;
+  MT_ASSIGN_OR_RETURN(r.setup, make_tiering_setup(file, f));
+  MT_ASSIGN_OR_RETURN(r.banks, resolve_bank_flags(banks, gpu));
+  MT_RETURN_IF_ERROR(apply_device_defaults(f, r.banks.gpu, r.setup));
+  return r;
+}
+
 }  // namespace mt::cli

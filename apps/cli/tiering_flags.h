@@ -82,4 +82,13 @@ StatusOr<TieringSetup> make_tiering_setup(const gguf::GgufFile& file, const Tier
 // simulated device): the admission cap, the split of misses and the cache policy.
 Status apply_device_defaults(const TieringFlags& f, bool gpu, TieringSetup& s);
 
+// The three steps above in order, as run, bench and serve take them: the setup from the
+// file and the flags, the banks' options, the device's defaults.
+struct ResolvedTiering {
+  TieringSetup setup;
+  BankOptions banks;
+};
+StatusOr<ResolvedTiering> resolve_tiering(const gguf::GgufFile& file, const TieringFlags& f, const BankFlags& banks,
+                                          bool gpu);
+
 }  // namespace mt::cli

@@ -1,5 +1,5 @@
 // One transformer block per architecture, each composed from the layer helpers
-// (model/layers.h). The table in model/arch.h says which function runs which arch.
+// (model/layers.h). `block_fn` (blocks.cpp) says which function runs which arch.
 #pragma once
 
 #include "model/layers.h"

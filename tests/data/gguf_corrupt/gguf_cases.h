@@ -152,11 +152,16 @@ inline Bytes one_tensor(const std::vector<uint64_t>& ne, uint32_t type, uint64_t
   return b;
 }
 
-inline std::vector<CorruptCase> corrupt_cases() {
-  std::vector<CorruptCase> c;
-  auto add = [&](std::string name, const Bytes& b, std::vector<std::string> needles, int64_t at = -1) {
+// Adds one case: its name, its bytes, the words its error names, the offset it reports.
+struct CaseAdder {
+  std::vector<CorruptCase>& c;
+  void operator()(std::string name, const Bytes& b, std::vector<std::string> needles, int64_t at = -1) const {
     c.push_back({std::move(name), b.bytes(), StatusCode::kDataLoss, std::move(needles), at});
-  };
+  }
+};
+
+// The header, the metadata keys and values, general.alignment.
+inline void add_header_cases(const CaseAdder& add) {
   const uint64_t kHuge = uint64_t{1} << 40;
 
   // Header.
@@ -225,7 +230,10 @@ inline std::vector<CorruptCase> corrupt_cases() {
       {"general.alignment", "48", "power of two"}, 24);
   add("alignment_0", Bytes().header(0, 2).kv_u32("a", 1).kv_u32("general.alignment", 0),
       {"general.alignment", "0", "power of two"}, 41);
+}
 
+// The tensor infos and where their data lies.
+inline void add_tensor_cases(const CaseAdder& add) {
   // Tensor infos.
   add("tensor_name_length_past_eof", Bytes().header(1, 0).u64(500).raw(std::string(40, 'b')),
       {"tensor info 0 name", "string length"}, 24);
@@ -276,6 +284,12 @@ inline std::vector<CorruptCase> corrupt_cases() {
       Bytes().header(3, 0).tensor("big", {64}, kF32, 0).tensor("empty", {0}, kF32, 32)
           .tensor("small", {8}, kF32, 64).pad_to(32).zeros(256),
       {"tensor 'small'", "overlaps tensor 'big'"});
+}
+
+inline std::vector<CorruptCase> corrupt_cases() {
+  std::vector<CorruptCase> c;
+  add_header_cases(CaseAdder{c});
+  add_tensor_cases(CaseAdder{c});
   return c;
 }
 
