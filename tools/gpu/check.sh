@@ -323,10 +323,8 @@ split)  # issue 7: hybrid decode with the split of misses (part of each layer-st
   # profile), hw (split by this machine's `moetier hwprofile`), fF (--split-fraction F),
   # hot / hotoff (static-hot from `moetier profile`, with / without the split), freq
   # (--cache-policy frequency), lru (--cache-policy lru; the default on cuda is frequency), ids (--split-pick ids: the device's share of the misses by
-  # ascending ids, not the most selected first), ahead (MOETIER_CUDA_HYBRID_AHEAD=1: the CPU
-  # rows' copy and the next layer's launches queued before the CPU computes them), graphs
-  # (MOETIER_CUDA_HYBRID_GRAPHS=1: that, with the launches between layers as segment graphs). MEMBW=1:
-  # moetier_membw -t 16 at the end.
+  # ascending ids, not the most selected first). (ahead and graphs, measured no faster, went
+  # with their switches in issue 26: docs/PERFORMANCE.md.) MEMBW=1: moetier_membw -t 16 at the end.
   # The tiering tests first unless NO_TESTS=1.
   BUILD_TARGETS=${BUILD_TARGETS:-mt_cuda_tests moetier} build
   if [ -z "${NO_TESTS:-}" ]; then
@@ -342,8 +340,6 @@ split)  # issue 7: hybrid decode with the split of misses (part of each layer-st
       for v in ${VARIANTS:-off auto}; do
         envs=""
         case $v in
-          ahead) args=""; envs="MOETIER_CUDA_HYBRID_AHEAD=1" ;;
-          graphs) args=""; envs="MOETIER_CUDA_HYBRID_GRAPHS=1" ;;
           off) args="--split-misses off" ;;
           auto) args="" ;;
           hw) [ -f /tmp/hw.json ] || run hwprofile $M hwprofile -o /tmp/hw.json
