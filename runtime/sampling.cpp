@@ -45,7 +45,61 @@ Status validate(const SamplingParams& p) {
     return bad_param("presence_penalty", "finite", p.presence_penalty);
   if (!std::isfinite(p.frequency_penalty))
     return bad_param("frequency_penalty", "finite", p.frequency_penalty);
+  for (const auto& [token, bias] : p.logit_bias) {
+    if (!(bias >= -100 && bias <= 100)) return bad_param("logit_bias", "in [-100, 100]", bias);
+    if (token < 0) return bad_param("logit_bias", "keyed by token ids >= 0", token);
+  }
   return Status::ok_status();
+}
+
+Status validate_logit_bias(const SamplingParams& p, uint32_t n_vocab) {
+  std::vector<bool> banned(n_vocab, false);
+  uint32_t n_banned = 0;
+  for (const auto& [token, bias] : p.logit_bias) {
+    if (token < 0 || static_cast<uint32_t>(token) >= n_vocab) {
+      return invalid_argument("logit_bias: token id " + std::to_string(token) + " is not in the vocabulary (0.." +
+                              std::to_string(n_vocab - 1) + ")");
+    }
+    if (bias <= -100 && !banned[static_cast<size_t>(token)]) {
+      banned[static_cast<size_t>(token)] = true;
+      ++n_banned;
+    }
+  }
+  if (n_banned == n_vocab) return invalid_argument("logit_bias: every token of the vocabulary is banned");
+  return Status::ok_status();
+}
+
+float log_softmax_top(std::span<const float> logits, int32_t token, uint32_t k, std::vector<TokenLogprob>* top) {
+  MT_CHECK(token >= 0 && static_cast<size_t>(token) < logits.size());
+  float max = -kInf;
+  for (float l : logits) max = std::max(max, l);
+  double sum = 0;
+  for (float l : logits) sum += std::exp(static_cast<double>(l) - max);
+  const double lse = static_cast<double>(max) + std::log(sum);
+  auto logprob = [&](float l) { return l == -kInf ? -kInf : static_cast<float>(static_cast<double>(l) - lse); };
+  top->clear();
+  k = std::min<uint32_t>(k, static_cast<uint32_t>(logits.size()));
+  // A heap of the best k so far (the worst on top): one comparison for most tokens.
+  auto better = [&](int32_t a, int32_t b) {
+    const float la = logits[static_cast<size_t>(a)], lb = logits[static_cast<size_t>(b)];
+    return la != lb ? la > lb : a < b;  // as the heap's "less": the worst is on top
+  };
+  std::vector<int32_t> heap;
+  heap.reserve(k);
+  for (size_t i = 0; i < logits.size() && k > 0; ++i) {
+    const auto id = static_cast<int32_t>(i);
+    if (heap.size() < k) {
+      heap.push_back(id);
+      std::push_heap(heap.begin(), heap.end(), better);
+    } else if (better(id, heap.front())) {
+      std::pop_heap(heap.begin(), heap.end(), better);
+      heap.back() = id;
+      std::push_heap(heap.begin(), heap.end(), better);
+    }
+  }
+  std::sort_heap(heap.begin(), heap.end(), better);  // best first
+  for (int32_t id : heap) top->push_back({id, logprob(logits[static_cast<size_t>(id)])});
+  return logprob(logits[static_cast<size_t>(token)]);
 }
 
 Sampler::Sampler(const SamplingParams& params, uint32_t n_vocab)
@@ -70,6 +124,7 @@ void Sampler::reset() {
 
 int32_t Sampler::sample(std::span<const float> logits) {
   build_candidates(logits);
+  apply_bias();
   apply_penalties();
   if (params_.temperature == 0) return argmax();
   top_k();
@@ -97,6 +152,14 @@ void Sampler::build_candidates(std::span<const float> logits) {
 }
 
 // Candidates are still in id order here, so candidates_[token] is the token.
+void Sampler::apply_bias() {
+  for (const auto& [token, bias] : params_.logit_bias) {
+    MT_CHECK(static_cast<uint32_t>(token) < n_vocab_);
+    float& l = candidates_[static_cast<size_t>(token)].logit;
+    l = bias <= -100 ? -kInf : l + bias;
+  }
+}
+
 void Sampler::apply_penalties() {
   const float rp = params_.repeat_penalty;
   const float fp = params_.frequency_penalty;

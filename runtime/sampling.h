@@ -1,6 +1,7 @@
 // The token sampler: logits in, one token id out, reproducibly.
 //
-// Pipeline, always in this order: repetition penalties over the recent window ->
+// Pipeline, always in this order: logit bias (a bias of -100 or less bans the token) ->
+// repetition penalties over the recent window ->
 // (temperature 0: argmax, lowest id on ties) -> top-k -> softmax at the temperature ->
 // top-p -> min-p (relative to the most likely token) -> renormalise -> one draw.
 // It works on a candidate list (id, logit, weight): top-k is a partial sort, and without
@@ -17,6 +18,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "core/status.h"
@@ -34,10 +36,24 @@ struct SamplingParams {
   float presence_penalty = 0.0f;   // subtracted once from a token present in the window
   float frequency_penalty = 0.0f;  // subtracted count-in-window times
   uint64_t seed = 0;               // 0 = a random seed (reported by Sampler::seed())
+  // (token id, bias in [-100, 100]) added to the logit; <= -100 bans the token. Ids are
+  // checked against the vocabulary by the Sampler's user (validate_logit_bias).
+  std::vector<std::pair<int32_t, float>> logit_bias;
 };
 
 // InvalidArgument naming the first bad field; a Sampler requires valid params.
 Status validate(const SamplingParams& params);
+// InvalidArgument when a logit_bias id is outside [0, n_vocab).
+Status validate_logit_bias(const SamplingParams& params, uint32_t n_vocab);
+
+// The model's own probabilities: log-softmax of the raw logits (no bias, penalty or
+// temperature). Returns the value at `token` and fills *top with the k most likely tokens,
+// highest first (ties: the lower id). -inf logits get -inf.
+struct TokenLogprob {
+  int32_t token;
+  float logprob;
+};
+float log_softmax_top(std::span<const float> logits, int32_t token, uint32_t k, std::vector<TokenLogprob>* top);
 
 class Sampler {
  public:
@@ -66,6 +82,7 @@ class Sampler {
   };
 
   void build_candidates(std::span<const float> logits);
+  void apply_bias();
   void apply_penalties();
   int32_t argmax() const;
   void top_k();

@@ -2,9 +2,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include <charconv>
 #include <cstdio>
+#include <ctime>
 #include <limits>
 #include <random>
+
+#include "runtime/json_schema.h"
 
 namespace mt::server {
 namespace {
@@ -135,24 +139,14 @@ std::optional<ApiError> read_stops(const json& body, std::vector<std::string>* o
 // Fields that would change the answer's meaning and that moetier does not implement.
 std::optional<ApiError> reject_unsupported(const json& body) {
   std::optional<int64_t> n;
-  if (read_int(body, "n", 1, 1, &n)) return bad_request("only n = 1 is supported", "n");
   if (read_int(body, "best_of", 1, 1, &n)) return bad_request("only best_of = 1 is supported", "best_of");
-  for (const char* name : {"logprobs", "echo"}) {
-    const json* v = field(body, name);
-    if (v != nullptr && !(v->is_boolean() && !v->get<bool>())) {
-      return bad_request(std::string("'") + name + "' is not supported", name);
-    }
+  if (const json* v = field(body, "echo"); v != nullptr && !(v->is_boolean() && !v->get<bool>())) {
+    return bad_request("'echo' is not supported", "echo");
   }
   for (const char* name : {"tools", "functions"}) {
     const json* v = field(body, name);
     if (v != nullptr && !(v->is_array() && v->empty())) {
       return bad_request(std::string("'") + name + "' is not supported", name);
-    }
-  }
-  if (const json* rf = field(body, "response_format")) {
-    const json* type = rf->is_object() ? field(*rf, "type") : nullptr;
-    if (type == nullptr || !type->is_string() || type->get<std::string>() != "text") {
-      return bad_request("only response_format {\"type\": \"text\"} is supported", "response_format");
     }
   }
   return std::nullopt;
@@ -205,6 +199,98 @@ std::optional<ApiError> read_prompt(const json& body, std::string* out) {
   if (!prompt->is_string()) return bad_request("'prompt' must be a string (one prompt per request)", "prompt");
   *out = prompt->get<std::string>();
   return std::nullopt;
+}
+
+// logit_bias: {"token id": bias in [-100, 100]}.
+std::optional<ApiError> read_logit_bias(const json& body, SamplingParams* s) {
+  const json* bias = field(body, "logit_bias");
+  if (bias == nullptr) return std::nullopt;
+  if (!bias->is_object()) return bad_request("'logit_bias' must be an object mapping token ids to biases", "logit_bias");
+  for (const auto& [key, value] : bias->items()) {
+    int64_t id = -1;
+    const auto [end, ec] = std::from_chars(key.data(), key.data() + key.size(), id);
+    if (ec != std::errc() || end != key.data() + key.size() || id < 0 || id > std::numeric_limits<int32_t>::max()) {
+      return bad_request("'logit_bias' keys must be token ids (non-negative integers), not '" + key + "'", "logit_bias");
+    }
+    if (!value.is_number() || !(value.get<double>() >= -100 && value.get<double>() <= 100)) {
+      return bad_request("'logit_bias[" + key + "]' must be a number between -100 and 100", "logit_bias");
+    }
+    s->logit_bias.emplace_back(static_cast<int32_t>(id), static_cast<float>(value.get<double>()));
+  }
+  return std::nullopt;
+}
+
+// response_format: text, json_object, or json_schema {name, schema, strict} -> a grammar.
+std::optional<ApiError> read_response_format(const json& body, std::string_view raw, ChoiceOptions* out) {
+  const json* rf = field(body, "response_format");
+  if (rf == nullptr) return std::nullopt;
+  const json* type = rf->is_object() ? field(*rf, "type") : nullptr;
+  if (type == nullptr || !type->is_string()) {
+    return bad_request("'response_format' must be {\"type\": \"text\" | \"json_object\" | \"json_schema\"}",
+                       "response_format");
+  }
+  const std::string t = type->get<std::string>();
+  if (t == "text") return std::nullopt;
+  if (t == "json_object") {
+    out->grammar = json_object_grammar();
+    out->grammar_key = "json_object";
+    return std::nullopt;
+  }
+  if (t != "json_schema") {
+    return bad_request("'response_format.type' must be 'text', 'json_object' or 'json_schema', not '" + t + "'",
+                       "response_format.type");
+  }
+  const json* js = field(*rf, "json_schema");
+  if (js == nullptr || !js->is_object()) {
+    return bad_request("'response_format.json_schema' must be an object {name, schema, strict}", "response_format.json_schema");
+  }
+  if (const json* name = field(*js, "name"); name != nullptr && !name->is_string()) {
+    return bad_request("'response_format.json_schema.name' must be a string", "response_format.json_schema.name");
+  }
+  bool strict = false;
+  if (auto e = read_bool(*js, "strict", &strict)) {
+    e->param = "response_format.json_schema.strict";
+    return e;
+  }
+  const json* schema = field(*js, "schema");
+  if (schema == nullptr) return bad_request("'response_format.json_schema.schema' is required", "response_format.json_schema.schema");
+  // The schema's text with its properties in the client's order (json sorts its keys).
+  const nlohmann::ordered_json ordered = nlohmann::ordered_json::parse(raw, nullptr, false);
+  const std::string text = ordered["response_format"]["json_schema"]["schema"].dump();
+  auto grammar = json_schema_grammar(text);
+  if (!grammar.ok()) return bad_request(grammar.status().message(), "response_format.json_schema.schema");
+  out->grammar = std::move(*grammar);
+  out->grammar_key = "schema:" + text;
+  return std::nullopt;
+}
+
+// n, logprobs and top_logprobs (chat) or logprobs: k (completions), response_format, logit_bias.
+std::optional<ApiError> read_choices(const json& body, std::string_view raw, Endpoint endpoint, ApiRequest* out) {
+  std::optional<int64_t> v;
+  if (auto e = read_int(body, "n", 1, kMaxChoices, &v)) return e;
+  if (v) out->choices.n = static_cast<uint32_t>(*v);
+  if (endpoint == Endpoint::kChat) {
+    bool logprobs = false;
+    if (auto e = read_bool(body, "logprobs", &logprobs)) return e;
+    v.reset();
+    if (auto e = read_int(body, "top_logprobs", 0, kMaxTopLogprobs, &v)) return e;
+    if (v && !logprobs) return bad_request("'top_logprobs' needs 'logprobs': true", "top_logprobs");
+    if (logprobs) out->choices.top_logprobs = v ? static_cast<int32_t>(*v) : 0;
+  } else {
+    v.reset();
+    const json* lp = field(body, "logprobs");
+    if (lp != nullptr && lp->is_boolean()) {  // accepted as "logprobs, no alternatives"
+      if (lp->get<bool>()) out->choices.top_logprobs = 0;
+    } else {
+      if (auto e = read_int(body, "logprobs", 0, kMaxTopLogprobs, &v)) return e;
+      if (v) out->choices.top_logprobs = static_cast<int32_t>(*v);
+    }
+  }
+  if (const json* tools = field(body, "tools"); out->choices.n > 1 && tools != nullptr && tools->is_array() && !tools->empty()) {
+    return bad_request("'n' above 1 is not supported with 'tools'", "n");
+  }
+  if (auto e = read_response_format(body, raw, &out->choices)) return e;
+  return read_logit_bias(body, &out->sampling);
 }
 
 json usage_json(const Usage& u) {
@@ -267,6 +353,7 @@ std::optional<ApiError> parse_request(Endpoint endpoint, std::string_view body, 
   }
   if (auto e = reject_unsupported(j)) return e;
   if (auto e = read_sampling(j, &out->sampling)) return e;
+  if (auto e = read_choices(j, body, endpoint, out)) return e;
   if (auto e = read_max_tokens(j, &out->max_tokens)) return e;
   if (auto e = read_stops(j, &out->stops)) return e;
   if (auto e = read_bool(j, "stream", &out->stream)) return e;
@@ -307,7 +394,24 @@ std::string response_body(const ResponseMeta& meta, std::string_view text, std::
 }
 
 std::string chunk_start(const ResponseMeta& meta, bool usage_field) {
-  return chunk(meta, {{"role", "assistant"}, {"content", ""}}, "", usage_field);
+  std::string out = chunk(meta, {{"role", "assistant"}, {"content", ""}}, "", usage_field);
+  for (uint32_t i = 1; i < meta.n; ++i) {
+    json j = object_head(meta, "chat.completion.chunk");
+    json choice = {{"index", i}, {"delta", {{"role", "assistant"}, {"content", ""}}}, {"logprobs", nullptr},
+                   {"finish_reason", nullptr}};
+    j["choices"] = json::array({std::move(choice)});
+    if (usage_field) j["usage"] = nullptr;
+    out += sse(j);
+  }
+  return out;
+}
+
+ResponseMeta response_meta(const ApiRequest& request, std::string model) {
+  ResponseMeta meta{request.endpoint, new_response_id(request.endpoint), static_cast<int64_t>(std::time(nullptr)),
+                    std::move(model)};
+  meta.n = request.choices.n;
+  meta.top_logprobs = request.choices.top_logprobs;
+  return meta;
 }
 
 std::string chunk_text(const ResponseMeta& meta, std::string_view text, bool usage_field) {

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "runtime/sampling.h"
+#include "server/scheduler.h"
 
 namespace mt::server {
 
@@ -53,6 +54,9 @@ struct ApiRequest {
   std::vector<std::string> stops;
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
+  // n, logprobs / top_logprobs (chat) or logprobs: k (completions), response_format
+  // (json_object or json_schema, compiled to a grammar); logit_bias is in `sampling`.
+  ChoiceOptions choices;
 };
 
 // Parses and validates a request body; on failure *out is unspecified.
@@ -68,7 +72,12 @@ struct ResponseMeta {
   std::string id;       // "chatcmpl-..." / "cmpl-..."
   int64_t created = 0;  // unix seconds
   std::string model;
+  uint32_t n = 1;             // choices (chunk_start announces each)
+  int32_t top_logprobs = -1;  // -1: "logprobs": null in every choice
 };
+
+// The meta of a request's response: a fresh id, the time now, and the request's choices.
+ResponseMeta response_meta(const ApiRequest& request, std::string model);
 
 // A fresh id with the endpoint's prefix and 24 random hex digits.
 std::string new_response_id(Endpoint endpoint);
@@ -78,7 +87,7 @@ std::string response_body(const ResponseMeta& meta, std::string_view text, std::
                           const Usage& usage);
 
 // SSE events (each "data: ...\n\n") of a streaming request, in order: chunk_start (chat
-// only: the assistant role), chunk_text for each piece, chunk_finish, chunk_usage when
+// only: the assistant role, once per choice), chunk_text for each piece, chunk_finish, chunk_usage when
 // include_usage, then kSseDone. usage_field adds "usage": null to a chunk, as the API does
 // when include_usage is on.
 std::string chunk_start(const ResponseMeta& meta, bool usage_field);

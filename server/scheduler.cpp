@@ -4,12 +4,14 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <limits>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
 
 #include "core/check.h"
 #include "experts/scheduler.h"
+#include "runtime/grammar_tokens.h"
 #include "tokenizer/stream_decoder.h"
 
 namespace mt {
@@ -19,35 +21,69 @@ using Clock = std::chrono::steady_clock;
 
 double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
+// One choice of a running request: its sequence (choice 0's is the request's own, the
+// others are forks made once the prompt is in), sampler, text state and grammar state.
+struct Choice {
+  uint32_t index = 0;
+  SeqId seq = 0;
+  Sampler sampler;
+  StreamDecoder decoder;
+  StopMatcher stops;
+  int32_t grammar_state = 0;
+  uint32_t completion = 0;  // tokens generated
+  int32_t next = -1;        // the sampled token to feed next (decode); -2: ended
+  std::vector<TokenLogprobs> logprobs;  // sampled since the last event
+
+  Choice(uint32_t i, const GenerationRequest& req, uint32_t n_vocab, const Tokenizer& tok)
+      : index(i), sampler(choice_params(req.sampling, i), n_vocab), decoder(tok), stops(req.stops) {
+    for (int32_t t0 : req.prompt) sampler.accept(t0);
+  }
+  bool ended() const { return next == -2; }
+  // Choice i draws from seed + i (a fixed seed stays reproducible; 0 stays random).
+  static SamplingParams choice_params(SamplingParams p, uint32_t i) {
+    if (p.seed != 0 && i > 0) {
+      p.seed += i;
+      if (p.seed == 0) p.seed = 1;
+    }
+    return p;
+  }
+};
+
 // A request from admission to its last event.
 struct Running {
   uint64_t id = 0;
   GenerationRequest req;
   std::shared_ptr<std::atomic<bool>> cancelled;
   Clock::time_point submitted, last_token;
-  Sequence seq;  // its KV cache in the backend, freed with it
-  Sampler sampler;
-  StreamDecoder decoder;
-  StopMatcher stops;
-  uint32_t prefilled = 0;    // prompt tokens already in the cache
-  uint32_t completion = 0;   // tokens generated
-  int32_t next = -1;         // the sampled token to feed next (decode)
+  Backend& backend;
+  Sequence seq;  // choice 0's KV cache in the backend, freed with it (forks: freed by ~Running)
+  std::vector<Choice> choices;
+  std::shared_ptr<TokenGrammar> grammar;  // with req.choices.grammar
+  uint32_t prefilled = 0;  // prompt tokens already in the cache
+  uint32_t ended = 0;      // choices ended
   bool first_text = true;
+  bool done = false;       // its last event was sent
 
-  Running(uint64_t i, GenerationRequest r, std::shared_ptr<std::atomic<bool>> c, Clock::time_point t, Sequence s,
-          uint32_t n_vocab, const Tokenizer& tok)
-      : id(i),
-        req(std::move(r)),
-        cancelled(std::move(c)),
-        submitted(t),
-        last_token(t),
-        seq(std::move(s)),
-        sampler(req.sampling, n_vocab),
-        decoder(tok),
-        stops(req.stops) {
-    for (int32_t t0 : req.prompt) sampler.accept(t0);
+  Running(uint64_t i, GenerationRequest r, std::shared_ptr<std::atomic<bool>> c, Clock::time_point t, Backend& b,
+          Sequence s, const Tokenizer& tok)
+      : id(i), req(std::move(r)), cancelled(std::move(c)), submitted(t), last_token(t), backend(b), seq(std::move(s)) {
+    choices.reserve(req.choices.n);
+    for (uint32_t k = 0; k < req.choices.n; ++k) choices.emplace_back(k, req, backend.n_vocab(), tok);
+    choices[0].seq = seq.id();
   }
-  uint32_t context() const { return static_cast<uint32_t>(req.prompt.size()) + req.max_tokens; }
+  ~Running() {
+    for (size_t k = 1; k < choices.size(); ++k) {
+      if (choices[k].seq != 0 && choices[k].seq != seq.id()) backend.free_sequence(choices[k].seq);
+    }
+  }
+  Running(const Running&) = delete;
+  Running& operator=(const Running&) = delete;
+  uint32_t context() const { return req.choices.n * (static_cast<uint32_t>(req.prompt.size()) + req.max_tokens); }
+  uint32_t completion() const {
+    uint32_t c = 0;
+    for (const Choice& ch : choices) c += ch.completion;
+    return c;
+  }
 };
 
 struct Queued {
@@ -65,9 +101,11 @@ void keep_last(std::vector<T>& v, T x, size_t n) {
 
 }  // namespace
 
-// One request's part of a step: n tokens, and whether its last row's logits come back.
+// One request's part of a step: n tokens of one choice's sequence (prefill: choice 0),
+// and whether its last row's logits come back.
 struct StepPart {
   Running* r = nullptr;
+  Choice* c = nullptr;
   uint32_t n = 0;
   bool logits = false;
 };
@@ -87,6 +125,10 @@ struct Scheduler::Impl {
   Batch batch;                  // the step's tokens (loop thread only, reused)
   std::vector<StepPart> parts;  // whose they are, in batch order
   std::vector<float> logits;    // the step's asked rows
+  std::vector<float> masked;    // one row with a grammar's mask applied
+  std::shared_ptr<const TokenVocab> vocab;  // token bytes, built at the first grammar
+  std::unordered_map<std::string, std::shared_ptr<TokenGrammar>> grammars;  // by grammar_key
+  std::vector<TokenLogprob> top;  // scratch
   std::thread thread;
 
   Impl(Backend& b, const Tokenizer& tk, const ServingOptions& opt) : backend(b), tokenizer(tk), o(opt) {
@@ -94,17 +136,34 @@ struct Scheduler::Impl {
     thread = std::thread([this] { loop(); });
   }
 
-  // Ends a running request with a final event (and the held-back text).
-  void finish(Running& r, const std::string& reason) {
-    std::string tail = r.stops.stopped() ? "" : r.stops.push(r.decoder.flush()).emit;
-    if (!r.stops.stopped()) tail += r.stops.flush();
-    if (!tail.empty()) r.req.on_event({GenerationEvent::Kind::kText, tail, -1, "", "", 0, 0});
+  void emit(Running& r, GenerationEvent e) {
+    if (!r.req.on_event(e) && e.kind == GenerationEvent::Kind::kText) r.cancelled->store(true);
+  }
+
+  // Ends one choice with its final events (the held-back text, then its kDone); the last
+  // choice to end ends the request.
+  void finish_choice(Running& r, Choice& c, const std::string& reason) {
+    if (c.ended()) return;
+    c.next = -2;
+    std::string tail = c.stops.stopped() ? "" : c.stops.push(c.decoder.flush()).emit;
+    if (!c.stops.stopped()) tail += c.stops.flush();
+    if (!tail.empty() || !c.logprobs.empty()) {
+      GenerationEvent t;
+      t.text = std::move(tail);
+      t.index = c.index;
+      t.logprobs = std::move(c.logprobs);
+      c.logprobs.clear();
+      emit(r, std::move(t));
+    }
     GenerationEvent done;
     done.kind = GenerationEvent::Kind::kDone;
     done.finish_reason = reason;
+    done.index = c.index;
     done.prompt_tokens = static_cast<uint32_t>(r.req.prompt.size());
-    done.completion_tokens = r.completion;
-    {  // counted before the caller hears of it
+    done.completion_tokens = r.completion();
+    done.last = ++r.ended == r.choices.size();
+    if (done.last) {  // counted before the caller hears of it
+      r.done = true;
       std::lock_guard<std::mutex> lock(mu);
       flags.erase(r.id);
       if (reason == "cancelled" || reason == "timeout") {
@@ -113,13 +172,21 @@ struct Scheduler::Impl {
         ++m.requests_finished;
       }
       m.prompt_tokens += r.req.prompt.size();
-      m.completion_tokens += r.completion;
+      m.completion_tokens += done.completion_tokens;
       m.kv_tokens_used -= r.context();
     }
     r.req.on_event(done);
   }
 
+  // Ends every choice still going (cancellation, deadline, shutdown).
+  void finish(Running& r, const std::string& reason) {
+    for (Choice& c : r.choices) finish_choice(r, c, reason);
+  }
+
   void fail(Running& r, const std::string& error) {
+    if (r.done) return;
+    r.done = true;
+    for (Choice& c : r.choices) c.next = -2;
     GenerationEvent e;
     e.kind = GenerationEvent::Kind::kError;
     e.error = error;
@@ -132,14 +199,30 @@ struct Scheduler::Impl {
     r.req.on_event(e);
   }
 
+  std::shared_ptr<TokenGrammar> token_grammar(const GenerationRequest& req) {
+    if (!vocab) vocab = TokenVocab::from_tokenizer(tokenizer);
+    if (req.choices.grammar_key.empty()) return std::make_shared<TokenGrammar>(req.choices.grammar, vocab);
+    auto it = grammars.find(req.choices.grammar_key);
+    // A cache no request uses any more is rebuilt once it has grown large.
+    if (it != grammars.end() && it->second.use_count() == 1 && it->second->overflowed()) grammars.erase(it), it = grammars.end();
+    if (it != grammars.end()) return it->second;
+    if (grammars.size() >= 4) {
+      for (auto g = grammars.begin(); g != grammars.end();) g = g->second.use_count() == 1 ? grammars.erase(g) : std::next(g);
+    }
+    auto g = std::make_shared<TokenGrammar>(req.choices.grammar, vocab);
+    grammars.emplace(req.choices.grammar_key, g);
+    return g;
+  }
+
   // Moves queued requests in while slots and KV budget allow (first come, first served).
   void admit() {
     std::unique_lock<std::mutex> lock(mu);
     while (!queue.empty() && running.size() < o.max_running) {
       Queued& q = queue.front();
-      const uint64_t need = q.req.prompt.size() + q.req.max_tokens;
+      const uint64_t per_choice = q.req.prompt.size() + q.req.max_tokens;
+      const uint64_t need = per_choice * q.req.choices.n;
       if (m.kv_tokens_used + need > o.kv_budget_tokens) break;  // waits for memory
-      auto seq = Sequence::create(backend, static_cast<uint32_t>(need), o.kv_type);
+      auto seq = Sequence::create(backend, static_cast<uint32_t>(per_choice), o.kv_type);
       if (!seq.ok()) {
         GenerationEvent e;
         e.kind = GenerationEvent::Kind::kError;
@@ -154,18 +237,60 @@ struct Scheduler::Impl {
         continue;
       }
       m.kv_tokens_used += need;
-      running.push_back(std::make_unique<Running>(q.id, std::move(q.req), q.cancelled, q.submitted, std::move(*seq),
-                                                  backend.n_vocab(), tokenizer));
+      auto r = std::make_unique<Running>(q.id, std::move(q.req), q.cancelled, q.submitted, backend, std::move(*seq),
+                                         tokenizer);
       queue.pop_front();
+      if (r->req.choices.grammar) {
+        lock.unlock();  // the first grammar builds the token table
+        r->grammar = token_grammar(r->req);
+        lock.lock();
+      }
+      running.push_back(std::move(r));
     }
     m.running = static_cast<uint32_t>(running.size());
     m.queued = static_cast<uint32_t>(queue.size());
   }
 
-  // A sampled token: the text it adds (stop strings cut) and whether the request is done.
-  void on_token(Running& r, int32_t tok, Clock::time_point now) {
-    r.sampler.accept(tok);
-    ++r.completion;
+  // The prompt is in choice 0's cache: the other choices fork it.
+  Status fork_choices(Running& r) {
+    for (size_t k = 1; k < r.choices.size(); ++k) {
+      MT_ASSIGN_OR_RETURN(r.choices[k].seq, backend.fork_sequence(r.seq.id()));
+    }
+    return Status::ok_status();
+  }
+
+  // Samples choice c's next token from its row of logits (the grammar's mask and the
+  // request's bias applied; the logprobs from the raw row).
+  void sample(Running& r, Choice& c, std::span<const float> row, Clock::time_point now) {
+    std::span<const float> lg = row;
+    if (r.grammar) {
+      masked.assign(row.begin(), row.end());
+      uint32_t allowed = apply_token_mask(r.grammar->mask(c.grammar_state), masked);
+      for (const auto& [token, bias] : r.req.sampling.logit_bias) {  // bans may leave nothing
+        float& l = masked[static_cast<size_t>(token)];
+        if (bias <= -100 && l > -std::numeric_limits<float>::infinity()) {
+          l = -std::numeric_limits<float>::infinity();
+          --allowed;
+        }
+      }
+      if (allowed == 0) return finish_choice(r, c, "stop");  // the grammar cannot go on
+      lg = masked;
+    }
+    const int32_t tok = c.sampler.sample(lg);
+    if (r.req.choices.top_logprobs >= 0 && !tokenizer.is_eog(tok)) {
+      TokenLogprobs lp;
+      lp.chosen = {tok, tokenizer.token_to_piece(tok, true),
+                   log_softmax_top(row, tok, static_cast<uint32_t>(r.req.choices.top_logprobs), &top)};
+      for (const TokenLogprob& t : top) lp.top.push_back({t.token, tokenizer.token_to_piece(t.token, true), t.logprob});
+      c.logprobs.push_back(std::move(lp));
+    }
+    on_token(r, c, tok, now);
+  }
+
+  // A sampled token: the text it adds (stop strings cut) and whether the choice is done.
+  void on_token(Running& r, Choice& c, int32_t tok, Clock::time_point now) {
+    c.sampler.accept(tok);
+    ++c.completion;
     {
       std::lock_guard<std::mutex> lock(mu);
       if (r.first_text) keep_last(m.ttft_seconds, seconds(now - r.submitted), 1024);
@@ -173,33 +298,31 @@ struct Scheduler::Impl {
     }
     r.first_text = false;
     r.last_token = now;
-    r.next = -2;  // done unless it goes on below
-    if (tokenizer.is_eog(tok)) return finish(r, "stop");
-    const StopMatcher::Result out = r.stops.push(r.decoder.push(tok));
-    if (!out.emit.empty() && !r.req.on_event({GenerationEvent::Kind::kText, out.emit, tok, "", "", 0, 0})) {
-      r.cancelled->store(true);
+    if (tokenizer.is_eog(tok)) return finish_choice(r, c, "stop");
+    if (r.grammar) c.grammar_state = r.grammar->advance(c.grammar_state, tok);
+    const StopMatcher::Result out = c.stops.push(c.decoder.push(tok));
+    if (!out.emit.empty() || (!c.logprobs.empty() && !out.stopped)) {
+      GenerationEvent t;
+      t.text = out.emit;
+      t.token = tok;
+      t.index = c.index;
+      t.logprobs = std::move(c.logprobs);
+      c.logprobs.clear();
+      emit(r, std::move(t));
     }
-    if (out.stopped) return finish(r, "stop");
-    if (r.completion >= r.req.max_tokens) return finish(r, "length");
-    r.next = tok;
+    if (out.stopped) return finish_choice(r, c, "stop");
+    if (r.grammar && (c.grammar_state < 0 || r.grammar->done(c.grammar_state))) return finish_choice(r, c, "stop");
+    if (c.completion >= r.req.max_tokens) return finish_choice(r, c, "length");
+    c.next = tok;
   }
 
-  void step() {
-    const Clock::time_point now = Clock::now();
-    // Leavers first: cancelled (client gone) and past their deadline.
-    for (auto& r : running) {
-      if (r->cancelled->load()) {
-        finish(*r, "cancelled");
-        r->next = -2;
-      } else if (r->req.timeout.count() > 0 && now - r->submitted > r->req.timeout) {
-        finish(*r, "timeout");
-        r->next = -2;
-      }
-    }
-    std::erase_if(running, [](const std::unique_ptr<Running>& r) { return r->next == -2; });
-    if (running.empty()) return;
-    // The step's batch: every decoding request's next token, and prompt chunks up to
-    // prefill_chunk tokens in all (so a long prompt never stalls the decoders).
+  void drop_finished() {
+    std::erase_if(running, [](const std::unique_ptr<Running>& r) { return r->done; });
+  }
+
+  // The step's batch: every decoding choice's next token, and prompt chunks up to
+  // prefill_chunk tokens in all (so a long prompt never stalls the decoders).
+  void build_batch() {
     batch.clear();
     parts.clear();
     uint32_t prefill_left = std::max(1u, o.prefill_chunk);
@@ -212,49 +335,74 @@ struct Scheduler::Impl {
         const bool last = r->prefilled + n == P;
         batch.add(r->seq.id(), r->prefilled, std::span<const int32_t>(r->req.prompt).subspan(r->prefilled, n),
                   last ? Logits::kLast : Logits::kNone);
-        parts.push_back({r.get(), n, last});
-      } else {
-        batch.add(r->seq.id(), P + r->completion - 1, r->next, true);
-        parts.push_back({r.get(), 1, true});
+        parts.push_back({r.get(), nullptr, n, last});
+        continue;
+      }
+      for (Choice& c : r->choices) {
+        if (c.ended()) continue;
+        batch.add(c.seq, P + c.completion - 1, c.next, true);
+        parts.push_back({r.get(), &c, 1, true});
       }
     }
+  }
+
+  void publish_experts() {
+    std::lock_guard<std::mutex> lock(mu);
+    ++m.steps;
+    if (o.experts == nullptr) return;  // a snapshot for /metrics (the HTTP thread reads it under mu)
+    const ExpertScheduler& es = *o.experts;
+    const uint32_t n = static_cast<uint32_t>(es.cache().n_layers());
+    m.expert_layers.resize(n);
+    for (uint32_t l = 0; l < n; ++l) {
+      const CacheCounters& c = es.cache().counters(l);
+      const SchedulerCounters& k = es.counters(l);
+      m.expert_layers[l] = {c.hits, c.misses, c.evictions, c.bytes_copied + k.staged_bytes, k.cpu_experts};
+    }
+  }
+
+  void step() {
+    const Clock::time_point now = Clock::now();
+    // Leavers first: cancelled (client gone) and past their deadline.
+    for (auto& r : running) {
+      if (r->cancelled->load()) {
+        finish(*r, "cancelled");
+      } else if (r->req.timeout.count() > 0 && now - r->submitted > r->req.timeout) {
+        finish(*r, "timeout");
+      }
+    }
+    drop_finished();
+    if (running.empty()) return;
+    build_batch();
     if (batch.empty()) return;
     const Status s = backend.eval(batch, &logits);
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      ++m.steps;
-      if (o.experts != nullptr) {  // a snapshot for /metrics (the HTTP thread reads it under mu)
-        const ExpertScheduler& es = *o.experts;
-        const uint32_t n = static_cast<uint32_t>(es.cache().n_layers());
-        m.expert_layers.resize(n);
-        for (uint32_t l = 0; l < n; ++l) {
-          const CacheCounters& c = es.cache().counters(l);
-          const SchedulerCounters& k = es.counters(l);
-          m.expert_layers[l] = {c.hits, c.misses, c.evictions, c.bytes_copied + k.staged_bytes, k.cpu_experts};
-        }
-      }
-    }
+    publish_experts();
     if (!s.ok()) {
-      for (const StepPart& p : parts) {
-        fail(*p.r, s.to_string());
-        p.r->next = -2;
-      }
-      std::erase_if(running, [](const std::unique_ptr<Running>& r) { return r->next == -2; });
-      return;
+      for (const StepPart& p : parts) fail(*p.r, s.to_string());
+      return drop_finished();
     }
     const uint32_t V = backend.n_vocab();
     size_t row = 0;
     const Clock::time_point done_at = Clock::now();
     for (const StepPart& p : parts) {
       Running& r = *p.r;
-      const bool prefill = r.prefilled < r.req.prompt.size();
-      if (prefill) r.prefilled += p.n;
+      if (p.c == nullptr) r.prefilled += p.n;
       if (!p.logits) continue;
       const std::span<const float> lg(&logits[row * V], V);
       ++row;
-      on_token(r, r.sampler.sample(lg), done_at);
+      if (r.done) continue;
+      if (p.c != nullptr) {
+        sample(r, *p.c, lg, done_at);
+        continue;
+      }
+      if (Status f = fork_choices(r); !f.ok()) {
+        fail(r, f.to_string());
+        continue;
+      }
+      for (Choice& c : r.choices) {
+        if (!c.ended()) sample(r, c, lg, done_at);
+      }
     }
-    std::erase_if(running, [](const std::unique_ptr<Running>& r) { return r->next == -2; });
+    drop_finished();
   }
 
   void loop() {
@@ -310,14 +458,21 @@ StatusOr<uint64_t> Scheduler::submit(GenerationRequest request) {
     if (!impl_->tokenizer.valid(id)) return invalid_argument("token id " + std::to_string(id) + " is not in the vocabulary");
   }
   MT_RETURN_IF_ERROR(validate(request.sampling));
+  MT_RETURN_IF_ERROR(validate_logit_bias(request.sampling, impl_->backend.n_vocab()));
+  if (request.choices.n < 1 || request.choices.n > kMaxChoices) {
+    return invalid_argument("n must be between 1 and " + std::to_string(kMaxChoices));
+  }
+  if (request.choices.top_logprobs < -1 || request.choices.top_logprobs > kMaxTopLogprobs) {
+    return invalid_argument("top_logprobs must be between 0 and " + std::to_string(kMaxTopLogprobs));
+  }
   const uint64_t need = request.prompt.size() + static_cast<uint64_t>(request.max_tokens);
   if (need > options_.n_ctx) {
     return invalid_argument("the prompt (" + std::to_string(request.prompt.size()) + " tokens) plus max_tokens (" +
                             std::to_string(request.max_tokens) + ") exceed the context of " + std::to_string(options_.n_ctx));
   }
-  if (need > options_.kv_budget_tokens) {
-    return invalid_argument("the request needs " + std::to_string(need) + " tokens of KV cache, the budget is " +
-                            std::to_string(options_.kv_budget_tokens));
+  if (need * request.choices.n > options_.kv_budget_tokens) {
+    return invalid_argument("the request needs " + std::to_string(need * request.choices.n) +
+                            " tokens of KV cache, the budget is " + std::to_string(options_.kv_budget_tokens));
   }
   auto flag = std::make_shared<std::atomic<bool>>(false);
   uint64_t id = 0;

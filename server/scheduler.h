@@ -10,6 +10,14 @@
 // are delivered on the scheduler's own thread through the request's callback, which
 // must not block; returning false from it cancels the request.
 //
+// A request may ask for n choices: its prompt is prefilled once, then its sequence is
+// forked (Backend::fork_sequence) into n that sample on their own (seed + i), each with
+// its own events (GenerationEvent::index), each ending with its own kDone; the last of them
+// (`last`) ends the request. Per choice, optionally: the model's log-probabilities of each
+// sampled token and its top alternatives (from the raw logits), and a grammar
+// (runtime/grammar.h) that masks every token whose bytes it cannot accept and ends the
+// choice as soon as the text is complete.
+//
 // The model is reached only through a Backend (backend/backend.h): a request's sequence is
 // created at admission and freed when it leaves, and every step is one Backend::eval of
 // all the step's tokens. Only the scheduler's thread touches the backend.
@@ -24,6 +32,7 @@
 
 #include "backend/backend.h"
 #include "core/status.h"
+#include "runtime/grammar.h"
 #include "runtime/sampling.h"
 #include "tokenizer/tokenizer.h"
 
@@ -31,14 +40,39 @@ namespace mt {
 
 class ExpertScheduler;
 
+// One sampled token's log-probability and, best first, its top alternatives'.
+struct LogprobEntry {
+  int32_t token = -1;
+  std::string piece;  // the token's bytes (control tokens: their text)
+  float logprob = 0;
+};
+struct TokenLogprobs {
+  LogprobEntry chosen;
+  std::vector<LogprobEntry> top;
+};
+
 struct GenerationEvent {
   enum class Kind { kText, kDone, kError };
   Kind kind = Kind::kText;
   std::string text;                 // kText: the next piece (stop strings already cut)
   int32_t token = -1;               // kText: the token that produced it (-1: held-back tail)
-  std::string finish_reason;        // kDone: "stop" (EOS or stop string), "length", "cancelled", "timeout"
+  std::string finish_reason;        // kDone: "stop" (EOS, stop string, grammar complete), "length", "cancelled", "timeout"
   std::string error;                // kError
-  uint32_t prompt_tokens = 0, completion_tokens = 0;  // kDone: usage
+  uint32_t prompt_tokens = 0, completion_tokens = 0;  // kDone: usage of the request (all choices) so far
+  uint32_t index = 0;               // the choice (kText, kDone)
+  bool last = true;                 // kDone, kError: the request's final event
+  std::vector<TokenLogprobs> logprobs;  // kText: the sampled tokens since the previous event (logprobs asked)
+};
+
+inline constexpr uint32_t kMaxChoices = 16;
+inline constexpr int32_t kMaxTopLogprobs = 20;
+
+// How many choices a request makes and what each reports and obeys.
+struct ChoiceOptions {
+  uint32_t n = 1;                   // choices (1..kMaxChoices), each a sequence of its own
+  int32_t top_logprobs = -1;        // -1: none; 0..kMaxTopLogprobs: each token's logprob and this many alternatives
+  std::shared_ptr<const Grammar> grammar;  // null: unconstrained
+  std::string grammar_key;          // requests with equal keys (and grammars) share the grammar's token cache
 };
 
 struct GenerationRequest {
@@ -48,6 +82,7 @@ struct GenerationRequest {
   std::vector<std::string> stops;
   std::chrono::milliseconds timeout{0};  // 0: none
   std::function<bool(const GenerationEvent&)> on_event;  // false: cancel
+  ChoiceOptions choices;
 };
 
 struct ServingOptions {
@@ -85,7 +120,7 @@ class Scheduler {
   Scheduler& operator=(const Scheduler&) = delete;
 
   // Queues a request; InvalidArgument when it can never fit (prompt + max_tokens >
-  // n_ctx) or is malformed. The returned id can cancel it.
+  // n_ctx, or n times that > the KV budget) or is malformed. The returned id can cancel it.
   StatusOr<uint64_t> submit(GenerationRequest request);
   void cancel(uint64_t id);
   SchedulerMetrics metrics() const;

@@ -60,7 +60,7 @@ const cases = [
   ['17 stop strings', 'POST', '/v1/chat/completions', chat({ stop: Array.from({ length: 17 }, (_, i) => `s${i}`) }), 400,
     'invalid_request_error', 'stop', null],
   ['seed a string', 'POST', '/v1/chat/completions', chat({ seed: 'abc' }), 400, 'invalid_request_error', 'seed', null],
-  ['n = 2', 'POST', '/v1/chat/completions', chat({ n: 2 }), 400, 'invalid_request_error', 'n', null],
+  ['n = 17 (above 16)', 'POST', '/v1/chat/completions', chat({ n: 17 }), 400, 'invalid_request_error', 'n', null],
   ['tools', 'POST', '/v1/chat/completions', chat({ tools: [{ type: 'function' }] }), 400, 'invalid_request_error', 'tools', null],
   ['prompt longer than the context', 'POST', '/v1/chat/completions',
     { messages: [{ role: 'user', content: 'word '.repeat(400) }] }, 400, 'invalid_request_error', 'messages',

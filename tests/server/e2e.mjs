@@ -142,7 +142,7 @@ async function expectError(what, promise, Klass, status, code) {
   }
   fail(`${what}: no error`);
 }
-await expectError('n = 2', chat({ n: 2 }), OpenAI.BadRequestError, 400);
+await expectError('n = 17 (above 16)', chat({ n: 17 }), OpenAI.BadRequestError, 400);
 await expectError('unknown model', client.chat.completions.create({ model: 'gpt-9', messages }), OpenAI.NotFoundError, 404,
   'model_not_found');
 const wrongKey = new OpenAI({ baseURL: `${server.base}/v1`, apiKey: 'sk-wrong', maxRetries: 0, httpAgent });
