@@ -1,55 +1,68 @@
 #include "server/chat_prompt.h"
 
-#include <vector>
+#include <nlohmann/json.hpp>
+
+#include "runtime/json_schema.h"
 
 namespace mt::server {
 namespace {
 
-constexpr const char* kChatMl =
-    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>\n' }}"
-    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
+using json = nlohmann::json;
 
-std::string token_text_or_empty(const Tokenizer& t, int32_t id) { return t.valid(id) ? t.token_text(id) : ""; }
+// The name of the request's only tool ("" when there are several or none).
+std::string only_tool(const std::string& tools_json) {
+  const json tools = json::parse(tools_json, nullptr, /*allow_exceptions=*/false);
+  if (!tools.is_array() || tools.size() != 1) return "";
+  return tools[0]["function"]["name"].get<std::string>();  // checked by parse_request
+}
+
+// The arguments of `function` as a grammar: its parameter schema, or any object.
+Status constrain_arguments(const std::string& tools_json, const std::string& function, ChoiceOptions* choices) {
+  if (choices->grammar) return invalid_argument("a forced tool call and response_format cannot both constrain the reply");
+  if (choices->n > 1) return invalid_argument("a forced tool call is made in one choice (n = 1)");
+  const json tools = json::parse(tools_json, nullptr, /*allow_exceptions=*/false);
+  for (const json& t : tools) {
+    const json& fn = t["function"];
+    if (fn["name"] != function) continue;
+    if (!fn.contains("parameters") || fn["parameters"].is_null()) {
+      choices->grammar = json_object_grammar();
+      choices->grammar_key = "tool-args:any";
+      return {};
+    }
+    const std::string schema = fn["parameters"].dump();
+    auto grammar = json_schema_grammar(schema);
+    if (!grammar.ok()) return invalid_argument("tools: " + function + ".parameters: " + grammar.status().message());
+    choices->grammar = std::move(*grammar);
+    choices->grammar_key = "tool-args:" + schema;
+    return {};
+  }
+  return invalid_argument("no tool named '" + function + "'");
+}
 
 }  // namespace
 
-ChatPrompt ChatPrompt::from_model(const gguf::GgufFile& file, const Tokenizer& tokenizer) {
-  ChatPrompt p;
-  auto source = file.get_string("tokenizer.chat_template");
-  if (source.ok()) {
-    auto parsed = ChatTemplate::parse(std::string(*source));
-    if (parsed.ok()) {
-      p.template_ = std::move(*parsed);
-      p.description_ = "the model's chat template";
-    } else {
-      p.description_ = "chatml (fallback: the model's chat template: " + parsed.status().message() + ")";
+StatusOr<ChatTurn> prepare_chat(const ChatPrompt& chat, ApiRequest& r) {
+  ChatTurn turn;
+  ChatRenderOptions o;
+  o.tools_json = r.tools_json;
+  o.extra_json = r.template_kwargs_json;
+  MT_ASSIGN_OR_RETURN(turn.prompt, chat.render(r.messages, o));
+  if (r.tools_json.empty() || r.tool_choice == ToolChoice::kNone) return turn;
+  turn.syntax = chat.tool_syntax();
+  turn.tools_json = r.tools_json;
+  std::string function = r.tool_choice == ToolChoice::kFunction ? r.tool_choice_name
+                         : r.tool_choice == ToolChoice::kRequired ? only_tool(r.tools_json)
+                                                                   : "";
+  if (!function.empty()) {
+    turn.forced = call_prefix(turn.syntax, function);
+    if (!turn.forced.empty()) {
+      MT_RETURN_IF_ERROR(constrain_arguments(r.tools_json, function, &r.choices));
+      turn.forced_function = function;
+      turn.forced_suffix = call_suffix(turn.syntax);
+      turn.prompt += turn.forced;
     }
-  } else {
-    p.description_ = "chatml (fallback: the model has no chat template)";
   }
-  if (!p.template_) p.template_ = ChatTemplate::parse(kChatMl).value();
-  p.options_.add_generation_prompt = true;
-  p.options_.bos_token = token_text_or_empty(tokenizer, tokenizer.bos());
-  p.options_.eos_token = token_text_or_empty(tokenizer, tokenizer.eos());
-  p.strip_bos_ = tokenizer.add_bos() && !p.options_.bos_token.empty();
-  p.strip_eos_ = tokenizer.add_eos() && !p.options_.eos_token.empty();
-  return p;
-}
-
-StatusOr<std::string> ChatPrompt::render(std::span<const ApiMessage> messages) const {
-  std::vector<ChatMessage> chat;
-  chat.reserve(messages.size());
-  for (const ApiMessage& m : messages) chat.push_back({m.role, m.content});
-  auto rendered = template_->render(chat, options_);
-  if (!rendered.ok()) return invalid_argument("the chat template refused the messages: " + rendered.status().message());
-  std::string text = std::move(*rendered);
-  const std::string& bos = options_.bos_token;
-  const std::string& eos = options_.eos_token;
-  if (strip_bos_ && text.compare(0, bos.size(), bos) == 0) text.erase(0, bos.size());
-  if (strip_eos_ && text.size() >= eos.size() && text.compare(text.size() - eos.size(), eos.size(), eos) == 0) {
-    text.erase(text.size() - eos.size());
-  }
-  return text;
+  return turn;
 }
 
 }  // namespace mt::server

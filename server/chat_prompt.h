@@ -1,39 +1,38 @@
-// ChatPrompt: the one place where a chat's messages become the model's prompt text: the
-// GGUF's `tokenizer.chat_template` (Jinja, runtime/chat_template.h) rendered with every
-// message and the generation prompt, or ChatML when the model has no template or one that
-// does not parse (what llama.cpp falls back to). A BOS the template writes at the start
-// (an EOS at the end) is removed when the tokenizer adds one anyway, so it is not doubled
-// (llama.cpp does the same).
+// A chat request's prompt, and how its reply is to be read, from the model's one chat
+// renderer (runtime/chat_prompt.h, shared with `moetier run --chat`): the request's
+// messages, tools and chat_template_kwargs rendered through the template. The tool-call
+// syntax the template teaches (runtime/tool_calls.h) is how the reply is read back, unless
+// tool_choice is "none" (the tools stay in the prompt, the reply is all content). A forced
+// call (tool_choice naming a function, or "required" with one tool) opens the call for the
+// model: the call's opening text goes at the end of the prompt, so that the model writes
+// only the arguments, constrained by a grammar compiled from the function's parameter schema
+// (runtime/json_schema.h) so that they validate against it; the reply is read as if the
+// model had written the opening itself, and the call closed when the arguments are.
 #pragma once
 
-#include <optional>
-#include <span>
 #include <string>
 
 #include "core/status.h"
-#include "gguf/reader.h"
-#include "runtime/chat_template.h"
+#include "runtime/chat_prompt.h"
+#include "runtime/tool_calls.h"
 #include "server/openai.h"
-#include "tokenizer/tokenizer.h"
 
 namespace mt::server {
 
-class ChatPrompt {
- public:
-  static ChatPrompt from_model(const gguf::GgufFile& file, const Tokenizer& tokenizer);
+using ChatPrompt = mt::ChatPrompt;
 
-  // InvalidArgument when the template refuses the messages (its raise_exception, e.g.
-  // roles that do not alternate).
-  StatusOr<std::string> render(std::span<const ApiMessage> messages) const;
-
-  // "the model's chat template" or "chatml (fallback: ...)", for the start-up line.
-  const std::string& description() const { return description_; }
-
- private:
-  std::optional<ChatTemplate> template_;
-  ChatTemplateOptions options_;
-  bool strip_bos_ = false, strip_eos_ = false;
-  std::string description_;
+struct ChatTurn {
+  std::string prompt;           // the text to tokenize (special tokens parsed)
+  std::string forced;           // the reply's opening, already at the end of prompt; "" none
+  std::string forced_function;  // the function a forced call calls
+  std::string forced_suffix;    // what closes a forced call after its arguments
+  ToolSyntax syntax = ToolSyntax::kNone;  // how the reply is read; kNone: all content
+  std::string tools_json;
 };
+
+// InvalidArgument when the template refuses the messages, or a forced call's parameter
+// schema cannot be compiled or meets another constraint (response_format, n > 1). A forced
+// call's grammar goes into request.choices.
+StatusOr<ChatTurn> prepare_chat(const ChatPrompt& chat, ApiRequest& request);
 
 }  // namespace mt::server

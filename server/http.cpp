@@ -8,6 +8,7 @@
 #include <set>
 
 #include "core/log.h"
+#include "server/chat_reply.h"
 #include "server/generation.h"
 
 namespace mt::server {
@@ -98,6 +99,7 @@ struct StreamState {
   ResponseMeta meta;
   uint64_t id = 0;
   bool include_usage = false;
+  std::shared_ptr<ChatReply> reply;  // chat with tools: read through the tool-call syntax
   bool started = false;
   bool finished = false;  // the final event was written (or the client is gone)
 };
@@ -112,7 +114,8 @@ struct HttpServer::Impl {
   bool read_body(const httplib::ContentReader& reader, Response& res, std::string* body);
   httplib::Server::HandlerWithContentReader generation_route(Endpoint endpoint);
   void generate(const std::string& body, Response& res, Endpoint endpoint);
-  void answer(const std::shared_ptr<PendingGeneration>& pending, const ResponseMeta& meta, uint64_t id, Response& res);
+  void answer(const std::shared_ptr<PendingGeneration>& pending, const ResponseMeta& meta, uint64_t id, Response& res,
+              ChatReply* reply);
   bool pump(StreamState& st, httplib::DataSink& sink);
   bool authorized(const Request& req) const;
   void untrack(uint64_t id);
@@ -187,10 +190,12 @@ void HttpServer::Impl::generate(const std::string& body, Response& res, Endpoint
               "model_not_found"});
   }
   std::string text = r.prompt;
+  std::shared_ptr<ChatReply> reply;
   if (endpoint == Endpoint::kChat) {
-    auto rendered = chat.render(r.messages);
-    if (!rendered.ok()) return send_error(res, bad_request(rendered.status().message(), "messages"));
-    text = std::move(*rendered);
+    auto turn = prepare_chat(chat, r);
+    if (!turn.ok()) return send_error(res, bad_request(turn.status().message(), "messages"));
+    text = std::move(turn->prompt);
+    if (turn->syntax != ToolSyntax::kNone) reply = std::make_shared<ChatReply>(*turn);
   }
   const char* prompt_param = endpoint == Endpoint::kChat ? "messages" : "prompt";
   std::vector<int32_t> prompt = tokenizer.encode(text, true, true);
@@ -222,9 +227,9 @@ void HttpServer::Impl::generate(const std::string& body, Response& res, Endpoint
     inflight.insert(id);
   }
   ResponseMeta meta{endpoint, new_response_id(endpoint), static_cast<int64_t>(std::time(nullptr)), options.model_name};
-  if (!r.stream) return answer(pending, meta, id, res);
+  if (!r.stream) return answer(pending, meta, id, res, reply.get());
 
-  auto st = std::make_shared<StreamState>(StreamState{pending, meta, id, r.include_usage});
+  auto st = std::make_shared<StreamState>(StreamState{pending, meta, id, r.include_usage, reply});
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider(
       "text/event-stream", [this, st](size_t, httplib::DataSink& sink) { return pump(*st, sink); },
@@ -238,7 +243,7 @@ void HttpServer::Impl::generate(const std::string& body, Response& res, Endpoint
 }
 
 void HttpServer::Impl::answer(const std::shared_ptr<PendingGeneration>& pending, const ResponseMeta& meta, uint64_t id,
-                              Response& res) {
+                              Response& res, ChatReply* reply) {
   std::string text;
   for (;;) {
     for (const GenerationEvent& e : pending->take(kPoll)) {
@@ -248,6 +253,7 @@ void HttpServer::Impl::answer(const std::shared_ptr<PendingGeneration>& pending,
       }
       untrack(id);
       if (!finished_normally(e)) return send_error(res, ended_error(e));
+      if (reply) return send_json(res, 200, reply->body(meta, text, e.finish_reason, {e.prompt_tokens, e.completion_tokens}));
       return send_json(res, 200, response_body(meta, text, e.finish_reason, {e.prompt_tokens, e.completion_tokens}));
     }
   }
@@ -268,12 +274,15 @@ bool HttpServer::Impl::pump(StreamState& st, httplib::DataSink& sink) {
   }
   for (const GenerationEvent& e : st.pending->take(kPoll)) {
     if (e.kind == GenerationEvent::Kind::kText) {
-      if (!e.text.empty() && !write(chunk_text(st.meta, e.text, usage_field))) return gone();
+      const std::string events = !st.reply ? chunk_text(st.meta, e.text, usage_field)
+                                           : st.reply->stream(st.meta, e.text, usage_field);
+      if (!e.text.empty() && !events.empty() && !write(events)) return gone();
       continue;
     }
     st.finished = true;
     if (finished_normally(e)) {
-      write(chunk_finish(st.meta, e.finish_reason, usage_field));
+      write(st.reply ? st.reply->stream_finish(st.meta, e.finish_reason, usage_field)
+                     : chunk_finish(st.meta, e.finish_reason, usage_field));
       if (st.include_usage) write(chunk_usage(st.meta, {e.prompt_tokens, e.completion_tokens}));
     } else {
       write(sse_error(ended_error(e)));

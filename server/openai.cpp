@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <charconv>
 #include <cstdio>
 #include <ctime>
@@ -89,6 +90,42 @@ std::optional<ApiError> read_content(const json& v, const std::string& param, st
   return std::nullopt;
 }
 
+// An assistant message's tool_calls, a tool message's tool_call_id and name.
+std::optional<ApiError> read_tool_fields(const json& m, const std::string& p, ApiMessage* msg) {
+  if (const json* id = field(m, "tool_call_id")) {
+    if (!id->is_string()) return bad_request("'" + p + ".tool_call_id' must be a string", p + ".tool_call_id");
+    msg->tool_call_id = id->get<std::string>();
+  }
+  if (const json* name = field(m, "name"); name != nullptr && msg->role == "tool") {
+    if (!name->is_string()) return bad_request("'" + p + ".name' must be a string", p + ".name");
+    msg->name = name->get<std::string>();
+  }
+  if (const json* r = field(m, "reasoning_content"); r != nullptr && r->is_string()) msg->reasoning_content = r->get<std::string>();
+  const json* calls = field(m, "tool_calls");
+  if (calls == nullptr) return std::nullopt;
+  const std::string pc = p + ".tool_calls";
+  if (msg->role != "assistant") return bad_request("'" + pc + "' is only allowed in assistant messages", pc);
+  if (!calls->is_array()) return bad_request("'" + pc + "' must be a list", pc);
+  for (size_t i = 0; i < calls->size(); ++i) {
+    const json& c = (*calls)[i];
+    const std::string pi = pc + "[" + std::to_string(i) + "]";
+    const json* fn = c.is_object() ? field(c, "function") : nullptr;
+    const json* name = fn != nullptr && fn->is_object() ? field(*fn, "name") : nullptr;
+    const json* args = fn != nullptr && fn->is_object() ? field(*fn, "arguments") : nullptr;
+    if (name == nullptr || !name->is_string()) {
+      return bad_request("'" + pi + ".function.name' must be a string", pi + ".function.name");
+    }
+    if (args != nullptr && !args->is_string() && !args->is_object()) {
+      return bad_request("'" + pi + ".function.arguments' must be a JSON string", pi + ".function.arguments");
+    }
+    const json* id = field(c, "id");
+    msg->tool_calls.push_back(ToolCall{id != nullptr && id->is_string() ? id->get<std::string>() : "",
+                                       name->get<std::string>(),
+                                       args == nullptr ? "{}" : args->is_string() ? args->get<std::string>() : dump(*args)});
+  }
+  return std::nullopt;
+}
+
 std::optional<ApiError> read_messages(const json& body, std::vector<ApiMessage>* out) {
   const json* messages = field(body, "messages");
   if (messages == nullptr) return bad_request("'messages' is required", "messages");
@@ -102,8 +139,8 @@ std::optional<ApiError> read_messages(const json& body, std::vector<ApiMessage>*
     if (role == nullptr || !role->is_string()) return bad_request("'" + p + ".role' must be a string", p + ".role");
     ApiMessage msg{role->get<std::string>(), ""};
     if (msg.role == "developer") msg.role = "system";
-    if (msg.role != "system" && msg.role != "user" && msg.role != "assistant") {
-      return bad_request("'" + p + ".role' must be 'system', 'developer', 'user' or 'assistant', not '" +
+    if (msg.role != "system" && msg.role != "user" && msg.role != "assistant" && msg.role != "tool") {
+      return bad_request("'" + p + ".role' must be 'system', 'developer', 'user', 'assistant' or 'tool', not '" +
                              role->get<std::string>() + "'",
                          p + ".role");
     }
@@ -113,6 +150,7 @@ std::optional<ApiError> read_messages(const json& body, std::vector<ApiMessage>*
     } else if (auto e = read_content(*content, p + ".content", &msg.content)) {
       return e;
     }
+    if (auto e = read_tool_fields(m, p, &msg)) return e;
     out->push_back(std::move(msg));
   }
   return std::nullopt;
@@ -143,11 +181,8 @@ std::optional<ApiError> reject_unsupported(const json& body) {
   if (const json* v = field(body, "echo"); v != nullptr && !(v->is_boolean() && !v->get<bool>())) {
     return bad_request("'echo' is not supported", "echo");
   }
-  for (const char* name : {"tools", "functions"}) {
-    const json* v = field(body, name);
-    if (v != nullptr && !(v->is_array() && v->empty())) {
-      return bad_request(std::string("'") + name + "' is not supported", name);
-    }
+  if (const json* v = field(body, "functions"); v != nullptr && !(v->is_array() && v->empty())) {
+    return bad_request("'functions' is not supported (use 'tools')", "functions");
   }
   return std::nullopt;
 }
@@ -198,6 +233,73 @@ std::optional<ApiError> read_prompt(const json& body, std::string* out) {
   if (prompt->is_array() && prompt->size() == 1 && (*prompt)[0].is_string()) prompt = &(*prompt)[0];
   if (!prompt->is_string()) return bad_request("'prompt' must be a string (one prompt per request)", "prompt");
   *out = prompt->get<std::string>();
+  return std::nullopt;
+}
+
+// `tools`: a list of {"type": "function", "function": {"name", "description"?, "parameters"?}}.
+std::optional<ApiError> read_tool_list(const json& tools, std::vector<std::string>* names) {
+  if (!tools.is_array()) return bad_request("'tools' must be a list of tools", "tools");
+  for (size_t i = 0; i < tools.size(); ++i) {
+    const json& t = tools[i];
+    const std::string p = "tools[" + std::to_string(i) + "]";
+    const json* type = t.is_object() ? field(t, "type") : nullptr;
+    if (type == nullptr || *type != "function") return bad_request("'" + p + ".type' must be 'function'", p + ".type");
+    const json* fn = field(t, "function");
+    if (fn == nullptr || !fn->is_object()) return bad_request("'" + p + ".function' must be an object", p + ".function");
+    const json* name = field(*fn, "name");
+    if (name == nullptr || !name->is_string() || name->get<std::string>().empty() ||
+        name->get<std::string>().find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.") !=
+            std::string::npos) {
+      return bad_request("'" + p + ".function.name' must be a name of letters, digits, '_', '-' and '.'",
+                         p + ".function.name");
+    }
+    const json* params = field(*fn, "parameters");
+    if (params != nullptr && !params->is_object()) {
+      return bad_request("'" + p + ".function.parameters' must be a JSON schema object", p + ".function.parameters");
+    }
+    names->push_back(name->get<std::string>());
+  }
+  return std::nullopt;
+}
+
+// tools, tool_choice, parallel_tool_calls and chat_template_kwargs.
+std::optional<ApiError> read_tools(const json& body, ApiRequest* out) {
+  std::vector<std::string> names;
+  if (const json* tools = field(body, "tools")) {
+    if (auto e = read_tool_list(*tools, &names)) return e;
+    if (!tools->empty()) out->tools_json = dump(*tools);
+  }
+  if (const json* choice = field(body, "tool_choice")) {
+    const json* fn = choice->is_object() ? field(*choice, "function") : nullptr;
+    const json* name = fn != nullptr && fn->is_object() ? field(*fn, "name") : nullptr;
+    if (*choice == "auto") {
+      out->tool_choice = ToolChoice::kAuto;
+    } else if (*choice == "none") {
+      out->tool_choice = ToolChoice::kNone;
+    } else if (*choice == "required") {
+      out->tool_choice = ToolChoice::kRequired;
+    } else if (name != nullptr && name->is_string()) {
+      out->tool_choice = ToolChoice::kFunction;
+      out->tool_choice_name = name->get<std::string>();
+      if (std::find(names.begin(), names.end(), out->tool_choice_name) == names.end()) {
+        return bad_request("'tool_choice' names the function '" + out->tool_choice_name + "', which is not in 'tools'",
+                           "tool_choice");
+      }
+    } else {
+      return bad_request(
+          "'tool_choice' must be 'auto', 'none', 'required' or {\"type\": \"function\", \"function\": {\"name\": ...}}",
+          "tool_choice");
+    }
+    if (out->tool_choice == ToolChoice::kRequired && names.empty()) {
+      return bad_request("'tool_choice' is 'required' but there are no 'tools'", "tool_choice");
+    }
+  }
+  bool parallel = true;
+  if (auto e = read_bool(body, "parallel_tool_calls", &parallel)) return e;
+  if (const json* kwargs = field(body, "chat_template_kwargs")) {
+    if (!kwargs->is_object()) return bad_request("'chat_template_kwargs' must be an object", "chat_template_kwargs");
+    if (!kwargs->empty()) out->template_kwargs_json = dump(*kwargs);
+  }
   return std::nullopt;
 }
 
@@ -352,6 +454,9 @@ std::optional<ApiError> parse_request(Endpoint endpoint, std::string_view body, 
     return e;
   }
   if (auto e = reject_unsupported(j)) return e;
+  if (endpoint == Endpoint::kChat) {
+    if (auto e = read_tools(j, out)) return e;
+  }
   if (auto e = read_sampling(j, &out->sampling)) return e;
   if (auto e = read_choices(j, body, endpoint, out)) return e;
   if (auto e = read_max_tokens(j, &out->max_tokens)) return e;
@@ -430,6 +535,41 @@ std::string chunk_usage(const ResponseMeta& meta, const Usage& usage) {
   j["choices"] = json::array();
   j["usage"] = usage_json(usage);
   return sse(j);
+}
+
+namespace {
+
+json tool_call_json(const ToolCall& c) {
+  return {{"id", c.id}, {"type", "function"}, {"function", {{"name", c.name}, {"arguments", c.arguments}}}};
+}
+
+}  // namespace
+
+std::string chat_response_body(const ResponseMeta& meta, const ChatReplyParts& reply, std::string_view finish_reason,
+                               const Usage& usage) {
+  json j = object_head(meta, "chat.completion");
+  json message = {{"role", "assistant"}};
+  message["content"] = reply.content.empty() && !reply.tool_calls.empty() ? json(nullptr) : json(reply.content);
+  if (!reply.reasoning.empty()) message["reasoning_content"] = reply.reasoning;
+  if (!reply.tool_calls.empty()) {
+    message["tool_calls"] = json::array();
+    for (const ToolCall& c : reply.tool_calls) message["tool_calls"].push_back(tool_call_json(c));
+  }
+  json choice = {{"index", 0}, {"message", std::move(message)}, {"logprobs", nullptr}};
+  choice["finish_reason"] = finish_value(finish_reason);
+  j["choices"] = json::array({std::move(choice)});
+  j["usage"] = usage_json(usage);
+  return dump(j);
+}
+
+std::string chunk_reasoning(const ResponseMeta& meta, std::string_view text, bool usage_field) {
+  return chunk(meta, {{"reasoning_content", std::string(text)}}, "", usage_field);
+}
+
+std::string chunk_tool_call(const ResponseMeta& meta, size_t index, const ToolCall& call, bool usage_field) {
+  json c = tool_call_json(call);
+  c["index"] = index;
+  return chunk(meta, {{"tool_calls", json::array({std::move(c)})}}, "", usage_field);
 }
 
 std::string sse_error(const ApiError& e) { return "data: " + error_body(e) + "\n\n"; }

@@ -19,6 +19,7 @@
 #include <string_view>
 #include <vector>
 
+#include "runtime/chat_template.h"
 #include "runtime/sampling.h"
 #include "server/scheduler.h"
 
@@ -39,10 +40,13 @@ std::string error_body(const ApiError& e);
 
 enum class Endpoint { kChat, kCompletion };
 
-struct ApiMessage {
-  std::string role;  // "system" (also for "developer"), "user" or "assistant"
-  std::string content;
-};
+// role "system" (also for "developer"), "user", "assistant" (with tool_calls, content
+// optional) or "tool" (with tool_call_id).
+using ApiMessage = ChatMessage;
+
+// How the model may call the request's tools: as it likes, not at all, at least once, or
+// exactly the named function (tool_choice_name).
+enum class ToolChoice { kAuto, kNone, kRequired, kFunction };
 
 struct ApiRequest {
   Endpoint endpoint = Endpoint::kChat;
@@ -57,6 +61,13 @@ struct ApiRequest {
   // n, logprobs / top_logprobs (chat) or logprobs: k (completions), response_format
   // (json_object or json_schema, compiled to a grammar); logit_bias is in `sampling`.
   ChoiceOptions choices;
+  // chat: `tools` as a JSON list of {"type": "function", "function": {name, description,
+  // parameters}} (validated; "" when none), tool_choice, and chat_template_kwargs (a JSON
+  // object; "" when none).
+  std::string tools_json;
+  ToolChoice tool_choice = ToolChoice::kAuto;
+  std::string tool_choice_name;
+  std::string template_kwargs_json;
 };
 
 // Parses and validates a request body; on failure *out is unspecified.
@@ -94,6 +105,20 @@ std::string chunk_start(const ResponseMeta& meta, bool usage_field);
 std::string chunk_text(const ResponseMeta& meta, std::string_view text, bool usage_field);
 std::string chunk_finish(const ResponseMeta& meta, std::string_view finish_reason, bool usage_field);
 std::string chunk_usage(const ResponseMeta& meta, const Usage& usage);
+
+// A chat reply read through the template's tool-call syntax (runtime/tool_calls.h).
+struct ChatReplyParts {
+  std::string content, reasoning;  // reasoning: "reasoning_content" when not empty
+  std::vector<ToolCall> tool_calls;
+};
+// The whole answer: message {role, content (null when there are only tool calls),
+// reasoning_content, tool_calls [{id, type: "function", function: {name, arguments}}]}.
+std::string chat_response_body(const ResponseMeta& meta, const ChatReplyParts& reply, std::string_view finish_reason,
+                               const Usage& usage);
+// Stream deltas: reasoning text, and one whole tool call at `index` (id, type, name and
+// the arguments in one delta).
+std::string chunk_reasoning(const ResponseMeta& meta, std::string_view text, bool usage_field);
+std::string chunk_tool_call(const ResponseMeta& meta, size_t index, const ToolCall& call, bool usage_field);
 std::string sse_error(const ApiError& e);
 inline constexpr std::string_view kSseDone = "data: [DONE]\n\n";
 

@@ -16,7 +16,7 @@
 #include "core/log.h"
 #include "experts/stats.h"
 #include "model/model.h"
-#include "runtime/chat_format.h"
+#include "runtime/chat_prompt.h"
 #include "runtime/sampling.h"
 #include "tokenizer/stream_decoder.h"
 #include "tokenizer/tokenizer.h"
@@ -36,6 +36,7 @@ struct RunFlags {
   DeviceFlags device;
   uint32_t n_ctx = 0;
   bool chat = false;
+  std::string chat_template_file;  // implies chat
   SamplingParams sampling;
 };
 
@@ -98,10 +99,12 @@ std::string default_model() {
 StatusOr<std::vector<int32_t>> encode_prompt(const RunFlags& f, const Model& model, const Tokenizer& tokenizer) {
   std::string text = f.prompt;
   bool parse_special = false;
-  if (f.chat) {
-    auto tmpl = model.file().get_string("tokenizer.chat_template");
-    MT_ASSIGN_OR_RETURN(ChatFormat format, detect_chat_format(tmpl.ok() ? *tmpl : std::string_view{}));
-    text = apply_chat_format(format, f.system, f.prompt);
+  if (f.chat || !f.chat_template_file.empty()) {  // the renderer `serve` uses (runtime/chat_prompt.h)
+    MT_ASSIGN_OR_RETURN(ChatPrompt chat, ChatPrompt::load(model.file(), tokenizer, f.chat_template_file));
+    std::vector<ChatMessage> messages;
+    if (!f.system.empty()) messages.push_back({"system", f.system});
+    messages.push_back({"user", f.prompt});
+    MT_ASSIGN_OR_RETURN(text, chat.render(messages));
     parse_special = true;
   }
   std::vector<int32_t> prompt = tokenizer.encode(text, true, parse_special);
@@ -195,7 +198,7 @@ int run(RunFlags f) {
   }
   UsageTrace usage(record.get());
 
-  std::fputs(f.chat ? "" : f.prompt.c_str(), stdout);
+  std::fputs(f.chat || !f.chat_template_file.empty() ? "" : f.prompt.c_str(), stdout);
   std::fflush(stdout);
   std::vector<float> logits;
   const auto t_prompt = std::chrono::steady_clock::now();
@@ -262,7 +265,8 @@ Runner add_run(CLI::App& app) {
   app.add_flag("--no-interleave", f->no_interleave,
                "keep every weight in the memory map (no interleaved Q4_K/Q6_K copies): less memory, slower");
   app.add_option("-c,--ctx-size", f->n_ctx, "context size (default: min(training context, 4096))");
-  app.add_flag("--chat", f->chat, "wrap the prompt in the model's chat format");
+  app.add_flag("--chat", f->chat, "wrap the prompt in the model's chat template (ChatML when it has none)");
+  app.add_option("--chat-template-file", f->chat_template_file, "Jinja chat template to use instead of the model's (implies --chat)");
   app.add_option("--system", f->system, "system message (with --chat)");
   app.add_option("--seed", f->sampling.seed, "random seed (default: random, printed at the end)");
   app.add_option("--temp", f->sampling.temperature, "temperature (0 = greedy; default 0.8)");

@@ -33,6 +33,7 @@ namespace {
 
 struct ServeFlags {
   std::string model, host = "127.0.0.1", api_key, alias, kv_type = "f16";
+  std::string chat_template_file;
   int port = 8080, threads = 0;
   uint32_t max_running = 8, n_ctx = 0, http_threads = 0;
   bool no_interleave = false;
@@ -111,7 +112,9 @@ int serve(const ServeFlags& f) {
   auto tokenizer = Tokenizer::from_gguf(model.file());
   if (!tokenizer.ok()) return fail("serve", tokenizer.status());
   if (tokenizer->n_vocab() != hp.n_vocab) return fail("serve", data_loss("tokenizer and model disagree on the vocabulary size"));
-  const server::ChatPrompt chat = server::ChatPrompt::from_model(model.file(), *tokenizer);
+  auto chat_prompt = ChatPrompt::load(model.file(), *tokenizer, f.chat_template_file);
+  if (!chat_prompt.ok()) return fail("serve", chat_prompt.status());
+  const ChatPrompt& chat = *chat_prompt;
 
   ServingOptions options;
   options.max_running = f.max_running;
@@ -173,6 +176,7 @@ Runner add_serve(CLI::App& app) {
   app.add_option("--http-threads", f->http_threads,
                  "connections served at once (default max(64, 2 x --max-running)); more wait to be accepted");
   app.add_option("--kv-type", f->kv_type, "KV cache type: f16 (default), q8_0, f32");
+  app.add_option("--chat-template-file", f->chat_template_file, "Jinja chat template to use instead of the model's");
   app.add_flag("--no-interleave", f->no_interleave, "keep every weight in the memory map (less memory, slower)");
   add_device_flags(app, &f->device);
   add_tiering_flags(app, &f->tiering);
