@@ -69,6 +69,7 @@ class GrammarBuilder {
   GrammarSym set(const ByteSet& s);  // equal sets share one index
   GrammarSym byte(uint8_t b);
   Seq literal(std::string_view text);
+  size_t n_rules() const { return rules_.size(); }
   // InvalidArgument when a declared rule has no alternative or the root is unknown.
   StatusOr<std::shared_ptr<const Grammar>> build(int32_t root);
 

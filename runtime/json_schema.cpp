@@ -17,6 +17,7 @@ constexpr int64_t kMaxLength = 4096;  // minLength / maxLength
 constexpr int64_t kMaxItems = 256;    // minItems / maxItems
 constexpr size_t kMaxProperties = 256;
 constexpr int kMaxNesting = 64;       // schema nesting (not output nesting)
+constexpr size_t kMaxRules = 200000;  // a schema that expands beyond this is refused
 
 const std::set<std::string, std::less<>> kAnnotations = {"title",   "description", "default", "examples",
                                                           "$schema", "$id",         "$comment"};
@@ -223,6 +224,7 @@ StatusOr<int64_t> Compiler::bound(const Js& s, const char* key, int64_t limit, i
 
 StatusOr<GrammarSym> Compiler::compile(const Js& s, const std::string& path, int depth) {
   if (depth > kMaxNesting) return bad(path, "nested deeper than " + std::to_string(kMaxNesting) + " levels");
+  if (b_.n_rules() > kMaxRules) return bad(path, "the schema is too large (over " + std::to_string(kMaxRules) + " grammar rules)");
   if (s.is_boolean()) {
     if (!s.get<bool>()) return bad(path, "the schema false admits no value");
     return generic_value();

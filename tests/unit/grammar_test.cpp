@@ -124,6 +124,11 @@ TEST(JsonSchema, UnsupportedKeywordsAreNamed) {
     EXPECT_NE(g.status().message().find(keyword), std::string::npos) << g.status().message();
   }
   EXPECT_FALSE(json_schema_grammar("{not json").ok());
+  std::string huge = R"({"type": "object", "properties": {)";
+  for (int i = 0; i < 200; ++i) huge += (i ? "," : "") + std::string("\"p") + std::to_string(i) + R"(": {"type": "string", "maxLength": 4000})";
+  auto g = json_schema_grammar(huge + "}}");
+  ASSERT_FALSE(g.ok());
+  EXPECT_NE(g.status().message().find("too large"), std::string::npos) << g.status().message();
 }
 
 TEST(JsonSchema, JsonObjectIsAnyObject) {
