@@ -50,6 +50,8 @@ StatusOr<ChatTurn> prepare_chat(const ChatPrompt& chat, ApiRequest& r) {
   if (r.tools_json.empty() || r.tool_choice == ToolChoice::kNone) return turn;
   turn.syntax = chat.tool_syntax();
   turn.tools_json = r.tools_json;
+  // harmony's channels and recipients are control tokens, which a reply leaves out otherwise
+  r.choices.render_special = turn.syntax == ToolSyntax::kHarmony;
   std::string function = r.tool_choice == ToolChoice::kFunction ? r.tool_choice_name
                          : r.tool_choice == ToolChoice::kRequired ? only_tool(r.tools_json)
                                                                    : "";

@@ -32,7 +32,8 @@ struct ChatTurn {
 
 // InvalidArgument when the template refuses the messages, or a forced call's parameter
 // schema cannot be compiled or meets another constraint (response_format, n > 1). A forced
-// call's grammar goes into request.choices.
+// call's grammar goes into request.choices, and so does render_special for harmony (its
+// markers are control tokens).
 StatusOr<ChatTurn> prepare_chat(const ChatPrompt& chat, ApiRequest& request);
 
 }  // namespace mt::server

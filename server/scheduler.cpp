@@ -35,7 +35,9 @@ struct Choice {
   std::vector<TokenLogprobs> logprobs;  // sampled since the last event
 
   Choice(uint32_t i, const GenerationRequest& req, uint32_t n_vocab, const Tokenizer& tok)
-      : index(i), sampler(choice_params(req.sampling, i), n_vocab), decoder(tok), stops(req.stops) {
+      : index(i), sampler(choice_params(req.sampling, i), n_vocab),
+        decoder(tok, req.choices.render_special),
+        stops(req.stops) {
     for (int32_t t0 : req.prompt) sampler.accept(t0);
   }
   bool ended() const { return next == -2; }

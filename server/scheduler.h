@@ -73,6 +73,7 @@ struct ChoiceOptions {
   int32_t top_logprobs = -1;        // -1: none; 0..kMaxTopLogprobs: each token's logprob and this many alternatives
   std::shared_ptr<const Grammar> grammar;  // null: unconstrained
   std::string grammar_key;          // requests with equal keys (and grammars) share the grammar's token cache
+  bool render_special = false;      // control tokens' text goes into the events (gpt-oss's harmony tool calls)
 };
 
 struct GenerationRequest {
