@@ -215,6 +215,7 @@ void HttpServer::Impl::generate(const std::string& body, Response& res, Endpoint
   g.sampling = r.sampling;
   g.max_tokens = static_cast<uint32_t>(max_tokens);
   g.stops = r.stops;
+  g.choices = r.choices;  // a forced tool call's grammar, harmony's control tokens
   g.timeout = options.request_timeout;
   g.on_event = [pending](const GenerationEvent& e) { return pending->push(e); };
   uint64_t id = 0;
