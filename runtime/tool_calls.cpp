@@ -424,6 +424,10 @@ std::string call_suffix(ToolSyntax syntax) {
   return "";
 }
 
+std::string any_call_prefix(ToolSyntax syntax) { return syntax == ToolSyntax::kQwen ? "<tool_call>\n" : ""; }
+
+std::string any_call_suffix(ToolSyntax syntax) { return syntax == ToolSyntax::kQwen ? "\n</tool_call>" : ""; }
+
 std::string new_tool_call_id() {
   static constexpr char kAlnum[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
   thread_local std::mt19937_64 rng{std::random_device{}()};

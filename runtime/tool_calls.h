@@ -84,6 +84,11 @@ std::vector<ReplyPiece> parse_reply(ToolSyntax syntax, std::string_view text, co
 // call_suffix closes the call. Empty for kNone.
 std::string call_prefix(ToolSyntax syntax, std::string_view function);
 std::string call_suffix(ToolSyntax syntax);
+// A call to any of the tools, where the syntax carries the name inside the JSON (qwen's
+// {"name": N, "arguments": {...}}): the opening before that object and the closing after
+// it; "" for the syntaxes that write the name outside it.
+std::string any_call_prefix(ToolSyntax syntax);
+std::string any_call_suffix(ToolSyntax syntax);
 
 // "call_" and 24 random alphanumerics.
 std::string new_tool_call_id();

@@ -16,27 +16,38 @@ std::string only_tool(const std::string& tools_json) {
   return tools[0]["function"]["name"].get<std::string>();  // checked by parse_request
 }
 
-// The arguments of `function` as a grammar: its parameter schema, or any object.
-Status constrain_arguments(const std::string& tools_json, const std::string& function, ChoiceOptions* choices) {
+json parameters_of(const json& fn) {
+  return fn.contains("parameters") && !fn["parameters"].is_null() ? fn["parameters"] : json{{"type", "object"}};
+}
+
+// The reply's grammar: `schema` (JSON text) compiled, for a forced call.
+Status constrain(const std::string& schema, const std::string& what, ChoiceOptions* choices) {
   if (choices->grammar) return invalid_argument("a forced tool call and response_format cannot both constrain the reply");
   if (choices->n > 1) return invalid_argument("a forced tool call is made in one choice (n = 1)");
-  const json tools = json::parse(tools_json, nullptr, /*allow_exceptions=*/false);
-  for (const json& t : tools) {
-    const json& fn = t["function"];
-    if (fn["name"] != function) continue;
-    if (!fn.contains("parameters") || fn["parameters"].is_null()) {
-      choices->grammar = json_object_grammar();
-      choices->grammar_key = "tool-args:any";
-      return {};
-    }
-    const std::string schema = fn["parameters"].dump();
-    auto grammar = json_schema_grammar(schema);
-    if (!grammar.ok()) return invalid_argument("tools: " + function + ".parameters: " + grammar.status().message());
-    choices->grammar = std::move(*grammar);
-    choices->grammar_key = "tool-args:" + schema;
-    return {};
+  auto grammar = json_schema_grammar(schema);
+  if (!grammar.ok()) return invalid_argument("tools: " + what + ": " + grammar.status().message());
+  choices->grammar = std::move(*grammar);
+  choices->grammar_key = "tool-call:" + schema;
+  return {};
+}
+
+// The arguments of `function`: its parameter schema (any object when it has none).
+Status constrain_arguments(const std::string& tools_json, const std::string& function, ChoiceOptions* choices) {
+  for (const json& t : json::parse(tools_json, nullptr, /*allow_exceptions=*/false)) {
+    if (t["function"]["name"] == function) return constrain(parameters_of(t["function"]).dump(), function + ".parameters", choices);
   }
   return invalid_argument("no tool named '" + function + "'");
+}
+
+// A call to any of the tools, as the object {"name": N, "arguments": A}: one alternative
+// per tool, its name a constant and its arguments its parameter schema.
+Status constrain_any_call(const std::string& tools_json, ChoiceOptions* choices) {
+  json any = json::array();
+  for (const json& t : json::parse(tools_json, nullptr, /*allow_exceptions=*/false)) {
+    json props = {{"name", {{"const", t["function"]["name"]}}}, {"arguments", parameters_of(t["function"])}};
+    any.push_back({{"type", "object"}, {"properties", std::move(props)}, {"required", {"name", "arguments"}}});
+  }
+  return constrain(json{{"anyOf", std::move(any)}}.dump(), "the calls of tool_choice 'required'", choices);
 }
 
 }  // namespace
@@ -61,9 +72,15 @@ StatusOr<ChatTurn> prepare_chat(const ChatPrompt& chat, ApiRequest& r) {
       MT_RETURN_IF_ERROR(constrain_arguments(r.tools_json, function, &r.choices));
       turn.forced_function = function;
       turn.forced_suffix = call_suffix(turn.syntax);
-      turn.prompt += turn.forced;
+    }
+  } else if (r.tool_choice == ToolChoice::kRequired) {  // several tools: the model picks one
+    turn.forced = any_call_prefix(turn.syntax);
+    if (!turn.forced.empty()) {
+      MT_RETURN_IF_ERROR(constrain_any_call(r.tools_json, &r.choices));
+      turn.forced_suffix = any_call_suffix(turn.syntax);
     }
   }
+  turn.prompt += turn.forced;
   return turn;
 }
 

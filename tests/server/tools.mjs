@@ -2,7 +2,7 @@
 // with --chat-template-file) on the demo model and on a random-weight synthetic model,
 // tool_choice "required" and a named function return a tool_calls entry whose arguments
 // validate against the function's parameter schema, streamed (deltas assembled by index)
-// and not; a tool turn is accepted. And one chat renderer: `run --chat` and `serve` count
+// and not ("required" among several tools too, on Qwen3's syntax); a tool turn is accepted. And one chat renderer: `run --chat` and `serve` count
 // the same prompt tokens for the phi-3.5 template and for the ChatML fallback.
 //
 // usage: node tools.mjs MOETIER VOCAB DEMO_MODEL TEMPLATES_DIR WORK_DIR OPENAI_DIR
@@ -119,6 +119,14 @@ async function toolsOn(model, template, label) {
     const named = { ...base, seed, tools: [weather, clock], tool_choice: { type: 'function', function: { name: 'get_time' } } };
     await callOnce(client, named, clock.function, `${label} ${template} named seed ${seed}`);
     await callStreamed(client, named, clock.function, `${label} ${template} named seed ${seed} (streamed)`);
+    if (template.startsWith('Qwen')) {  // the name is inside the call's JSON: "required" picks among several
+      const both = { ...base, seed, tools: [weather, clock], tool_choice: 'required' };
+      const r = await client.chat.completions.create(both);
+      const c = r.choices[0].message.tool_calls?.[0];
+      check(c, `${label} ${template} required of two seed ${seed}: no call: ${JSON.stringify(r.choices[0])}`);
+      const fn = c.function.name === 'get_time' ? clock.function : weather.function;
+      checkCall(r.choices[0].message.tool_calls, fn, `${label} ${template} required of two seed ${seed}`);
+    }
     // The call and its result go back into the conversation.
     const followUp = [...messages, { role: 'assistant', content: null, tool_calls: [call] },
       { role: 'tool', tool_call_id: call.id, content: '{"sky": "clear"}' }];

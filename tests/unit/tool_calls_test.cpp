@@ -217,6 +217,10 @@ TEST(ToolCalls, ForcedCallPrefixAndSuffixCloseACall) {
     EXPECT_EQ(summary(parse_reply(syntax, text)), "[call get_weather {\"city\":\"Oslo\"}]") << tool_syntax_name(syntax);
   }
   EXPECT_EQ(call_prefix(ToolSyntax::kNone, "f"), "");
+  const std::string any = any_call_prefix(ToolSyntax::kQwen) + R"({"name": "g", "arguments": {}})" +
+                          any_call_suffix(ToolSyntax::kQwen);
+  EXPECT_EQ(summary(parse_reply(ToolSyntax::kQwen, any)), "[call g {}]");
+  EXPECT_EQ(any_call_prefix(ToolSyntax::kHarmony), "");
 }
 
 TEST(ChatTemplateKwargs, BecomeTemplateVariables) {
