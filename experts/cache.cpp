@@ -11,6 +11,8 @@ ExpertCache::ExpertCache(const PoolPlan& plan, uint32_t n_layer_blocks, uint32_t
   for (Layer& l : layers_) {
     l.expert_to_slot.assign(n_expert, -1);
     l.requests.assign(n_expert, 0);
+    l.ref_last.assign(n_expert, 0);
+    l.ref_prev.assign(n_expert, 0);
     l.hot.assign(n_expert, 0);
   }
   for (size_t p = 0; p < plan.pools.size(); ++p) {
@@ -38,6 +40,10 @@ int32_t ExpertCache::lookup(uint32_t layer, uint32_t expert) {
   Layer& l = layers_[layer];
   MT_CHECK(expert < l.expert_to_slot.size());
   ++l.requests[expert];
+  if (l.ref_last[expert] != step_ + 1) {
+    l.ref_prev[expert] = l.ref_last[expert];
+    l.ref_last[expert] = step_ + 1;
+  }
   const int32_t s = l.expert_to_slot[expert];
   if (s >= 0) {
     ++l.counters.hits;
@@ -66,6 +72,10 @@ int32_t ExpertCache::victim(const Layer& l) const {
       const uint32_t rs = l.requests[static_cast<size_t>(l.slot_expert[s])];
       const uint32_t rb = l.requests[static_cast<size_t>(l.slot_expert[b])];
       if (rs < rb || (rs == rb && l.last_use[s] < l.last_use[b])) best = static_cast<int32_t>(s);
+    } else if (options_.policy == CachePolicy::kLru2) {
+      const uint64_t ps = l.ref_prev[static_cast<size_t>(l.slot_expert[s])];
+      const uint64_t pb = l.ref_prev[static_cast<size_t>(l.slot_expert[b])];
+      if (ps < pb || (ps == pb && l.last_use[s] < l.last_use[b])) best = static_cast<int32_t>(s);
     } else if (l.last_use[s] < l.last_use[b]) {
       best = static_cast<int32_t>(s);
     }

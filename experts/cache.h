@@ -11,6 +11,14 @@
 //               (hysteresis), evict the resident expert with the fewest requests among
 //               those resident for at least `min_dwell` steps; none old enough: no admit.
 //   static-hot: admit only the layer's hot experts (a popularity profile), never evict.
+//   lru2:       LRU-K with K = 2 (recency and frequency): always admit; evict the resident
+//               expert whose second most recent request is oldest, an expert requested in
+//               one step only counting as never (so it goes first; ties: least recently
+//               used). Requests are counted per step (one step's lookups of an expert are
+//               one reference) and remembered for evicted experts too, so an expert that
+//               comes back within a few tokens is protected and a one-off pick is not:
+//               under routing with temporal locality (experts/routing_gen.h) the one-off
+//               fresh picks go before the experts that keep returning.
 // invalidate_layer() empties a layer (a prefill overlay overwrote its slots). Counters per
 // layer: hits, misses, admissions, evictions, bytes copied in. An expert looked up or
 // admitted in the current step (next_step() advances it) is never the victim: a step's
@@ -24,7 +32,7 @@
 
 namespace mt {
 
-enum class CachePolicy { kLru, kFrequency, kStaticHot };
+enum class CachePolicy { kLru, kFrequency, kStaticHot, kLru2 };
 
 struct CacheOptions {
   CachePolicy policy = CachePolicy::kLru;
@@ -73,6 +81,7 @@ class ExpertCache {
     std::vector<int32_t> expert_to_slot, slot_expert;
     std::vector<uint64_t> last_use, resident_since;  // per slot
     std::vector<uint32_t> requests;                  // per expert
+    std::vector<uint64_t> ref_last, ref_prev;        // per expert (lru2): 1 + the step of its last / previous reference; 0: none
     std::vector<uint8_t> hot;                        // per expert (static-hot)
     CacheCounters counters;
   };

@@ -21,6 +21,7 @@ const char* cache_policy_name(CachePolicy p) {
     case CachePolicy::kLru: return "lru";
     case CachePolicy::kFrequency: return "frequency";
     case CachePolicy::kStaticHot: return "static-hot";
+    case CachePolicy::kLru2: return "lru2";
   }
   return "?";
 }

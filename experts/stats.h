@@ -24,7 +24,7 @@
 
 namespace mt {
 
-const char* cache_policy_name(CachePolicy p);  // "lru", "frequency", "static-hot"
+const char* cache_policy_name(CachePolicy p);  // "lru", "frequency", "static-hot", "lru2"
 
 // Wall time one MoE layer spent, summed over steps: copying experts host-to-device
 // (admissions and staging), computing the device's experts, computing the CPU's (the two

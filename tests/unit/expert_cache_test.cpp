@@ -58,7 +58,7 @@ TEST(ExpertCache, InvariantsUnderRandomWorkloads) {
   uint64_t all = 0;
   for (const GeometryGroup& grp : g.groups) all += grp.bytes_per_expert() * grp.layers.size() * n_expert;
   std::mt19937 rng(3);
-  for (CachePolicy policy : {CachePolicy::kLru, CachePolicy::kFrequency, CachePolicy::kStaticHot}) {
+  for (CachePolicy policy : {CachePolicy::kLru, CachePolicy::kFrequency, CachePolicy::kStaticHot, CachePolicy::kLru2}) {
     for (int b = 0; b <= 10; ++b) {
       const PoolPlan plan = plan_pools(g, all / 10 * b);
       CacheOptions opt;
@@ -110,7 +110,7 @@ TEST(ExpertCache, InvariantsUnderRandomWorkloads) {
         }
       }
       if (b == 10) {  // everything fits: LRU ends with no evictions outside the invalidated layer
-        if (policy == CachePolicy::kLru) {
+        if (policy == CachePolicy::kLru || policy == CachePolicy::kLru2) {
           EXPECT_EQ(cache.counters(0).evictions, 0u);
         }
       }

@@ -1,0 +1,52 @@
+// Policy study: the same routing replayed through one expert cache per replacement policy
+// (experts/cache.h), to compare their hit rates and to pick one by measurement. `simulate
+// --cache-policy auto` replays the stream's first steps (the warm-up window) under each
+// candidate and keeps the one with the most hits (ties: the earlier candidate), the way an
+// engine could decide after its first tokens; `simulate --sweep-budgets` tabulates hit rate
+// against budget per policy (docs/PERFORMANCE.md, "Routing with temporal locality").
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "core/status.h"
+#include "experts/cache.h"
+#include "experts/geometry.h"
+#include "experts/pools.h"
+#include "experts/routing_trace.h"
+#include "experts/scheduler.h"
+
+namespace mt {
+
+// Everything but the policy that a replay needs.
+struct StudySetup {
+  const ExpertGeometry* geometry = nullptr;
+  const PoolPlan* plan = nullptr;
+  uint32_t n_layer_blocks = 0;
+  CacheOptions cache;  // its policy is replaced by each candidate
+  SchedulerOptions scheduler;
+};
+
+struct PolicyTrial {
+  CachePolicy policy = CachePolicy::kLru;
+  double hit_rate = 0;
+};
+
+// The trace's events of its first `steps` steps (all of them when it has fewer).
+RoutingTrace first_steps(const RoutingTrace& trace, uint64_t steps);
+
+// Hit rate of each candidate over the whole trace, in the candidates' order.
+StatusOr<std::vector<PolicyTrial>> compare_policies(const RoutingTrace& trace, const StudySetup& setup,
+                                                    std::span<const CachePolicy> candidates);
+
+struct PolicyPick {
+  CachePolicy policy = CachePolicy::kLru;
+  uint64_t warmup_steps = 0;
+  std::vector<PolicyTrial> trials;
+};
+// The candidate with the best hit rate over the first `warmup_steps` steps.
+StatusOr<PolicyPick> pick_policy_by_warmup(const RoutingTrace& trace, uint64_t warmup_steps, const StudySetup& setup,
+                                           std::span<const CachePolicy> candidates);
+
+}  // namespace mt
