@@ -1,65 +1,55 @@
 #include "server/http.h"
 
-#include <httplib.h>
+#include <nlohmann/json.hpp>
 
+#include <atomic>
 #include <ctime>
-#include <mutex>
-#include <regex>
-#include <set>
 
 #include "core/log.h"
-#include "server/chat_reply.h"
-#include "server/generation.h"
+#include "server/http_generate.h"
+#include "server/http_loop.h"
 
 namespace mt::server {
 
 namespace {
 
-using httplib::Request;
-using httplib::Response;
-
-// How long an HTTP thread waits for the next event before looking at its client again.
-constexpr std::chrono::milliseconds kPoll{250};
+using json = nlohmann::json;
 
 struct Route {
-  const char* pattern;  // httplib regex
+  const char* path;
+  bool prefix;  // path is a prefix followed by one more segment ("/v1/models/{id}")
   const char* method;
   const char* label;  // in /metrics
 };
-const Route kRoutes[] = {{"/v1/chat/completions", "POST", "/v1/chat/completions"},
-                         {"/v1/completions", "POST", "/v1/completions"},
-                         {"/v1/models", "GET", "/v1/models"},
-                         {"/v1/models/(.+)", "GET", "/v1/models/{id}"},
-                         {"/health", "GET", "/health"},
-                         {"/metrics", "GET", "/metrics"}};
+const Route kRoutes[] = {{"/v1/chat/completions", false, "POST", "/v1/chat/completions"},
+                         {"/v1/completions", false, "POST", "/v1/completions"},
+                         {"/v1/models", false, "GET", "/v1/models"},
+                         {"/v1/models/", true, "GET", "/v1/models/{id}"},
+                         {"/tokenize", false, "POST", "/tokenize"},
+                         {"/detokenize", false, "POST", "/detokenize"},
+                         {"/health", false, "GET", "/health"},
+                         {"/metrics", false, "GET", "/metrics"}};
 
-const Route* find_route(const std::string& path) {
-  static const std::vector<std::regex> patterns = [] {
-    std::vector<std::regex> v;
-    for (const Route& r : kRoutes) v.emplace_back(r.pattern);
-    return v;
-  }();
-  for (size_t i = 0; i < patterns.size(); ++i) {
-    if (std::regex_match(path, patterns[i])) return &kRoutes[i];
+const Route* find_route(std::string_view path) {
+  for (const Route& r : kRoutes) {
+    const std::string_view p = r.path;
+    if (r.prefix ? path.size() > p.size() && path.substr(0, p.size()) == p : path == p) return &r;
   }
   return nullptr;
 }
 
-void send_json(Response& res, int status, const std::string& body) {
-  res.status = status;
-  res.set_content(body, "application/json");
+// HEAD is GET without the body.
+bool method_fits(const Route& r, std::string_view method) {
+  return method == r.method || (method == "HEAD" && std::string_view(r.method) == "GET");
 }
 
-void send_error(Response& res, const ApiError& e) { send_json(res, e.status, error_body(e)); }
+std::string json_text(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
-ApiError server_error(int status, std::string message) {
-  return ApiError{status, "server_error", std::move(message), "", ""};
-}
-
-// The answer for a generation that ended without "stop" or "length".
-ApiError ended_error(const GenerationEvent& e) {
-  if (e.kind == GenerationEvent::Kind::kError) return server_error(500, "generation failed: " + e.error);
-  return server_error(503, "generation " + e.finish_reason + " (the server is shutting down or the request timed out)");
+HttpResponse json_response(int status, std::string body) {
+  HttpResponse r;
+  r.status = status;
+  r.body = std::move(body);
+  return r;
 }
 
 ApiError unauthorized() {
@@ -72,20 +62,6 @@ ApiError payload_too_large(size_t limit) {
           "The request body is larger than the limit of " + std::to_string(limit) + " bytes", "", "payload_too_large"};
 }
 
-// A path no route serves, or a route asked with the wrong method (405, with Allow).
-ApiError no_route(const Request& req, Response& res) {
-  if (const Route* route = find_route(req.path)) {
-    res.set_header("Allow", route->method);
-    return {405, "invalid_request_error",
-            req.method + " is not allowed on " + req.path + " (use " + route->method + ")", "", "method_not_allowed"};
-  }
-  return {404, "invalid_request_error", "Unknown route: " + req.method + " " + req.path, "", "not_found"};
-}
-
-bool finished_normally(const GenerationEvent& e) {
-  return e.kind == GenerationEvent::Kind::kDone && (e.finish_reason == "stop" || e.finish_reason == "length");
-}
-
 bool same_secret(const std::string& a, const std::string& b) {
   unsigned diff = a.size() != b.size() || b.empty();
   for (size_t i = 0; i < a.size() && !b.empty(); ++i)
@@ -93,295 +69,239 @@ bool same_secret(const std::string& a, const std::string& b) {
   return diff == 0;
 }
 
-// One streaming response: the state its SSE content provider carries between calls.
-struct StreamState {
-  std::shared_ptr<PendingGeneration> pending;
-  ResponseMeta meta;
-  uint64_t id = 0;
-  bool include_usage = false;
-  std::shared_ptr<ChatReply> reply;  // chat with tools: read through the tool-call syntax
-  bool started = false;
-  bool finished = false;  // the final event was written (or the client is gone)
-};
+bool valid_utf8(std::string_view s) {
+  for (size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    const size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
+    if (n == 0 || i + n > s.size()) return false;
+    for (size_t k = 1; k < n; ++k) {
+      if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return false;
+    }
+    i += n;
+  }
+  return true;
+}
+
+// A boolean field of a request object: *out keeps its default when the field is absent.
+std::optional<ApiError> read_flag(const json& j, const char* name, bool* out) {
+  auto it = j.find(name);
+  if (it == j.end() || it->is_null()) return std::nullopt;
+  if (!it->is_boolean()) return bad_request(std::string("'") + name + "' must be a boolean", name);
+  *out = it->get<bool>();
+  return std::nullopt;
+}
 
 }  // namespace
 
 struct HttpServer::Impl {
   Impl(Scheduler& s, const Tokenizer& t, const ChatPrompt& c, HttpOptions o)
-      : scheduler(s), tokenizer(t), chat(c), options(std::move(o)), metrics(options.expert_groups) {}
+      : scheduler(s),
+        tokenizer(t),
+        options(std::move(o)),
+        metrics(std::make_shared<ServerMetrics>(options.expert_groups)) {
+    generation.scheduler = &s;
+    generation.tokenizer = &t;
+    generation.chat = &c;
+    generation.model_name = options.model_name;
+    generation.request_timeout = options.request_timeout;
+    generation.metrics = metrics;
+    generation.stopping = [this] { return stopping.load(); };
+    generation.error = [this](const ApiError& e) { return error(e); };
+    generation.decorate = [this](HttpResponse* r) { decorate(r); };
+  }
 
-  void install();
-  bool read_body(const httplib::ContentReader& reader, Response& res, std::string* body);
-  httplib::Server::HandlerWithContentReader generation_route(Endpoint endpoint);
-  void generate(const std::string& body, Response& res, Endpoint endpoint);
-  void answer(const std::shared_ptr<PendingGeneration>& pending, const ResponseMeta& meta, uint64_t id, Response& res,
-              ChatReply* reply);
-  bool pump(StreamState& st, httplib::DataSink& sink);
-  bool authorized(const Request& req) const;
-  void untrack(uint64_t id);
-  httplib::Server::Handler guarded(httplib::Server::Handler handler);
+  void decorate(HttpResponse* r) const;
+  HttpResponse error(const ApiError& e) const;
+  HttpResponse loop_error(int status, const std::string& message) const;
+  std::optional<HttpResponse> inline_route(const HttpRequest& req) const;
+  HandlerResult handle(HttpRequest& req, const Waker& waker);
+  HttpResponse tokenize(const HttpRequest& req) const;
+  HttpResponse detokenize(const HttpRequest& req) const;
+  void done(const std::string& method, const std::string& path, int status);
+  bool authorized(const HttpRequest& req) const {
+    if (options.api_key.empty()) return true;
+    const std::string* given = req.header("authorization");
+    return same_secret(given ? *given : std::string(), "Bearer " + options.api_key);
+  }
 
   Scheduler& scheduler;
   const Tokenizer& tokenizer;
-  const ChatPrompt& chat;
   HttpOptions options;
-  ServerMetrics metrics;
-  httplib::Server http;
+  std::shared_ptr<ServerMetrics> metrics;
+  GenerationServices generation;
   const int64_t created = static_cast<int64_t>(std::time(nullptr));
-  std::mutex mutex;  // guards inflight and stopping
-  std::set<uint64_t> inflight;
-  bool stopping = false;
+  std::atomic<bool> stopping{false};
+  std::unique_ptr<HttpLoop> loop;  // last: its replies use the members above
 };
 
-bool HttpServer::Impl::authorized(const Request& req) const {
-  if (options.api_key.empty()) return true;
-  return same_secret(req.get_header_value("Authorization"), "Bearer " + options.api_key);
+void HttpServer::Impl::decorate(HttpResponse* r) const {
+  if (options.cors_origin.empty()) return;
+  r->headers.emplace_back("Access-Control-Allow-Origin", options.cors_origin);
+  if (options.cors_origin != "*") r->headers.emplace_back("Vary", "Origin");
 }
 
-httplib::Server::Handler HttpServer::Impl::guarded(httplib::Server::Handler handler) {
-  return [this, handler = std::move(handler)](const Request& req, Response& res) {
-    if (!authorized(req)) return send_error(res, unauthorized());
-    handler(req, res);
-  };
+HttpResponse HttpServer::Impl::error(const ApiError& e) const {
+  HttpResponse r = json_response(e.status, error_body(e));
+  decorate(&r);
+  return r;
 }
 
-void HttpServer::Impl::untrack(uint64_t id) {
-  std::lock_guard<std::mutex> lock(mutex);
-  inflight.erase(id);
+HttpResponse HttpServer::Impl::loop_error(int status, const std::string& message) const {
+  if (status == 413) return error(payload_too_large(options.max_body_bytes));
+  ApiError e{status, status >= 500 ? "server_error" : "invalid_request_error", message, "", ""};
+  if (status == 400) e.message = "Malformed HTTP request: " + message;
+  HttpResponse r = error(e);
+  if (status == 503) r.headers.emplace_back("Retry-After", "1");
+  return r;
 }
 
-// The body is read here, not by httplib, so that the size limit also holds for a chunked
-// body (httplib 0.11 checks it only against Content-Length). It is read before anything is
-// answered: closing a connection with unread input resets it, losing the answer.
-bool HttpServer::Impl::read_body(const httplib::ContentReader& reader, Response& res, std::string* body) {
-  bool too_large = false;
-  const bool read = reader([&](const char* data, size_t n) {
-    too_large = body->size() + n > options.max_body_bytes;
-    if (!too_large) body->append(data, n);
-    return !too_large;
-  });
-  if (read) return true;
-  res.set_header("Connection", "close");
-  if (too_large || res.status == 413) {  // 413: httplib saw a Content-Length over the limit
-    send_error(res, payload_too_large(options.max_body_bytes));
-  } else {
-    send_error(res, bad_request("the request body could not be read"));
+// OPTIONS (CORS preflight) and /health: answered on the loop thread, whatever the workers do.
+std::optional<HttpResponse> HttpServer::Impl::inline_route(const HttpRequest& req) const {
+  const Route* route = find_route(req.path);
+  if (route != nullptr && std::string_view(route->path) == "/health" && method_fits(*route, req.method)) {
+    HttpResponse r = json_response(200, R"({"status":"ok"})");
+    decorate(&r);
+    return r;
   }
-  return false;
+  if (req.method != "OPTIONS") return std::nullopt;
+  if (route == nullptr) {
+    return error({404, "invalid_request_error", "Unknown route: OPTIONS " + req.path, "", "not_found"});
+  }
+  HttpResponse r;
+  r.status = 204;
+  const std::string methods = std::string(route->method) + ", OPTIONS";
+  r.headers.emplace_back("Allow", methods);
+  if (!options.cors_origin.empty()) {
+    decorate(&r);
+    r.headers.emplace_back("Access-Control-Allow-Methods", methods);
+    const std::string* asked = req.header("access-control-request-headers");
+    r.headers.emplace_back("Access-Control-Allow-Headers", asked && !asked->empty() ? *asked : "Authorization, Content-Type");
+    r.headers.emplace_back("Access-Control-Max-Age", "86400");
+  }
+  return r;
 }
 
-httplib::Server::HandlerWithContentReader HttpServer::Impl::generation_route(Endpoint endpoint) {
-  return [this, endpoint](const Request& req, Response& res, const httplib::ContentReader& reader) {
-    std::string body;
-    if (!read_body(reader, res, &body)) return;
-    if (!authorized(req)) return send_error(res, unauthorized());
-    generate(body, res, endpoint);
-  };
-}
-
-void HttpServer::Impl::generate(const std::string& body, Response& res, Endpoint endpoint) {
-  const auto arrived = std::chrono::steady_clock::now();
-  ApiRequest r;
-  if (auto e = parse_request(endpoint, body, &r)) return send_error(res, *e);
-  if (!r.model.empty() && r.model != options.model_name) {
-    return send_error(
-        res, {404, "invalid_request_error",
-              "The model '" + r.model + "' does not exist; this server serves '" + options.model_name + "'", "model",
-              "model_not_found"});
+HandlerResult HttpServer::Impl::handle(HttpRequest& req, const Waker& waker) {
+  const Route* route = find_route(req.path);
+  if (route == nullptr) {
+    return {error({404, "invalid_request_error", "Unknown route: " + req.method + " " + req.path, "", "not_found"}),
+            nullptr};
   }
-  std::string text = r.prompt;
-  std::shared_ptr<ChatReply> reply;
-  if (endpoint == Endpoint::kChat) {
-    auto turn = prepare_chat(chat, r);
-    if (!turn.ok()) return send_error(res, bad_request(turn.status().message(), "messages"));
-    text = std::move(turn->prompt);
-    if (turn->syntax != ToolSyntax::kNone) reply = std::make_shared<ChatReply>(*turn);
+  if (!method_fits(*route, req.method)) {
+    HttpResponse r = error({405, "invalid_request_error",
+                            req.method + " is not allowed on " + req.path + " (use " + route->method + ")", "",
+                            "method_not_allowed"});
+    r.headers.emplace_back("Allow", std::string(route->method) + ", OPTIONS");
+    return {std::move(r), nullptr};
   }
-  const char* prompt_param = endpoint == Endpoint::kChat ? "messages" : "prompt";
-  std::vector<int32_t> prompt = tokenizer.encode(text, true, true);
-  if (prompt.empty()) return send_error(res, bad_request("the prompt is empty", prompt_param));
-  const uint32_t n_ctx = scheduler.options().n_ctx;
-  const uint64_t max_tokens = r.max_tokens ? *r.max_tokens : n_ctx - std::min<uint64_t>(prompt.size(), n_ctx);
-  if (prompt.size() >= n_ctx || prompt.size() + max_tokens > n_ctx) {
-    return send_error(
-        res, bad_request("This model's maximum context length is " + std::to_string(n_ctx) +
-                             " tokens; the request needs " + std::to_string(prompt.size()) + " in the prompt + " +
-                             std::to_string(std::max<uint64_t>(max_tokens, 1)) + " to generate",
-                         prompt_param, "context_length_exceeded"));
-  }
-  auto pending = std::make_shared<PendingGeneration>(&metrics, arrived);
-  GenerationRequest g;
-  g.prompt = std::move(prompt);
-  g.sampling = r.sampling;
-  g.max_tokens = static_cast<uint32_t>(max_tokens);
-  g.stops = r.stops;
-  g.choices = r.choices;  // a forced tool call's grammar, harmony's control tokens
-  g.timeout = options.request_timeout;
-  g.on_event = [pending](const GenerationEvent& e) { return pending->push(e); };
-  uint64_t id = 0;
-  {
-    std::lock_guard<std::mutex> lock(mutex);
-    if (stopping) return send_error(res, server_error(503, "the server is shutting down"));
-    auto submitted = scheduler.submit(std::move(g));
-    if (!submitted.ok()) return send_error(res, bad_request(submitted.status().message()));
-    id = *submitted;
-    inflight.insert(id);
-  }
-  ResponseMeta meta{endpoint, new_response_id(endpoint), static_cast<int64_t>(std::time(nullptr)), options.model_name};
-  if (!r.stream) return answer(pending, meta, id, res, reply.get());
-
-  auto st = std::make_shared<StreamState>(StreamState{pending, meta, id, r.include_usage, reply});
-  res.set_header("Cache-Control", "no-cache");
-  res.set_chunked_content_provider(
-      "text/event-stream", [this, st](size_t, httplib::DataSink& sink) { return pump(*st, sink); },
-      [this, st](bool) {
-        untrack(st->id);
-        if (!st->finished) {
-          st->pending->abandon();
-          scheduler.cancel(st->id);
-        }
-      });
-}
-
-void HttpServer::Impl::answer(const std::shared_ptr<PendingGeneration>& pending, const ResponseMeta& meta, uint64_t id,
-                              Response& res, ChatReply* reply) {
-  std::string text;
-  for (;;) {
-    for (const GenerationEvent& e : pending->take(kPoll)) {
-      if (e.kind == GenerationEvent::Kind::kText) {
-        text += e.text;
-        continue;
-      }
-      untrack(id);
-      if (!finished_normally(e)) return send_error(res, ended_error(e));
-      if (reply) return send_json(res, 200, reply->body(meta, text, e.finish_reason, {e.prompt_tokens, e.completion_tokens}));
-      return send_json(res, 200, response_body(meta, text, e.finish_reason, {e.prompt_tokens, e.completion_tokens}));
+  if (!authorized(req)) return {error(unauthorized()), nullptr};
+  const std::string_view label = route->label;
+  if (label == "/v1/chat/completions") return start_generation(generation, Endpoint::kChat, req.body, waker);
+  if (label == "/v1/completions") return start_generation(generation, Endpoint::kCompletion, req.body, waker);
+  if (label == "/tokenize") return {tokenize(req), nullptr};
+  if (label == "/detokenize") return {detokenize(req), nullptr};
+  HttpResponse r;
+  if (label == "/v1/models") {
+    r = json_response(200, models_body(options.model_name, created));
+  } else if (label == "/v1/models/{id}") {
+    const std::string id = req.path.substr(std::string_view(route->path).size());
+    if (id != options.model_name) {
+      return {error({404, "invalid_request_error", "The model '" + id + "' does not exist", "model", "model_not_found"}),
+              nullptr};
     }
+    r = json_response(200, model_body(options.model_name, created));
+  } else {  // /metrics
+    r = json_response(200, metrics->render(scheduler.metrics()));
+    r.content_type = "text/plain; version=0.0.4; charset=utf-8";
   }
+  decorate(&r);
+  return {std::move(r), nullptr};
 }
 
-bool HttpServer::Impl::pump(StreamState& st, httplib::DataSink& sink) {
-  auto write = [&](const std::string& s) { return sink.is_writable() && sink.write(s.data(), s.size()); };
-  auto gone = [&] {
-    st.finished = true;
-    st.pending->abandon();
-    scheduler.cancel(st.id);
-    return false;
-  };
-  const bool usage_field = st.include_usage;
-  if (!st.started) {
-    st.started = true;
-    if (st.meta.endpoint == Endpoint::kChat && !write(chunk_start(st.meta, usage_field))) return gone();
-  }
-  for (const GenerationEvent& e : st.pending->take(kPoll)) {
-    if (e.kind == GenerationEvent::Kind::kText) {
-      const std::string events = !st.reply ? chunk_text(st.meta, e.text, usage_field)
-                                           : st.reply->stream(st.meta, e.text, usage_field);
-      if (!e.text.empty() && !events.empty() && !write(events)) return gone();
+HttpResponse HttpServer::Impl::tokenize(const HttpRequest& req) const {
+  const json j = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return error(bad_request("the request body is not valid JSON"));
+  if (!j.is_object()) return error(bad_request("the request body must be a JSON object"));
+  auto content = j.find("content");
+  if (content == j.end() || !content->is_string()) return error(bad_request("'content' must be a string", "content"));
+  bool add_special = false, parse_special = true, with_pieces = false;
+  if (auto e = read_flag(j, "add_special", &add_special)) return error(*e);
+  if (auto e = read_flag(j, "parse_special", &parse_special)) return error(*e);
+  if (auto e = read_flag(j, "with_pieces", &with_pieces)) return error(*e);
+  const std::vector<int32_t> ids = tokenizer.encode(content->get<std::string>(), add_special, parse_special);
+  json tokens = json::array();
+  for (int32_t id : ids) {
+    if (!with_pieces) {
+      tokens.push_back(id);
       continue;
     }
-    st.finished = true;
-    if (finished_normally(e)) {
-      write(st.reply ? st.reply->stream_finish(st.meta, e.finish_reason, usage_field)
-                     : chunk_finish(st.meta, e.finish_reason, usage_field));
-      if (st.include_usage) write(chunk_usage(st.meta, {e.prompt_tokens, e.completion_tokens}));
-    } else {
-      write(sse_error(ended_error(e)));
-    }
-    write(std::string(kSseDone));
-    sink.done();
-    return true;
+    const std::string piece = tokenizer.token_to_piece(id, true);
+    json bytes = json::array();
+    for (unsigned char c : piece) bytes.push_back(c);
+    tokens.push_back({{"id", id}, {"piece", valid_utf8(piece) ? json(piece) : bytes}});
   }
-  return true;
+  HttpResponse r = json_response(200, json_text(json{{"tokens", std::move(tokens)}}));
+  decorate(&r);
+  return r;
 }
 
-void HttpServer::Impl::install() {
-  http.new_task_queue = [n = options.threads] { return new httplib::ThreadPool(n); };
-  http.set_payload_max_length(options.max_body_bytes);
-  http.set_tcp_nodelay(true);  // each SSE chunk leaves at once (Nagle would hold it for the client's ACK)
-  http.Post("/v1/chat/completions", generation_route(Endpoint::kChat));
-  http.Post("/v1/completions", generation_route(Endpoint::kCompletion));
-  http.Get("/v1/models", guarded([this](const Request&, Response& s) {
-             send_json(s, 200, models_body(options.model_name, created));
-           }));
-  http.Get("/v1/models/(.+)", guarded([this](const Request& q, Response& s) {
-             if (q.matches[1] == options.model_name) return send_json(s, 200, model_body(options.model_name, created));
-             send_error(s, {404, "invalid_request_error", "The model '" + q.matches[1].str() + "' does not exist",
-                            "model", "model_not_found"});
-           }));
-  // Any other request with a body: its body is read within the limit (httplib would read a
-  // chunked one of any size), then refused.
-  const httplib::Server::HandlerWithContentReader refuse = [this](const Request& req, Response& res,
-                                                                  const httplib::ContentReader& reader) {
-    std::string body;
-    if (read_body(reader, res, &body)) send_error(res, no_route(req, res));
-  };
-  http.Post(".*", refuse);
-  http.Put(".*", refuse);
-  http.Patch(".*", refuse);
-  http.Delete(".*", refuse);
-  http.Get("/health", [](const Request&, Response& s) { send_json(s, 200, R"({"status":"ok"})"); });
-  http.Get("/metrics", guarded([this](const Request&, Response& s) {
-             s.set_content(metrics.render(scheduler.metrics()), "text/plain; version=0.0.4; charset=utf-8");
-           }));
-
-  // Errors httplib answers itself (no route, a body over the limit, a malformed request)
-  // get an OpenAI error body; a known path asked with the wrong method becomes 405.
-  httplib::Server::HandlerWithResponse on_error = [this](const Request& req, Response& res) {
-    if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-    ApiError e{res.status, "invalid_request_error", "HTTP error " + std::to_string(res.status), "", ""};
-    if (res.status == 404) {
-      e = no_route(req, res);
-    } else if (res.status == 413) {
-      e = payload_too_large(options.max_body_bytes);
-    } else if (res.status == 400) {
-      e.message = "Malformed HTTP request";
-    } else if (res.status >= 500) {
-      e.type = "server_error";
+HttpResponse HttpServer::Impl::detokenize(const HttpRequest& req) const {
+  const json j = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return error(bad_request("the request body is not valid JSON"));
+  if (!j.is_object()) return error(bad_request("the request body must be a JSON object"));
+  auto tokens = j.find("tokens");
+  if (tokens == j.end() || !tokens->is_array()) return error(bad_request("'tokens' must be a list of token ids", "tokens"));
+  std::vector<int32_t> ids;
+  ids.reserve(tokens->size());
+  for (size_t i = 0; i < tokens->size(); ++i) {
+    const json& t = (*tokens)[i];
+    const std::string param = "tokens[" + std::to_string(i) + "]";
+    if (!t.is_number_integer()) return error(bad_request("token ids must be integers", param));
+    const int64_t id = t.get<int64_t>();
+    if (id < 0 || id >= static_cast<int64_t>(tokenizer.n_vocab())) {
+      return error(bad_request("token id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                                   std::to_string(tokenizer.n_vocab()) + ")",
+                               param));
     }
-    send_error(res, e);
-    return httplib::Server::HandlerResponse::Handled;
-  };
-  http.set_error_handler(std::move(on_error));
-  http.set_exception_handler(
-      [](const Request&, Response& res, std::exception_ptr) { send_error(res, server_error(500, "internal error")); });
-  http.set_logger([this](const Request& req, const Response& res) {
-    const Route* route = find_route(req.path);
-    metrics.count_request(route != nullptr && res.status != 405 ? route->label : "other", res.status);
-    if (res.status >= 500) log_warn("serve: " + req.method + " " + req.path + " -> " + std::to_string(res.status));
-  });
+    ids.push_back(static_cast<int32_t>(id));
+  }
+  HttpResponse r = json_response(200, json_text(json{{"content", tokenizer.decode(ids, true)}}));
+  decorate(&r);
+  return r;
+}
+
+void HttpServer::Impl::done(const std::string& method, const std::string& path, int status) {
+  const Route* route = find_route(path);
+  const bool known = route != nullptr && (method_fits(*route, method) || method == "OPTIONS");
+  metrics->count_request(known ? route->label : "other", status);
+  if (status >= 500) log_warn("serve: " + method + " " + path + " -> " + std::to_string(status));
 }
 
 HttpServer::HttpServer(Scheduler& scheduler, const Tokenizer& tokenizer, const ChatPrompt& chat, HttpOptions options)
     : impl_(std::make_unique<Impl>(scheduler, tokenizer, chat, std::move(options))) {
-  impl_->install();
+  Impl& m = *impl_;
+  HttpLoopOptions lo;
+  lo.limits.max_body = m.options.max_body_bytes;
+  lo.workers = m.options.threads;
+  lo.idle_timeout = m.options.idle_timeout;
+  lo.shutdown_grace = m.options.shutdown_grace;
+  HttpHooks hooks;
+  hooks.inline_route = [&m](const HttpRequest& r) { return m.inline_route(r); };
+  hooks.handle = [&m](HttpRequest& r, const Waker& w) { return m.handle(r, w); };
+  hooks.error = [&m](int status, const std::string& message) { return m.loop_error(status, message); };
+  hooks.done = [&m](const std::string& method, const std::string& path, int status) { m.done(method, path, status); };
+  m.loop = std::make_unique<HttpLoop>(std::move(lo), std::move(hooks));
 }
 
 HttpServer::~HttpServer() = default;
 
-StatusOr<int> HttpServer::bind() {
-  const HttpOptions& o = impl_->options;
-  if (o.port == 0) {
-    const int port = impl_->http.bind_to_any_port(o.host);
-    if (port <= 0) return io_error("cannot listen on " + o.host);
-    return port;
-  }
-  if (!impl_->http.bind_to_port(o.host, o.port))
-    return io_error("cannot listen on " + o.host + ":" + std::to_string(o.port));
-  return o.port;
-}
+StatusOr<int> HttpServer::bind() { return impl_->loop->bind(impl_->options.host, impl_->options.port); }
 
-void HttpServer::run() { impl_->http.listen_after_bind(); }
+void HttpServer::run() { impl_->loop->run(); }
 
 void HttpServer::stop() {
-  std::set<uint64_t> ids;
-  {
-    std::lock_guard<std::mutex> lock(impl_->mutex);
-    impl_->stopping = true;
-    ids = impl_->inflight;
-  }
-  for (uint64_t id : ids) impl_->scheduler.cancel(id);
-  impl_->http.stop();
+  impl_->stopping = true;
+  impl_->loop->stop();
 }
 
 }  // namespace mt::server

@@ -12,7 +12,7 @@ PACKAGES=(
   build-essential cmake ninja-build git python3
   clang libclang-rt-14-dev            # libFuzzer and sanitizer runtimes for the fuzz target
   libgtest-dev libgmock-dev libbenchmark-dev
-  libcli11-dev nlohmann-json3-dev libhwy-dev libcpp-httplib-dev pkg-config   # pkg-config: httplib's build switches
+  libcli11-dev nlohmann-json3-dev libhwy-dev
   hyperfine
 )
 # Node.js and npm for the oracle, unless a node/npm is already installed some other way.

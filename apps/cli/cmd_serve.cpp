@@ -1,17 +1,25 @@
 // moetier serve: an OpenAI-compatible HTTP server for one model (server/http.h): chat and
 // text completions, streamed or not, from requests batched by the Scheduler; /v1/models,
-// /health and Prometheus /metrics. SIGINT / SIGTERM stop it cleanly. --device cuda serves
+// /tokenize, /detokenize, /health and Prometheus /metrics. Every flag is checked before the
+// server listens (a KV type the backend refuses, an unreadable key file): a bad one is a
+// one-line error and exit 1, never a healthy server whose requests all fail. A port in use
+// is an error too. SIGINT / SIGTERM stop it gracefully: no new connections, running
+// requests get --shutdown-timeout seconds to finish, then streams are ended cleanly; a
+// second signal exits at once. --device cuda serves
 // from the GPU (its backend evaluates a step's sequences one after another for now). With
 // --expert-cache (run's tiering flags) the experts are tiered (the GPU's device cache, or
 // the CPU's simulated device) and /metrics reports the cache counters per geometry group.
 #include <CLI/CLI.hpp>
 #include <pthread.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <atomic>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <thread>
 #ifdef __GLIBC__
 #include <malloc.h>
@@ -20,6 +28,7 @@
 #include "apps/cli/commands.h"
 #include "apps/cli/engine.h"
 #include "apps/cli/tiering_flags.h"
+#include "backend/backend.h"
 #include "core/log.h"
 #include "experts/geometry.h"
 #include "experts/stats.h"
@@ -34,10 +43,11 @@ namespace {
 struct ServeFlags {
   std::string model, host = "127.0.0.1", api_key, alias, kv_type = "f16";
   std::string chat_template_file;
+  std::string api_key_file, cors;
   int port = 8080, threads = 0;
   uint32_t max_running = 8, n_ctx = 0, http_threads = 0;
   bool no_interleave = false;
-  double request_timeout_s = 0;
+  double request_timeout_s = 0, shutdown_timeout_s = 10;
   TieringFlags tiering;
   BankFlags banks;
   DeviceFlags device;
@@ -65,11 +75,16 @@ class SignalWatcher {
   void start(server::HttpServer* http) {
     thread_ = std::thread([this, http] {
       int sig = 0;
-      while (sigwait(&set_, &sig) != 0 || (sig == SIGUSR1 && !finishing_)) {
-      }
-      if (sig != SIGUSR1) {
-        log_info("serve: signal " + std::to_string(sig) + ", stopping");
+      for (bool stopping = false;;) {
+        if (sigwait(&set_, &sig) != 0 || (sig == SIGUSR1 && !finishing_)) continue;
+        if (sig == SIGUSR1) return;
+        if (stopping) {
+          std::fprintf(stderr, "moetier serve: second signal %d, exiting now\n", sig);
+          std::_Exit(1);
+        }
+        log_info("serve: signal " + std::to_string(sig) + ", stopping (running requests may finish)");
         http->stop();
+        stopping = true;
       }
     });
   }
@@ -98,12 +113,58 @@ void release_freed_memory() {
 #endif
 }
 
+// The API key: --api-key, the first line of --api-key-file, or $MOETIER_API_KEY (in that
+// order; a key on the command line is visible to every user in `ps`).
+StatusOr<std::string> api_key(const ServeFlags& f) {
+  if (!f.api_key.empty() && !f.api_key_file.empty()) return invalid_argument("give --api-key or --api-key-file, not both");
+  std::string key = f.api_key;
+  if (!f.api_key_file.empty()) {
+    std::ifstream in(f.api_key_file);
+    if (!in) return not_found("--api-key-file: cannot read '" + f.api_key_file + "'");
+    std::getline(in, key);
+    while (!key.empty() && (key.back() == '\r' || key.back() == ' ' || key.back() == '\t')) key.pop_back();
+    if (key.empty()) return invalid_argument("--api-key-file: the first line of '" + f.api_key_file + "' is empty");
+  } else if (key.empty()) {
+    if (const char* env = std::getenv("MOETIER_API_KEY")) key = env;
+  }
+  for (char c : key) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) return invalid_argument("the API key contains a control character");
+  }
+  return key;
+}
+
+// The flags that need no model: checked before the (slow) load.
+Status check_flags(const ServeFlags& f, QuantType* kv_type) {
+  auto kv = type_from_name(f.kv_type);
+  if (!kv) return invalid_argument("--kv-type: unknown type '" + f.kv_type + "' (f16, q8_0 or f32)");
+  if (*kv != QuantType::F16 && *kv != QuantType::Q8_0 && *kv != QuantType::F32) {
+    return invalid_argument("--kv-type " + f.kv_type + ": the KV cache can be f16, q8_0 or f32");
+  }
+  *kv_type = *kv;
+  if (f.max_running == 0) return invalid_argument("--max-running must be >= 1");
+  if (f.cors.find_first_of(" \t\r\n,") != std::string::npos) {
+    return invalid_argument("--cors: one origin (https://example.com) or *");
+  }
+  return {};
+}
+
+// Raises the soft limit on open files to the hard one: each connection is a descriptor.
+void raise_file_limit() {
+  rlimit r{};
+  if (getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur < r.rlim_max) {
+    r.rlim_cur = r.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &r);
+  }
+}
+
 int serve(const ServeFlags& f) {
   SignalWatcher signals;
   release_freed_memory();
-  auto kv_type = type_from_name(f.kv_type);
-  if (!kv_type) return fail("serve", invalid_argument("--kv-type: unknown type '" + f.kv_type + "'"));
-  if (f.max_running == 0) return fail("serve", invalid_argument("--max-running must be >= 1"));
+  raise_file_limit();
+  QuantType kv_type = QuantType::F16;
+  if (Status st = check_flags(f, &kv_type); !st.ok()) return fail("serve", st);
+  auto key = api_key(f);
+  if (!key.ok()) return fail("serve", key.status());
   const bool tiered = !f.tiering.expert_cache.empty();
   auto engine = Engine::load(f.model, f.threads, !f.no_interleave, f.device, tiered);  // outlives the scheduler
   if (!engine.ok()) return fail("serve", engine.status());
@@ -119,7 +180,7 @@ int serve(const ServeFlags& f) {
   ServingOptions options;
   options.max_running = f.max_running;
   options.n_ctx = f.n_ctx ? f.n_ctx : std::min<uint32_t>(hp.n_ctx_train ? hp.n_ctx_train : 4096, 4096);
-  options.kv_type = *kv_type;
+  options.kv_type = kv_type;
   std::string tiering_note;
   if (tiered) {
     auto r = resolve_tiering(model.file(), f.tiering, f.banks, (*engine)->on_gpu());
@@ -130,15 +191,31 @@ int serve(const ServeFlags& f) {
     tiering_note = "; experts tiered (" + f.tiering.moe_mode + ", " + cache_policy_name(setup->policy) + ", cache " +
                    human_bytes(setup->budget) + ")";
   }
+  {
+    // What every request will do first, done once now: a KV type or context the backend
+    // refuses fails here, not in each request.
+    Status trial;
+    try {
+      trial = Sequence::create((*engine)->backend(), options.n_ctx, kv_type).status();
+    } catch (const std::bad_alloc&) {
+      trial = out_of_range("not enough memory for one request's KV cache");
+    }
+    if (!trial.ok()) {
+      return fail("serve", invalid_argument("--kv-type " + f.kv_type + ", --ctx-size " + std::to_string(options.n_ctx) +
+                                            ": " + trial.message()));
+    }
+  }
   Scheduler scheduler((*engine)->backend(), *tokenizer, options);
 
   server::HttpOptions http_options;
   http_options.host = f.host;
   http_options.port = f.port;
   http_options.model_name = f.alias.empty() ? std::filesystem::path(f.model).stem().string() : f.alias;
-  http_options.api_key = f.api_key;
+  http_options.api_key = *key;
+  http_options.cors_origin = f.cors;
+  http_options.shutdown_grace = std::chrono::milliseconds(static_cast<int64_t>(f.shutdown_timeout_s * 1000.0));
   http_options.request_timeout = std::chrono::milliseconds(static_cast<int64_t>(f.request_timeout_s * 1000.0));
-  http_options.threads = f.http_threads ? f.http_threads : std::max<uint32_t>(64, 2 * f.max_running);
+  http_options.threads = f.http_threads ? f.http_threads : 4;
   http_options.expert_groups = expert_groups(model.file());
   server::HttpServer http(scheduler, *tokenizer, chat, http_options);
   auto port = http.bind();
@@ -167,14 +244,20 @@ Runner add_serve(CLI::App& app) {
       ->check(CLI::Range(0, 65535));
   app.add_option("--max-running", f->max_running, "requests decoded together (default 8)");
   app.add_option("-c,--ctx,--ctx-size", f->n_ctx, "context per request (default: min(training context, 4096))");
-  app.add_option("--api-key", f->api_key, "require 'Authorization: Bearer KEY' (all routes but /health)");
+  app.add_option("--api-key", f->api_key,
+                 "require 'Authorization: Bearer KEY' (all routes but /health); default $MOETIER_API_KEY");
+  app.add_option("--api-key-file", f->api_key_file, "read the API key from the first line of FILE (not visible in ps)");
+  app.add_option("--cors", f->cors, "allow browser pages from ORIGIN (or *) to call the API: CORS headers and preflight");
+  app.add_option("--shutdown-timeout", f->shutdown_timeout_s,
+                 "seconds running requests may finish after SIGTERM/SIGINT before streams are cut (default 10)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--request-timeout", f->request_timeout_s,
                  "seconds a request may run before it ends with finish_reason \"timeout\" (default 0: none)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--alias", f->alias, "the model name clients use (default: the file name without .gguf)");
   app.add_option("-t,--threads", f->threads, "compute threads (default: all)");
   app.add_option("--http-threads", f->http_threads,
-                 "connections served at once (default max(64, 2 x --max-running)); more wait to be accepted");
+                 "threads that parse, render and tokenize requests (default 4); connections need none");
   app.add_option("--kv-type", f->kv_type, "KV cache type: f16 (default), q8_0, f32");
   app.add_option("--chat-template-file", f->chat_template_file, "Jinja chat template to use instead of the model's");
   app.add_flag("--no-interleave", f->no_interleave, "keep every weight in the memory map (less memory, slower)");

@@ -20,8 +20,8 @@ const { default: OpenAI } = await import(pathToFileURL(clientPath).href);
 
 const model = makeModel(moetier, vocab, work);
 const server = await startServer(moetier, model, ['--alias', 'tiny', '--api-key', 'sk-test', '-c', '512', '-t', '2']);
-// Our own keep-alive agent, closed before the server stops (an idle keep-alive connection
-// holds a server thread until its 5 s timeout).
+// Our own keep-alive agent, closed before the server stops (the server would close its idle
+// connections itself at the stop; closing them first keeps the client quiet).
 const httpAgent = new http.Agent({ keepAlive: true });
 const client = new OpenAI({ baseURL: `${server.base}/v1`, apiKey: 'sk-test', maxRetries: 0, timeout: 60000, httpAgent });
 
