@@ -13,15 +13,19 @@ namespace mt {
 enum class LogLevel { kDebug = 0, kInfo, kWarn, kError };
 
 void set_log_level(LogLevel level);
+LogLevel log_level();
 void log(LogLevel level, const std::string& message);
+inline void log_debug(const std::string& m) { log(LogLevel::kDebug, m); }
 inline void log_info(const std::string& m) { log(LogLevel::kInfo, m); }
 inline void log_warn(const std::string& m) { log(LogLevel::kWarn, m); }
 inline void log_error(const std::string& m) { log(LogLevel::kError, m); }
 
 // "writing model.gguf  42% (1.2 GiB / 2.9 GiB)" redrawn in place; finish() ends the line.
+// With a unit the counts are plain numbers: "bench pp512  50% (3 / 6 runs)". Off below the
+// info level (--quiet).
 class Progress {
  public:
-  Progress(std::string label, uint64_t total, bool enabled);
+  Progress(std::string label, uint64_t total, bool enabled, const char* unit = nullptr);
   void update(uint64_t done);
   void finish();
 
@@ -29,6 +33,7 @@ class Progress {
   std::string label_;
   uint64_t total_;
   bool enabled_;
+  const char* unit_;  // null: bytes
   int last_percent_ = -1;
 };
 

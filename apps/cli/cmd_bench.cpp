@@ -43,7 +43,8 @@ namespace {
 
 struct BenchFlags {
   std::string model, output = "md";
-  int n_prompt = 512, n_gen = 128, threads = 0, reps = 5;
+  std::vector<int> n_prompt{512}, n_gen{128};  // llama-bench's lists: -p 512,4096 runs pp512 and pp4096
+  int threads = 0, reps = 5;
   bool no_interleave = false;
   double membw_gbps = 0;  // 0: no roofline column (on CUDA: the device bandwidth)
   DeviceFlags device;
@@ -123,7 +124,7 @@ class Bench {
     r.n_prompt = n_prompt;
     r.n_gen = n_gen;
     if (tiering_ != nullptr) MT_RETURN_IF_ERROR(engine_.enable_tiering(*tiering_, banks_));  // a fresh expert cache
-    Progress progress("bench " + r.name(), static_cast<uint64_t>(f_.reps) + 1, f_.output != "json");
+    Progress progress("bench " + r.name(), static_cast<uint64_t>(f_.reps) + 1, f_.output == "md", "runs");
     progress.update(0);
     MT_ASSIGN_OR_RETURN(double warm_ns, run_once(n_prompt, n_prompt > 0 ? 0 : 1));
     (void)warm_ns;
@@ -182,8 +183,10 @@ double gb_per_s(const ModelFacts& m, const TestResult& r) {
   return static_cast<double>(m.active_bytes_per_token) * r.avg_ts / 1e9;
 }
 
-void print_json(const ModelFacts& m, const BenchFlags& f, int threads, const std::vector<TestResult>& results) {
-  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+// One object per test: JSON's array elements, JSONL's lines and CSV's rows.
+std::vector<nlohmann::ordered_json> result_rows(const ModelFacts& m, const BenchFlags& f, int threads,
+                                                const std::vector<TestResult>& results) {
+  std::vector<nlohmann::ordered_json> out;
   for (const TestResult& r : results) {
     nlohmann::ordered_json j;
     j["model_filename"] = f.model;
@@ -211,7 +214,35 @@ void print_json(const ModelFacts& m, const BenchFlags& f, int threads, const std
     }
     out.push_back(std::move(j));
   }
-  std::printf("%s\n", out.dump(2).c_str());
+  return out;
+}
+
+// CSV as llama-bench writes it: a header row, then one row per test of the scalar fields
+// (the samples joined by spaces; tiering stays in the JSON forms); strings quoted, quotes doubled.
+void print_csv(const std::vector<nlohmann::ordered_json>& rows) {
+  static const char* const kColumns[] = {"model_filename", "model_type", "model_bytes", "model_n_params",
+                                         "active_bytes_per_token", "n_threads", "device", "test", "n_prompt", "n_gen",
+                                         "avg_ns", "avg_ts", "stddev_ts", "gb_per_s", "samples_ns", "samples_ts"};
+  std::string line;
+  for (const char* c : kColumns) line += std::string(line.empty() ? "" : ",") + c;
+  std::printf("%s\n", line.c_str());
+  for (const nlohmann::ordered_json& r : rows) {
+    line.clear();
+    for (const char* c : kColumns) {
+      std::string cell;
+      if (r.contains(c) && r[c].is_string()) {
+        for (char ch : r[c].get<std::string>()) cell += ch == '"' ? std::string("\"\"") : std::string(1, ch);
+        cell = "\"" + cell + "\"";
+      } else if (r.contains(c) && r[c].is_array()) {
+        for (const auto& v : r[c]) cell += (cell.empty() ? "" : " ") + v.dump();
+        cell = "\"" + cell + "\"";
+      } else if (r.contains(c)) {
+        cell = r[c].dump();
+      }
+      line += (c == kColumns[0] ? "" : ",") + cell;
+    }
+    std::printf("%s\n", line.c_str());
+  }
 }
 
 void print_markdown(const ModelFacts& m, const BenchFlags& f, int threads, const std::vector<TestResult>& results) {
@@ -240,8 +271,15 @@ void print_markdown(const ModelFacts& m, const BenchFlags& f, int threads, const
 
 int run(const BenchFlags& f) {
   if (f.model.empty()) return fail("bench", invalid_argument("-m FILE is required"));
-  if (f.n_prompt < 0 || f.n_gen < 0) return fail("bench", invalid_argument("-p and -n must be >= 0"));
-  if (f.n_prompt == 0 && f.n_gen == 0) return fail("bench", invalid_argument("nothing to run: -p and -n are both 0"));
+  int max_p = 0, max_n = 0;
+  for (int p : f.n_prompt) max_p = std::max(max_p, p);
+  for (int n : f.n_gen) max_n = std::max(max_n, n);
+  for (const std::vector<int>* list : {&f.n_prompt, &f.n_gen}) {
+    for (int v : *list) {
+      if (v < 0) return fail("bench", invalid_argument("-p and -n must be >= 0"));
+    }
+  }
+  if (max_p == 0 && max_n == 0) return fail("bench", invalid_argument("nothing to run: -p and -n are both 0"));
   if (f.reps < 1) return fail("bench", invalid_argument("-r must be >= 1"));
   if (f.threads < 0) return fail("bench", invalid_argument("-t must be >= 0"));
   if (f.membw_gbps < 0) return fail("bench", invalid_argument("--membw must be > 0"));
@@ -251,7 +289,7 @@ int run(const BenchFlags& f) {
   if (!engine.ok()) return fail("bench", engine.status());
   const Model* model = &(*engine)->model();
   const HParams& hp = model->hparams();
-  if (static_cast<uint64_t>(f.n_prompt) + static_cast<uint64_t>(f.n_gen) > hp.n_ctx_train && hp.n_ctx_train > 0) {
+  if (static_cast<uint64_t>(max_p) + static_cast<uint64_t>(max_n) > hp.n_ctx_train && hp.n_ctx_train > 0) {
     log_warn("-p + -n exceed the model's training context (" + std::to_string(hp.n_ctx_train) + ")");
   }
   ModelFacts m;
@@ -274,14 +312,22 @@ int run(const BenchFlags& f) {
   }
   Bench bench(**engine, f, tiered ? &tiering : nullptr, banks);
   std::vector<TestResult> results;
-  for (auto [p, n] : {std::pair{f.n_prompt, 0}, std::pair{0, f.n_gen}}) {
+  std::vector<std::pair<int, int>> tests;  // llama-bench's order: every pp, then every tg
+  for (int p : f.n_prompt) tests.emplace_back(p, 0);
+  for (int n : f.n_gen) tests.emplace_back(0, n);
+  for (auto [p, n] : tests) {
     if (p + n == 0) continue;
     auto r = bench.run_test(p, n);
     if (!r.ok()) return fail("bench", r.status());
     results.push_back(std::move(*r));
   }
   if (f.output == "json") {
-    print_json(m, f, threads, results);
+    nlohmann::ordered_json array = result_rows(m, f, threads, results);
+    std::printf("%s\n", array.dump(2).c_str());
+  } else if (f.output == "jsonl") {
+    for (const nlohmann::ordered_json& row : result_rows(m, f, threads, results)) std::printf("%s\n", row.dump().c_str());
+  } else if (f.output == "csv") {
+    print_csv(result_rows(m, f, threads, results));
   } else {
     print_markdown(m, f, threads, results);
   }
@@ -293,13 +339,16 @@ int run(const BenchFlags& f) {
 Runner add_bench(CLI::App& app) {
   auto f = std::make_shared<BenchFlags>();
   app.add_option("-m,--model", f->model, "GGUF model")->required();
-  app.add_option("-p,--n-prompt", f->n_prompt, "prompt tokens of the pp test (default 512; 0 = skip)");
-  app.add_option("-n,--n-gen", f->n_gen, "generated tokens of the tg test (default 128; 0 = skip)");
-  app.add_option("-t,--threads", f->threads, "threads (default: all)");
+  app.add_option("-p,--n-prompt", f->n_prompt, "prompt tokens of the pp tests, a list: 512,4096 (default 512; 0 = skip)")
+      ->delimiter(',');
+  app.add_option("-n,--n-gen", f->n_gen, "generated tokens of the tg tests, a list: 128,256 (default 128; 0 = skip)")
+      ->delimiter(',');
+  app.add_option("-t,--threads", f->threads, "threads (0 = all, the default; more than the hardware threads warns)");
   app.add_flag("--no-interleave", f->no_interleave,
                "keep every weight in the memory map (no interleaved Q4_K/Q6_K copies): less memory, slower");
   app.add_option("-r,--repetitions", f->reps, "timed repetitions per test, after one warm-up (default 5)");
-  app.add_option("-o,--output", f->output, "output format: md (default) or json")->check(CLI::IsMember({"md", "json"}));
+  app.add_option("-o,--output", f->output, "output format: md (default), csv, json or jsonl")
+      ->check(CLI::IsMember({"md", "csv", "json", "jsonl"}));
   add_device_flags(app, &f->device);
   app.add_option("--membw", f->membw_gbps, "host memory read bandwidth in GB/s (moetier_membw): adds tg's roofline fraction");
   add_tiering_flags(app, &f->tiering);

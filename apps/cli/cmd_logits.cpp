@@ -119,7 +119,7 @@ Runner add_logits(CLI::App& app) {
   auto f = std::make_shared<LogitsFlags>();
   app.add_option("-m,--model", f->model, "GGUF model")->required();
   app.add_option("--ids", f->ids, "comma-separated token ids");
-  app.add_option("--prompt", f->prompt, "text to tokenize instead of --ids (BOS added as the vocabulary says)");
+  app.add_option("-p,--prompt", f->prompt, "text to tokenize instead of --ids (BOS added as the vocabulary says)");
   app.add_option("-o,--output", f->output, "raw float32 logits, n_tokens x n_vocab")->required();
   app.add_option("--routing,--record-routing", f->routing, "selected experts per (layer, position) as JSON lines");
   app.add_option("--dump", f->dump, "folder for named intermediates (<name>-<layer>.f32), to diff with llama.cpp");

@@ -66,7 +66,7 @@ int run(const PlanFlags& fl) {
   PlanInputs in;
   if (fl.kv == "f16") in.kv = KvType::kF16;
   else if (fl.kv == "q8_0") in.kv = KvType::kQ8_0;
-  else return fail("plan", invalid_argument("--kv: unknown KV cache type '" + fl.kv + "' (f16, q8_0)"));
+  else return fail("plan", invalid_argument("--kv-type: unknown KV cache type '" + fl.kv + "' (f16, q8_0)"));
   auto mode = parse_mode(fl.mode);
   if (!mode.ok()) return fail("plan", mode.status());
   in.mode = *mode;
@@ -146,8 +146,8 @@ Runner add_plan(CLI::App& app) {
   app.add_option("--vram", f->vram, "device memory (e.g. 16GiB, 24G; default: detected, 0 without a GPU)");
   app.add_option("--ram", f->ram, "host memory (default: MemTotal of /proc/meminfo)");
   app.add_option("--pin-budget", f->pin_budget, "pinned host memory for expert layers (default auto: 50% of RAM)");
-  app.add_option("-c,--ctx", f->ctx, "context length (default: the model's, capped at 32768)");
-  app.add_option("--kv", f->kv, "KV cache type: f16 or q8_0");
+  app.add_option("-c,--ctx-size,--ctx", f->ctx, "context length (default: the model's, capped at 32768)");
+  app.add_option("--kv-type,--kv", f->kv, "KV cache type: f16 or q8_0");
   app.add_option("--batch", f->batch, "sequences decoded together");
   app.add_option("--expert-cache", f->expert_cache, "GPU expert cache size, or auto (what is left of the device)");
   app.add_option("--hw-profile", f->hw_profile, "measured hardware profile (moetier hwprofile; default: assumed)");

@@ -10,6 +10,7 @@
 #include <memory>
 
 #include "apps/cli/commands.h"
+#include "apps/cli/common_flags.h"
 #include "core/log.h"
 #include "experts/popularity.h"
 #include "model/model.h"
@@ -70,6 +71,7 @@ void print_summary(const PopularityProfile& p) {
 int run(const ProfileFlags& f) {
   auto prompts = read_prompts(f.prompts);
   if (!prompts.ok()) return fail("profile", prompts.status());
+  if (Status st = check_threads(f.threads); !st.ok()) return fail("profile", st);
   auto model = Model::load(f.model, {f.threads, true});
   if (!model.ok()) return fail("profile", model.status());
   auto tokenizer = Tokenizer::from_gguf((*model)->file());
@@ -92,7 +94,7 @@ int run(const ProfileFlags& f) {
   profile.n_expert = hp.n_expert;
   profile.counts.resize(hp.n_layer);
   CountingTrace counter(profile, hp.n_expert);
-  Progress progress("profiling", prompts->size(), true);
+  Progress progress("profiling", prompts->size(), true, "prompts");
   std::vector<float> logits;
   for (size_t i = 0; i < prompts->size(); ++i) {
     const auto& [line, text] = (*prompts)[i];
@@ -130,7 +132,7 @@ Runner add_profile(CLI::App& app) {
   app.add_option("--prompts", f->prompts, "text file, one prompt per line (blank lines skipped)")->required();
   app.add_option("-o,--output", f->output, "popularity profile JSON to write")->required();
   app.add_option("-t,--threads", f->threads, "threads (default: all)");
-  app.add_option("-c,--ctx", f->n_ctx, "longest prompt allowed in tokens (default: the training context)");
+  app.add_option("-c,--ctx-size,--ctx", f->n_ctx, "longest prompt allowed in tokens (default: the training context)");
   app.add_flag("--chat", f->chat, "wrap each prompt in the model's chat format");
   return [f] { return run(*f); };
 }

@@ -6,10 +6,13 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <memory>
 #include <numeric>
 
 #include "apps/cli/commands.h"
+#include "apps/cli/common_flags.h"
 #include "apps/cli/engine.h"
 #include "apps/cli/sizes.h"
 #include "apps/cli/tiering_flags.h"
@@ -30,6 +33,8 @@ struct RunFlags {
   int n_predict = 64, threads = 0;
   bool no_interleave = false;
   std::string record_routing, stats_json;
+  std::string prompt_file;  // -f: the prompt from a file
+  bool escape = false;      // -e: \n, \t, \\, \" ... in the prompt
   BankFlags banks;
   bool stats = false;
   TieringFlags tiering;
@@ -144,6 +149,49 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// -e: llama.cpp's escapes (\n \r \t \\ \' \" \0 and \xHH); an unknown one stays as typed.
+std::string unescape(const std::string& s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] != '\\' || i + 1 == s.size()) {
+      out += s[i];
+      continue;
+    }
+    const char c = s[++i];
+    switch (c) {
+      case 'n': out += '\n'; break;
+      case 'r': out += '\r'; break;
+      case 't': out += '\t'; break;
+      case '0': out += '\0'; break;
+      case '\\': case '\'': case '"': out += c; break;
+      default:
+        if (c == 'x' && i + 2 < s.size() && std::isxdigit(static_cast<unsigned char>(s[i + 1])) &&
+            std::isxdigit(static_cast<unsigned char>(s[i + 2]))) {
+          out += static_cast<char>(std::stoi(s.substr(i + 1, 2), nullptr, 16));
+          i += 2;
+        } else {
+          out += '\\';
+          out += c;
+        }
+    }
+  }
+  return out;
+}
+
+// The prompt: -p, or the whole of -f FILE; with -e its escapes processed.
+Status resolve_prompt(RunFlags& f, bool prompt_given) {
+  if (!f.prompt_file.empty()) {
+    if (prompt_given) return invalid_argument("give the prompt with -p or -f, not both");
+    std::ifstream in(f.prompt_file, std::ios::binary);
+    if (!in) return io_error("-f: cannot read '" + f.prompt_file + "'");
+    std::ostringstream text;
+    text << in.rdbuf();
+    f.prompt = text.str();
+  }
+  if (f.escape) f.prompt = unescape(f.prompt);
+  return {};
+}
+
 int run(RunFlags f) {
   if (f.model.empty()) f.model = default_model();
   if (f.n_predict < 0) return fail("run", invalid_argument("-n must be >= 0"));
@@ -165,7 +213,10 @@ int run(RunFlags f) {
   auto encoded = encode_prompt(f, *model, *tokenizer);
   if (!encoded.ok()) return fail("run", encoded.status());
   const std::vector<int32_t> prompt = std::move(*encoded);
-  const uint32_t n_ctx = f.n_ctx ? f.n_ctx : std::min<uint32_t>(hp.n_ctx_train, 4096);
+  auto checked_ctx = check_context(model->file(), {f.n_ctx, std::min<uint32_t>(hp.n_ctx_train, 4096), *kv_type,
+                                                   !(*engine)->on_gpu()});
+  if (!checked_ctx.ok()) return fail("run", checked_ctx.status());
+  const uint32_t n_ctx = *checked_ctx;
   if (prompt.size() + static_cast<size_t>(f.n_predict) > n_ctx) {
     return fail("run", out_of_range("prompt (" + std::to_string(prompt.size()) + " tokens) + -n " + std::to_string(f.n_predict) +
                              " exceed the context of " + std::to_string(n_ctx) + " (-c)"));
@@ -240,7 +291,7 @@ int run(RunFlags f) {
   const double gen_s = seconds_since(t_gen);
 
   const RunReport report{load_s, prompt_s, gen_s, prompt.size(), generated, reason, sampler.seed()};
-  print_report(f, **engine, report, usage);
+  if (log_level() <= LogLevel::kInfo) print_report(f, **engine, report, usage);
   if (scheduler != nullptr && f.stats) {
     std::fputs(stats_text(*scheduler, tiering.policy, tiering.budget, timing).c_str(), stderr);
     std::fprintf(stderr, "%s\n", (*engine)->tiering_summary().c_str());
@@ -257,18 +308,20 @@ int run(RunFlags f) {
 Runner add_run(CLI::App& app) {
   auto f = std::make_shared<RunFlags>();
   app.add_option("-m,--model", f->model, "GGUF model (default: the embedded demo model)");
-  app.add_option("-p,--prompt", f->prompt, "prompt text");
+  CLI::Option* prompt = app.add_option("-p,--prompt", f->prompt, "prompt text");
+  app.add_option("-f,--file", f->prompt_file, "read the prompt from a file (llama.cpp's -f)");
+  app.add_flag("-e,--escape", f->escape, "process escapes in the prompt: \\n \\t \\\\ \\\" \\xHH ...");
   app.add_option("-n,--n-predict", f->n_predict, "tokens to generate (default 64)");
-  app.add_option("-t,--threads", f->threads, "threads (default: all)");
+  app.add_option("-t,--threads", f->threads, "threads (0 = all, the default; more than the hardware threads warns)");
   app.add_option("--record-routing", f->record_routing,
                  "write every routing decision (layer, position, experts, weights) as JSON lines");
   app.add_flag("--no-interleave", f->no_interleave,
                "keep every weight in the memory map (no interleaved Q4_K/Q6_K copies): less memory, slower");
-  app.add_option("-c,--ctx-size", f->n_ctx, "context size (default: min(training context, 4096))");
+  app.add_option("-c,--ctx-size", f->n_ctx, "context size (0 = the default: min(training context, 4096); above the training context warns)");
   app.add_flag("--chat", f->chat, "wrap the prompt in the model's chat template (ChatML when it has none)");
   app.add_option("--chat-template-file", f->chat_template_file, "Jinja chat template to use instead of the model's (implies --chat)");
   app.add_option("--system", f->system, "system message (with --chat)");
-  app.add_option("--seed", f->sampling.seed, "random seed (default: random, printed at the end)");
+  add_seed_option(app, &f->sampling.seed, "random seed (-1 or 0 = random, the default; printed at the end)");
   app.add_option("--temp", f->sampling.temperature, "temperature (0 = greedy; default 0.8)");
   app.add_option("--top-k", f->sampling.top_k, "top-k (0 = off; default 40)");
   app.add_option("--top-p", f->sampling.top_p, "top-p (1 = off; default 0.95)");
@@ -284,7 +337,10 @@ Runner add_run(CLI::App& app) {
   add_bank_flags(app, &f->banks);
   app.add_flag("--stats", f->stats, "print the expert cache counters per layer (with --expert-cache)");
   app.add_option("--stats-json", f->stats_json, "write the expert cache counters as JSON (with --expert-cache)");
-  return [f] { return run(*f); };
+  return [f, prompt] {
+    if (Status s = resolve_prompt(*f, prompt->count() > 0); !s.ok()) return fail("run", s);
+    return run(*f);
+  };
 }
 
 }  // namespace mt::cli

@@ -1,12 +1,18 @@
 #include "apps/cli/engine.h"
 
 #include <CLI/CLI.hpp>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
+#include "apps/cli/common_flags.h"
 #include "core/log.h"
 #include "model/cpu_backend.h"
 #include "model/offload.h"
@@ -43,10 +49,43 @@ void add_device_flags(CLI::App& app, DeviceFlags* f) {
   app.add_option("--device", f->device, "where the model runs: cpu (default) or cuda (every layer on the GPU)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_option("--ngl,--n-gpu-layers", f->ngl, "llama.cpp style: 0 = cpu, all layers (e.g. 99) = --device cuda");
+  app.add_flag("--mlock", f->mlock, "lock the model file's pages in memory (never paged out; needs ulimit -l)");
 }
+
+namespace {
+
+// --mlock: the GGUF's tensor data, locked where the map holds it. A refusal (RLIMIT_MEMLOCK)
+// is a warning, as in llama.cpp: the run goes on with the pages unlocked.
+void lock_model(const gguf::GgufFile& file) {
+  const uint8_t* begin = nullptr;
+  const uint8_t* end = nullptr;
+  for (const gguf::TensorInfo& t : file.tensors()) {
+    const std::span<const uint8_t> d = file.tensor_data(t);
+    if (d.empty()) continue;
+    if (begin == nullptr || d.data() < begin) begin = d.data();
+    if (end == nullptr || d.data() + d.size() > end) end = d.data() + d.size();
+  }
+  if (begin == nullptr) return;
+  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t b = reinterpret_cast<uintptr_t>(begin) & ~(page - 1);
+  const size_t n = static_cast<size_t>(reinterpret_cast<uintptr_t>(end) - b);
+  if (mlock(reinterpret_cast<const void*>(b), n) == 0) {
+    log_debug("--mlock: locked " + human_bytes(n) + " of the model file");
+    return;
+  }
+  const int err = errno;
+  rlimit lim{};
+  getrlimit(RLIMIT_MEMLOCK, &lim);
+  const std::string limit = lim.rlim_cur == RLIM_INFINITY ? "unlimited" : human_bytes(lim.rlim_cur);
+  log_warn("--mlock: could not lock " + human_bytes(n) + " (" + std::strerror(err) + "; ulimit -l is " + limit +
+           "): running with the pages unlocked");
+}
+
+}  // namespace
 
 StatusOr<std::unique_ptr<Engine>> Engine::load(const std::string& path, int threads, bool interleave,
                                                const DeviceFlags& device, bool tiered) {
+  MT_RETURN_IF_ERROR(check_threads(threads));
   bool cuda = device.device == "cuda";
   std::unique_ptr<Engine> e(new Engine());
   if (device.ngl > 0) cuda = true;
@@ -57,6 +96,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::load(const std::string& path, int thre
     lo.interleave_experts_only = true;
   }
   MT_ASSIGN_OR_RETURN(e->model_, Model::load(path, lo));
+  if (device.mlock) lock_model(e->model_->file());
   if (device.ngl > 0 && static_cast<uint32_t>(device.ngl) < e->model_->hparams().n_layer) {
     return invalid_argument("-ngl " + std::to_string(device.ngl) + ": partial layer offload is not supported (" +
                             std::to_string(e->model_->hparams().n_layer) +

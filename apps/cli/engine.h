@@ -32,6 +32,7 @@ namespace mt::cli {
 struct DeviceFlags {
   std::string device = "cpu";  // cpu | cuda
   int ngl = -1;                // llama.cpp's -ngl: 0 = cpu, >= the layer count (e.g. 99) = cuda
+  bool mlock = false;          // --mlock: lock the mapped GGUF in memory (a warning if the limit refuses)
 };
 
 void add_device_flags(CLI::App& app, DeviceFlags* f);
@@ -39,7 +40,8 @@ void add_device_flags(CLI::App& app, DeviceFlags* f);
 class Engine {
  public:
   // interleave applies to the CPU only (the GPU reads the file's layout). tiered with
-  // cuda: the routed experts stay in host memory for enable_tiering().
+  // cuda: the routed experts stay in host memory for enable_tiering(). threads is checked
+  // first (common_flags.h: an error past 4x the hardware threads, a warning past them).
   static StatusOr<std::unique_ptr<Engine>> load(const std::string& path, int threads, bool interleave,
                                                 const DeviceFlags& device, bool tiered = false);
   ~Engine();

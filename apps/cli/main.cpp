@@ -1,12 +1,18 @@
-// moetier <command> [flags]: the command-line entry point.
+// moetier <command> [flags]: the command-line entry point. Every error is one line on
+// stderr and exit 1 (the command failed) or 2 (bad usage); an allocation failure is caught
+// here and reported the same way, never an abort.
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
 #include <map>
+#include <new>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "apps/cli/commands.h"
+#include "apps/cli/llama_habits.h"
+#include "core/log.h"
 #include "core/status.h"
 
 namespace mt::cli {
@@ -16,12 +22,70 @@ int fail(const char* command, const Status& s) {
   return 1;
 }
 
+namespace {
+
+// Bad usage: "moetier <command>: <message>", exit 2.
+int usage(const std::string& command, std::string message) {
+  for (char& c : message) c = c == '\n' ? ' ' : c;
+  while (!message.empty() && message.back() == ' ') message.pop_back();
+  std::fprintf(stderr, "moetier%s%s: %s\n", command.empty() ? "" : " ", command.c_str(), message.c_str());
+  return 2;
+}
+
+// --verbose / --quiet (and -v / -q) anywhere on the line set the log level; removed
+// before CLI11 sees the subcommand's flags.
+std::vector<std::string> take_log_flags(std::vector<std::string> args) {
+  std::vector<std::string> rest;
+  for (std::string& a : args) {
+    if (a == "--verbose" || a == "-v") {
+      set_log_level(LogLevel::kDebug);
+    } else if (a == "--quiet" || a == "-q") {
+      set_log_level(LogLevel::kError);
+    } else {
+      rest.push_back(std::move(a));
+    }
+  }
+  return rest;
+}
+
+// The subcommand named by args (the first word not starting with '-'), or an error that
+// suggests the nearest one.
+StatusOr<std::string> find_command(const CLI::App& app, const std::vector<std::string>& args) {
+  std::vector<std::string> names;
+  for (const CLI::App* sub : app.get_subcommands({})) names.push_back(sub->get_name());
+  std::string list;
+  for (const std::string& n : names) list += (list.empty() ? "" : ", ") + n;
+  for (size_t i = 1; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a.empty() || a[0] == '-') {
+      if (a == "--help" || a == "-h" || a == "--version") return std::string();
+      return invalid_argument("'" + a + "' before the command; give the command first (" + list + ")");
+    }
+    if (std::find(names.begin(), names.end(), a) != names.end()) return a;
+    std::string best;
+    size_t best_d = ~size_t{0};
+    for (const std::string& n : names) {
+      const size_t d = edit_distance(a, n);
+      if (d < best_d) best_d = d, best = n;
+    }
+    if (best_d <= std::max<size_t>(2, a.size() / 3)) {
+      return invalid_argument("unknown command '" + a + "'; did you mean '" + best + "'?");
+    }
+    return invalid_argument("unknown command '" + a + "' (commands: " + list + ")");
+  }
+  return invalid_argument("a command is required: " + list + " (moetier --help)");
+}
+
+}  // namespace
 }  // namespace mt::cli
 
 int main(int argc, char** argv) {
   CLI::App app{"moetier: MoE inference with experts tiered between GPU, host memory and CPU"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "moetier 0.1.0");
+  bool verbose = false, quiet = false;  // read by take_log_flags before parsing; listed here for --help
+  app.add_flag("-v,--verbose", verbose, "more detail on stderr (debug messages); any position");
+  app.add_flag("-q,--quiet", quiet, "errors only on stderr (no warnings, progress or run's timings); any position");
   std::map<CLI::App*, mt::cli::Runner> runners;
   auto add = [&](const char* name, const char* help, mt::cli::Runner (*make)(CLI::App&)) {
     CLI::App* sub = app.add_subcommand(name, help);
@@ -44,18 +108,36 @@ int main(int argc, char** argv) {
 #ifdef MOETIER_HAVE_SERVER
   add("serve", "OpenAI-compatible HTTP server: chat and text completions, streamed, batched", mt::cli::add_serve);
 #endif
-  // llama.cpp's single-dash `-ngl N` (CLI11 takes one-letter short options only).
-  std::vector<std::string> args(argv, argv + argc);
-  for (std::string& a : args) {
-    if (a == "-ngl" || a.rfind("-ngl=", 0) == 0) a.insert(0, "-");
-  }
+  std::vector<std::string> args = mt::cli::take_log_flags({argv, argv + argc});
+  auto command = mt::cli::find_command(app, args);
+  if (!command.ok()) return mt::cli::usage("", command.status().message());
+  auto habits = mt::cli::translate_llama_habits(std::move(args), *command);
+  if (!habits.ok()) return mt::cli::usage(*command, habits.status().message());
+  for (const std::string& note : habits->notes) mt::log_warn(note);
   std::vector<char*> cargs;
-  for (std::string& a : args) cargs.push_back(a.data());
+  for (std::string& a : habits->args) cargs.push_back(a.data());
   try {
     app.parse(static_cast<int>(cargs.size()), cargs.data());
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;
+    return mt::cli::usage(*command, std::string(e.what()) + " (moetier " + *command + " --help)");
   }
-  for (CLI::App* sub : app.get_subcommands()) return runners.at(sub)();
+  for (CLI::App* sub : app.get_subcommands()) {
+    try {
+      return runners.at(sub)();
+    } catch (const std::bad_alloc&) {
+      std::fprintf(stderr, "moetier %s: out of memory (an allocation failed; a smaller -c, model or --expert-cache?)\n",
+                   command->c_str());
+      return 1;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "moetier %s: %s\n", command->c_str(), e.what());
+      return 1;
+    }
+  }
   return 2;
 }

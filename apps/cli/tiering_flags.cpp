@@ -6,6 +6,7 @@
 
 #include "apps/cli/model_sizes.h"
 #include "apps/cli/sizes.h"
+#include "core/log.h"
 #include "experts/planner.h"
 #include "experts/popularity.h"
 #include "experts/stats.h"
@@ -15,8 +16,17 @@ namespace mt::cli {
 void add_tiering_flags(CLI::App& app, TieringFlags* f) {
   app.add_option("--expert-cache", f->expert_cache,
                  "expert cache budget on the (simulated) device: SIZE (8640MiB, 2GiB) or N% of all expert bytes");
+  app.add_option_function<int64_t>(
+         "--n-cpu-moe",
+         [f](int64_t n) {
+           f->n_cpu_moe = n;
+           if (f->expert_cache.empty()) f->expert_cache = kNCpuMoe;
+         },
+         "llama.cpp's placement: the experts of the first N layers in host memory (the CPU computes them), all "
+         "others kept on the (simulated) device; instead of --expert-cache")
+      ->type_name("N");
   app.add_option("--cache-policy", f->policy,
-                 "expert cache replacement: lru, frequency, static-hot, auto (default: frequency with --device cuda, "
+                 "expert cache replacement: lru, frequency, static-hot, lru2 (LRU-2: recency and frequency), auto (default: frequency with --device cuda, "
                  "lru on the CPU)");
   app.add_option("--cache-layout", f->layout,
                  "expert cache slots: pools (exact size per geometry, default) or unified (every slot the largest expert's size)");
@@ -45,7 +55,7 @@ void add_tiering_flags(CLI::App& app, TieringFlags* f) {
 
 Status apply_device_defaults(const TieringFlags& f, bool gpu, TieringSetup& s) {
   if (f.max_admissions < 0 && gpu) s.scheduler.max_admissions = kGpuMaxAdmissions;
-  if (gpu && f.policy == "auto") s.policy = s.cache.policy = CachePolicy::kFrequency;
+  if (gpu && f.policy == "auto" && f.n_cpu_moe < 0) s.policy = s.cache.policy = CachePolicy::kFrequency;
   if (gpu && s.cache.policy == CachePolicy::kFrequency) {
     if (f.admit_after == 0) s.cache.admit_after = kGpuAdmitAfter;
     if (f.min_dwell == 0) s.cache.min_dwell = kGpuMinDwell;
@@ -95,47 +105,11 @@ StatusOr<BankOptions> resolve_bank_flags(const BankFlags& f, bool gpu) {
   return o;
 }
 
-StatusOr<TieringSetup> make_tiering_setup(const gguf::GgufFile& file, const TieringFlags& f) {
-  TieringSetup s;
-  MT_ASSIGN_OR_RETURN(s.geometry, read_expert_geometry(file));
-  if (s.geometry.layers.empty()) return invalid_argument("--expert-cache: the model has no expert layers");
-  MT_ASSIGN_OR_RETURN(s.budget, parse_size_or_percent(f.expert_cache, s.geometry.compact_bytes, "--expert-cache"));
-  if (f.layout == "pools") {
-    s.plan = plan_pools(s.geometry, s.budget);
-  } else if (f.layout == "unified") {
-    s.plan = plan_unified_pool(s.geometry, s.budget);
-  } else {
-    return invalid_argument("--cache-layout: '" + f.layout + "' is not pools or unified");
-  }
-  if (f.policy == "lru" || f.policy == "auto") s.policy = CachePolicy::kLru;  // auto: see apply_device_defaults
-  else if (f.policy == "frequency") s.policy = CachePolicy::kFrequency;
-  else if (f.policy == "static-hot") s.policy = CachePolicy::kStaticHot;
-  else return invalid_argument("--cache-policy: '" + f.policy + "' is not lru, frequency, static-hot or auto");
-  s.cache.policy = s.policy;
-  s.cache.admit_after = f.admit_after > 0 ? f.admit_after : kAdmitAfter;
-  s.cache.min_dwell = f.min_dwell > 0 ? f.min_dwell : kMinDwell;
-  if (s.policy == CachePolicy::kStaticHot) {
-    if (f.popularity.empty()) return invalid_argument("--cache-policy static-hot needs --popularity FILE (moetier profile)");
-    MT_ASSIGN_OR_RETURN(PopularityProfile p, read_popularity(f.popularity));
-    if (p.n_expert != s.geometry.n_expert) {
-      return invalid_argument("--popularity: the profile has " + std::to_string(p.n_expert) + " experts per layer, the model " +
-                              std::to_string(s.geometry.n_expert));
-    }
-    uint32_t max_block = 0;
-    for (const LayerExpertGeometry& l : s.geometry.layers) max_block = std::max(max_block, l.layer);
-    s.cache.hot.assign(max_block + 1, {});
-    for (const ExpertPool& pool : s.plan.pools) {
-      for (size_t i = 0; i < pool.layers.size(); ++i) {
-        const uint32_t b = pool.layers[i];
-        if (b >= p.counts.size() || p.counts[b].empty()) continue;
-        std::vector<uint32_t> ranked = p.ranked(b);
-        ranked.resize(std::min<size_t>(ranked.size(), pool.slots_per_layer[i]));
-        s.cache.hot[b] = std::move(ranked);
-      }
-    }
-  } else if (!f.popularity.empty()) {
-    return invalid_argument("--popularity is read by --cache-policy static-hot only");
-  }
+namespace {
+
+// The flags read the same way for a budget and for --n-cpu-moe: the admission cap, the
+// hardware profile and the mode.
+StatusOr<TieringSetup> finish_setup(const gguf::GgufFile& file, const TieringFlags& f, TieringSetup& s) {
   if (f.max_admissions > 0) s.scheduler.max_admissions = static_cast<uint32_t>(f.max_admissions);
   if (!f.hw_profile.empty()) {
     MT_ASSIGN_OR_RETURN(s.scheduler.hw, read_hw_profile(f.hw_profile));
@@ -166,6 +140,90 @@ StatusOr<TieringSetup> make_tiering_setup(const gguf::GgufFile& file, const Tier
     return invalid_argument("--moe-mode: '" + f.moe_mode + "' is not auto, hybrid, stream or cpu");
   }
   return s;
+}
+
+// --n-cpu-moe N: one pool per geometry group whose later blocks (>= N) get a slot for every
+// expert and the first N none; static-hot over every expert of the later blocks keeps them.
+Status place_n_cpu_moe(const TieringFlags& f, TieringSetup& s) {
+  if (f.expert_cache != kNCpuMoe) return invalid_argument("give --n-cpu-moe N or --expert-cache SIZE, not both");
+  if (f.n_cpu_moe < 0) return invalid_argument("--n-cpu-moe " + std::to_string(f.n_cpu_moe) + ": must be >= 0");
+  if (f.policy != "auto" || !f.popularity.empty() || f.layout != "pools") {
+    return invalid_argument("--n-cpu-moe places the experts itself: drop --cache-policy, --popularity and --cache-layout");
+  }
+  const auto first_device = static_cast<uint64_t>(f.n_cpu_moe);
+  uint32_t max_block = 0;
+  for (const LayerExpertGeometry& l : s.geometry.layers) max_block = std::max(max_block, l.layer);
+  s.cache.hot.assign(max_block + 1, {});
+  s.plan = plan_pools(s.geometry, 0);  // the pools' layers and slot sizes, no slots yet
+  for (ExpertPool& pool : s.plan.pools) {
+    pool.slots = 0;
+    for (size_t i = 0; i < pool.layers.size(); ++i) {
+      const bool device = pool.layers[i] >= first_device;
+      pool.slots_per_layer[i] = device ? s.geometry.n_expert : 0;
+      pool.slots += pool.slots_per_layer[i];
+      if (!device) continue;
+      std::vector<uint32_t>& hot = s.cache.hot[pool.layers[i]];
+      for (uint32_t e = 0; e < s.geometry.n_expert; ++e) hot.push_back(e);
+    }
+  }
+  s.budget = s.plan.budget = s.plan.used_bytes();
+  s.policy = s.cache.policy = CachePolicy::kStaticHot;
+  log_debug("--n-cpu-moe " + std::to_string(f.n_cpu_moe) + ": " + human_bytes(s.budget) + " of experts on the device");
+  return {};
+}
+
+}  // namespace
+
+StatusOr<TieringSetup> make_tiering_setup(const gguf::GgufFile& file, const TieringFlags& f) {
+  TieringSetup s;
+  MT_ASSIGN_OR_RETURN(s.geometry, read_expert_geometry(file));
+  if (s.geometry.layers.empty()) {
+    return invalid_argument(f.n_cpu_moe >= 0 ? "--n-cpu-moe: the model has no expert layers"
+                                             : "--expert-cache: the model has no expert layers");
+  }
+  if (f.n_cpu_moe >= 0 || f.expert_cache == kNCpuMoe) {
+    MT_RETURN_IF_ERROR(place_n_cpu_moe(f, s));
+    return finish_setup(file, f, s);
+  }
+  MT_ASSIGN_OR_RETURN(s.budget, parse_size_or_percent(f.expert_cache, s.geometry.compact_bytes, "--expert-cache"));
+  if (f.layout == "pools") {
+    s.plan = plan_pools(s.geometry, s.budget);
+  } else if (f.layout == "unified") {
+    s.plan = plan_unified_pool(s.geometry, s.budget);
+  } else {
+    return invalid_argument("--cache-layout: '" + f.layout + "' is not pools or unified");
+  }
+  if (f.policy == "lru" || f.policy == "auto") s.policy = CachePolicy::kLru;  // auto: see apply_device_defaults
+  else if (f.policy == "frequency") s.policy = CachePolicy::kFrequency;
+  else if (f.policy == "static-hot") s.policy = CachePolicy::kStaticHot;
+  else if (f.policy == "lru2") s.policy = CachePolicy::kLru2;
+  else return invalid_argument("--cache-policy: '" + f.policy + "' is not lru, frequency, static-hot, lru2 or auto");
+  s.cache.policy = s.policy;
+  s.cache.admit_after = f.admit_after > 0 ? f.admit_after : kAdmitAfter;
+  s.cache.min_dwell = f.min_dwell > 0 ? f.min_dwell : kMinDwell;
+  if (s.policy == CachePolicy::kStaticHot) {
+    if (f.popularity.empty()) return invalid_argument("--cache-policy static-hot needs --popularity FILE (moetier profile)");
+    MT_ASSIGN_OR_RETURN(PopularityProfile p, read_popularity(f.popularity));
+    if (p.n_expert != s.geometry.n_expert) {
+      return invalid_argument("--popularity: the profile has " + std::to_string(p.n_expert) + " experts per layer, the model " +
+                              std::to_string(s.geometry.n_expert));
+    }
+    uint32_t max_block = 0;
+    for (const LayerExpertGeometry& l : s.geometry.layers) max_block = std::max(max_block, l.layer);
+    s.cache.hot.assign(max_block + 1, {});
+    for (const ExpertPool& pool : s.plan.pools) {
+      for (size_t i = 0; i < pool.layers.size(); ++i) {
+        const uint32_t b = pool.layers[i];
+        if (b >= p.counts.size() || p.counts[b].empty()) continue;
+        std::vector<uint32_t> ranked = p.ranked(b);
+        ranked.resize(std::min<size_t>(ranked.size(), pool.slots_per_layer[i]));
+        s.cache.hot[b] = std::move(ranked);
+      }
+    }
+  } else if (!f.popularity.empty()) {
+    return invalid_argument("--popularity is read by --cache-policy static-hot only");
+  }
+  return finish_setup(file, f, s);
 }
 
 StatusOr<ResolvedTiering> resolve_tiering(const gguf::GgufFile& file, const TieringFlags& f, const BankFlags& banks,

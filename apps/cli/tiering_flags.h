@@ -8,6 +8,11 @@
 //   --split-misses auto|on|off  [--split-fraction F]  hybrid: part of each layer-step's
 //                            misses copied to the device and computed there while the CPU
 //                            computes the rest (auto: on with --device cuda)
+//   --n-cpu-moe N            llama.cpp's placement: the experts of blocks 0..N-1 stay in
+//                            host memory (computed by the CPU), every expert of the later
+//                            blocks has a slot in the device cache and is kept there
+//                            (static-hot over all of them: never evicted); instead of
+//                            --expert-cache
 // static-hot keeps, per layer, the profile's most popular experts up to the layer's slots.
 #pragma once
 
@@ -37,7 +42,9 @@ struct TieringFlags {
   std::string split_misses = "auto";  // hybrid: share the CPU's misses with the link; auto: on the GPU
   double split_fraction = -1;         // the device's share (0..1); < 0: from the cost model
   std::string split_pick = "popular";  // popular | ids: which misses of equal tokens the device takes
+  int64_t n_cpu_moe = -1;  // --n-cpu-moe N (sets expert_cache to kNCpuMoe so that every command sees tiering asked for)
 };
+inline constexpr const char* kNCpuMoe = "(--n-cpu-moe)";
 
 void add_tiering_flags(CLI::App& app, TieringFlags* f);
 
