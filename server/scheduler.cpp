@@ -26,6 +26,7 @@ double seconds(Clock::duration d) { return std::chrono::duration<double>(d).coun
 struct Choice {
   uint32_t index = 0;
   SeqId seq = 0;
+  bool forked = false;  // seq is a fork this choice owns
   Sampler sampler;
   StreamDecoder decoder;
   StopMatcher stops;
@@ -75,7 +76,7 @@ struct Running {
   }
   ~Running() {
     for (size_t k = 1; k < choices.size(); ++k) {
-      if (choices[k].seq != 0 && choices[k].seq != seq.id()) backend.free_sequence(choices[k].seq);
+      if (choices[k].forked) backend.free_sequence(choices[k].seq);
     }
   }
   Running(const Running&) = delete;
@@ -257,6 +258,7 @@ struct Scheduler::Impl {
   Status fork_choices(Running& r) {
     for (size_t k = 1; k < r.choices.size(); ++k) {
       MT_ASSIGN_OR_RETURN(r.choices[k].seq, backend.fork_sequence(r.seq.id()));
+      r.choices[k].forked = true;
     }
     return Status::ok_status();
   }
