@@ -36,13 +36,13 @@ std::string device_shortfall(const PlanInputs& in, uint64_t reserve, uint64_t kv
                     human_bytes(in.device_bytes);
   std::vector<std::string> fixes;
   const uint64_t q8 = static_cast<uint64_t>(in.ctx) * in.batch * in.model.kv_bytes_per_token_q8_0;
-  if (in.kv == KvType::kF16 && rest + q8 <= in.device_bytes) fixes.push_back("--kv q8_0");
+  if (in.kv == KvType::kF16 && rest + q8 <= in.device_bytes) fixes.push_back("--kv-type q8_0");
   const uint64_t per_ctx = static_cast<uint64_t>(in.batch) * kv_per_token(in.model, in.kv);
   if (rest < in.device_bytes && per_ctx > 0) {
     uint64_t ctx = kMinSuggestedCtx;
     if (rest + ctx * per_ctx <= in.device_bytes) {
       while (ctx * 2 < in.ctx && rest + ctx * 2 * per_ctx <= in.device_bytes) ctx *= 2;
-      fixes.push_back("--ctx " + std::to_string(ctx));
+      fixes.push_back("--ctx-size " + std::to_string(ctx));
     }
   }
   std::string alternatives;

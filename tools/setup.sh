@@ -8,12 +8,13 @@ set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 say() { printf 'setup: %s\n' "$*"; }
 
+# What the build and the tests use, nothing more: CMake finds CLI11, nlohmann-json and
+# GoogleTest (its CMake config names gmock's targets too); python3 runs the test scripts.
 PACKAGES=(
   build-essential cmake ninja-build git python3
   clang libclang-rt-14-dev            # libFuzzer and sanitizer runtimes for the fuzz target
-  libgtest-dev libgmock-dev libbenchmark-dev
-  libcli11-dev nlohmann-json3-dev libhwy-dev
-  hyperfine
+  libgtest-dev libgmock-dev
+  libcli11-dev nlohmann-json3-dev
 )
 # Node.js and npm for the oracle, unless a node/npm is already installed some other way.
 command -v npm >/dev/null 2>&1 || PACKAGES+=(nodejs npm)

@@ -3,7 +3,8 @@
 //
 // pp<N>: one batch of N random valid token ids fed to a fresh sequence (tokens/s = N / time).
 // tg<N>: N single-token steps from an empty context, each token random (as llama-bench's
-// tg: the sampled token does not matter for speed). Each test runs once as a warm-up
+// tg: the sampled token does not matter for speed). -p and -n take lists (-p 512,4096): every
+// pp, then every tg; output as a markdown table, CSV, JSON or JSON lines. Each test runs once as a warm-up
 // (llama-bench's: the full prompt for pp, one token for tg), then -r timed repetitions,
 // each in a fresh sequence created outside the timed region.
 //

@@ -123,7 +123,7 @@ Runner add_logits(CLI::App& app) {
   app.add_option("-o,--output", f->output, "raw float32 logits, n_tokens x n_vocab")->required();
   app.add_option("--routing,--record-routing", f->routing, "selected experts per (layer, position) as JSON lines");
   app.add_option("--dump", f->dump, "folder for named intermediates (<name>-<layer>.f32), to diff with llama.cpp");
-  app.add_option("-t,--threads", f->threads, "threads (default: all)");
+  app.add_option("-t,--threads", f->threads, "threads (0 = all, the default; more than the hardware threads warns)");
   app.add_flag("--no-interleave", f->no_interleave,
                "keep every weight in the memory map (no interleaved Q4_K/Q6_K copies): less memory, slower");
   app.add_option("--kv-type", f->kv_type, "KV cache type: f16 (default), q8_0, f32");

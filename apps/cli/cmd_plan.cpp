@@ -71,7 +71,7 @@ int run(const PlanFlags& fl) {
   if (!mode.ok()) return fail("plan", mode.status());
   in.mode = *mode;
   if (fl.batch == 0) return fail("plan", invalid_argument("--batch must be at least 1"));
-  if (fl.ctx && *fl.ctx == 0) return fail("plan", invalid_argument("--ctx must be at least 1"));
+  if (fl.ctx && *fl.ctx == 0) return fail("plan", invalid_argument("-c/--ctx-size must be at least 1"));
 
   in.device_bytes = detected_device_bytes();
   if (!fl.vram.empty()) {
@@ -129,7 +129,7 @@ int run(const PlanFlags& fl) {
   if (!plan.ok()) return fail("plan", plan.status());
   if (!fl.ctx) {
     plan->notes.push_back("ctx: the model's " + std::to_string(sizes->context_length) + " capped at " +
-                          std::to_string(kDefaultMaxCtx) + " (--ctx to change)");
+                          std::to_string(kDefaultMaxCtx) + " (-c/--ctx-size to change)");
   }
   if (fl.vram.empty()) plan->notes.push_back("device memory: none detected by this build (--vram to plan for a GPU)");
   if (fl.ram.empty()) plan->notes.push_back("host memory: MemTotal of /proc/meminfo (--ram to change)");

@@ -104,7 +104,7 @@ int run(const ProfileFlags& f) {
     if (ids.empty()) return fail("profile", invalid_argument(where + "the prompt tokenizes to nothing"));
     if (ids.size() > n_ctx) {
       return fail("profile", out_of_range(where + std::to_string(ids.size()) + " tokens exceed the context of " +
-                               std::to_string(n_ctx) + " (--ctx)"));
+                               std::to_string(n_ctx) + " (-c/--ctx-size)"));
     }
     auto session = Session::create(**model, static_cast<uint32_t>(ids.size()));
     if (!session.ok()) return fail("profile", session.status());
@@ -131,7 +131,7 @@ Runner add_profile(CLI::App& app) {
   app.add_option("-m,--model", f->model, "GGUF model")->required();
   app.add_option("--prompts", f->prompts, "text file, one prompt per line (blank lines skipped)")->required();
   app.add_option("-o,--output", f->output, "popularity profile JSON to write")->required();
-  app.add_option("-t,--threads", f->threads, "threads (default: all)");
+  app.add_option("-t,--threads", f->threads, "threads (0 = all, the default; more than the hardware threads warns)");
   app.add_option("-c,--ctx-size,--ctx", f->n_ctx, "longest prompt allowed in tokens (default: the training context)");
   app.add_flag("--chat", f->chat, "wrap each prompt in the model's chat format");
   return [f] { return run(*f); };

@@ -194,7 +194,7 @@ Status resolve_prompt(RunFlags& f, bool prompt_given) {
 
 int run(RunFlags f) {
   if (f.model.empty()) f.model = default_model();
-  if (f.n_predict < 0) return fail("run", invalid_argument("-n must be >= 0"));
+  if (f.n_predict < -1) return fail("run", invalid_argument("-n must be >= 0 (or -1: until the context is full)"));
   Status valid = validate(f.sampling);
   if (!valid.ok()) return fail("run", valid);
   auto kv_type = type_from_name(f.kv_type);
@@ -217,7 +217,8 @@ int run(RunFlags f) {
                                                    !(*engine)->on_gpu()});
   if (!checked_ctx.ok()) return fail("run", checked_ctx.status());
   const uint32_t n_ctx = *checked_ctx;
-  if (prompt.size() + static_cast<size_t>(f.n_predict) > n_ctx) {
+  if (f.n_predict == -1 && prompt.size() < n_ctx) f.n_predict = static_cast<int>(n_ctx - prompt.size());
+  if (prompt.size() + static_cast<size_t>(std::max(f.n_predict, 0)) > n_ctx) {
     return fail("run", out_of_range("prompt (" + std::to_string(prompt.size()) + " tokens) + -n " + std::to_string(f.n_predict) +
                              " exceed the context of " + std::to_string(n_ctx) + " (-c)"));
   }
@@ -311,7 +312,7 @@ Runner add_run(CLI::App& app) {
   CLI::Option* prompt = app.add_option("-p,--prompt", f->prompt, "prompt text");
   app.add_option("-f,--file", f->prompt_file, "read the prompt from a file (llama.cpp's -f)");
   app.add_flag("-e,--escape", f->escape, "process escapes in the prompt: \\n \\t \\\\ \\\" \\xHH ...");
-  app.add_option("-n,--n-predict", f->n_predict, "tokens to generate (default 64)");
+  app.add_option("-n,--n-predict", f->n_predict, "tokens to generate (default 64; -1: until the end of text or a full context)");
   app.add_option("-t,--threads", f->threads, "threads (0 = all, the default; more than the hardware threads warns)");
   app.add_option("--record-routing", f->record_routing,
                  "write every routing decision (layer, position, experts, weights) as JSON lines");

@@ -106,6 +106,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::load(const std::string& path, int thre
     auto cpu = std::make_unique<CpuBackend>(*e->model_);
     e->cpu_ = cpu.get();
     e->backend_ = std::move(cpu);
+    log_debug("engine: " + path + " on " + e->describe());
     return e;
   }
 #ifdef MOETIER_HAVE_CUDA

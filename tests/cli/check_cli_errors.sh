@@ -65,6 +65,7 @@ expect_error 2 "-cnv \(llama.cpp\): .*moetier serve" -- "${RUN[@]}" -n 4 -cnv
 expect_error 2 "-ot \(llama.cpp\): .*--n-cpu-moe N" -- "${RUN[@]}" -n 4 -ot "exps=CPU"
 expect_error 2 "-hf \(llama.cpp\): moetier downloads nothing" -- "${RUN[@]}" -n 4 -hf org/model
 expect_error 2 "-ctk q8_0 and -ctv f16: K and V share one cache type" -- "${RUN[@]}" -n 4 -ctk q8_0 -ctv f16
+expect_error 1 "-n must be >= 0 \(or -1: until the context is full\)" -- "${RUN[@]}" -n -2
 expect_error 1 "-f: cannot read" -- "${RUN[@]}" -n 4 -f "$WORK/missing.txt"
 printf 'In the beginning' >"$WORK/prompt.txt"
 expect_error 1 "give the prompt with -p or -f, not both" -- "${RUN[@]}" -n 4 -p x -f "$WORK/prompt.txt"
@@ -96,6 +97,8 @@ seed=$("$MOETIER" run -m "$MODEL" -n 2 --seed -1 2>&1 >/dev/null | sed -n 's/.*s
 [ -n "$seed" ] && [ "$seed" != 18446744073709551615 ] || fail "--seed -1: seed '$seed' is not a random one"
 err=$("${RUN[@]}" -n 4 --n-cpu-moe 3 --stats 2>&1 >/dev/null) || fail "--n-cpu-moe 3 failed: $err"
 grep -q "static-hot, cache .*0 evictions" <<<"$err" || fail "--n-cpu-moe 3: not a fixed placement: $err"
+err=$("${RUN[@]}" -n -1 -c 16 2>&1 >/dev/null) || fail "-n -1 failed: $err"
+grep -qE "^generation: ([1-9]|1[0-3]) tokens" <<<"$err" || fail "-n -1 -c 16: not until the context is full: $err"
 "${RUN[@]}" -n 4 --mlock >/dev/null 2>"$WORK/mlock.err" || fail "--mlock failed: $(cat "$WORK/mlock.err")"
 
 # bench: lists run every value (pp16, pp32, tg8: three rows), -o csv and jsonl parse.

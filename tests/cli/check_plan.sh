@@ -80,7 +80,7 @@ grep -q "pinned   33 layers" "$WORK/ornith.txt" || fail "text plan: $(cat "$WORK
 import json, sys
 p = json.load(open(sys.argv[1]))
 assert not p["fits"] and p["mode"] == "hybrid", p
-assert "KV cache for ctx 262144 at f16 needs 5.06 GiB" in p["why"] and "--kv q8_0" in p["why"], p["why"]
+assert "KV cache for ctx 262144 at f16 needs 5.06 GiB" in p["why"] and "--kv-type q8_0" in p["why"], p["why"]
 print(f"ornith-35b at ctx 262144: {p['why']}")
 PY
 

@@ -129,7 +129,7 @@ TEST(Planner, PlanThatCannotFitSaysWhyAndWhatWould) {
   ASSERT_TRUE(p.ok());
   EXPECT_FALSE(p->fits);
   EXPECT_NE(p->why.find("KV cache for ctx 262144 at f16 needs 24.00 GiB"), std::string::npos) << p->why;
-  EXPECT_NE(p->why.find("--kv q8_0 or --ctx 131072 fits"), std::string::npos) << p->why;
+  EXPECT_NE(p->why.find("--kv-type q8_0 or --ctx-size 131072 fits"), std::string::npos) << p->why;
   EXPECT_NE(p->why.find("needs at least"), std::string::npos) << p->why;
 
   in.mode = RequestedMode::kAuto;  // the CPU still fits: auto takes it
