@@ -115,6 +115,13 @@ lines = [json.loads(l) for l in open(sys.argv[2])]
 assert [l["test"] for l in lines] == ["pp16", "tg4", "tg8"], lines
 PY
 
+# Progress (drawn on a terminal only: script(1) gives one) counts runs, not bytes.
+if command -v script >/dev/null 2>&1; then
+  tty_out=$(script -qc "'$MOETIER' bench -m '$MODEL' -p 16 -n 0 -r 2" /dev/null | tr '\r' '\n')
+  grep -q "bench pp16 100% (3 / 3 runs)" <<<"$tty_out" || fail "bench progress not in runs: $tty_out"
+  ! grep -q " B / " <<<"$tty_out" || fail "bench progress in bytes: $tty_out"
+fi
+
 # plan: --kv-type / --ctx-size and the old --kv / --ctx say the same.
 same_stdout "plan --kv-type --ctx-size = --kv --ctx" -- "$MOETIER" plan -m "$MODEL" --kv-type q8_0 --ctx-size 512 --json \
   -- "$MOETIER" plan -m "$MODEL" --kv q8_0 --ctx 512 --json
