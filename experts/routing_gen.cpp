@@ -60,7 +60,7 @@ struct GenPreset {
 // "Routing with temporal locality"): the measured values are in that section.
 constexpr GenPreset kGenPresets[] = {
     {"qwen3-30b", 128, 8, 0.45, 8, 0.80, 1.6},
-    {"256", 256, 8, 0.10, 8, 0.12, 0.0},
+    {"256", 256, 8, 0.12, 8, 0.14, 0.0},
     {"512", 512, 10, 0.45, 24, 0.78, 0.15},
 };
 
@@ -213,7 +213,9 @@ const std::vector<int32_t>& RoutingGenerator::next(uint32_t layer) {
       out.push_back(prev[i]);
       mark_[static_cast<size_t>(prev[i])] = 1;
     }
-    for (int32_t e : L.history.front()) mark_[static_cast<size_t>(e)] = std::max<uint8_t>(mark_[static_cast<size_t>(e)], 2);
+    for (int32_t e : L.history.front()) {
+      if (mark_[static_cast<size_t>(e)] == 0) mark_[static_cast<size_t>(e)] = 2;
+    }
   } else {
     n_prev = 0;
   }
@@ -229,14 +231,16 @@ const std::vector<int32_t>& RoutingGenerator::next(uint32_t layer) {
     out.push_back(e);
     mark_[static_cast<size_t>(e)] = 1;
   }
-  // Fresh picks: outside the whole window when possible.
+  // Fresh picks: outside the whole window when possible (mark 3: tokens t-2 .. t-w); when
+  // the window holds every expert left, from t-2 .. t-w; then from the previous token's.
   for (size_t e = 0; e < older.size(); ++e) {
-    if (older[e] && mark_[e] == 0) mark_[e] = 2;
+    if (older[e] && mark_[e] == 0) mark_[e] = 3;
   }
   while (out.size() < k) {
     int32_t e = draw_weighted(L.rng, L.weight, mark_, nullptr);
-    if (e < 0) {  // the window holds every expert left: repeats it is
-      for (uint8_t& m : mark_) m = m == 2 ? 0 : m;
+    for (uint8_t relax : {uint8_t{3}, uint8_t{2}}) {
+      if (e >= 0) break;
+      for (uint8_t& m : mark_) m = m == relax ? 0 : m;
       e = draw_weighted(L.rng, L.weight, mark_, nullptr);
     }
     MT_CHECK(e >= 0);

@@ -23,7 +23,9 @@
 //   seed       Each layer has its own random generator seeded from (seed, layer), so a
 //              layer's stream does not depend on how the calls of the layers interleave.
 // When the window has too few candidates (the first tokens, or a small E), the missing
-// repeats become fresh picks; when nothing is left to exclude, fresh picks may repeat.
+// repeats become fresh picks; when the window holds every expert left (E small against
+// k x w), fresh picks come from tokens t-2 .. t-w first, the previous token's last: then
+// the measured `within` (and at last `reuse`) exceed the parameters.
 // Experts come out in draw order: the reused ones, the window's, then the fresh ones.
 //
 // Spec strings (`--routing synth:KEY=VALUE,...`): preset=qwen3-30b|256|512 (defaults of a
@@ -111,7 +113,7 @@ class RoutingGenerator final : public RoutingStream {
   };
   RoutingGenParams p_;
   std::vector<Layer> layers_;
-  std::vector<uint8_t> mark_;  // scratch per expert: 1 taken, 2 excluded from fresh picks
+  std::vector<uint8_t> mark_;  // scratch per expert: 1 taken; excluded from fresh picks: 2 token t-1's, 3 t-2 .. t-w's
 };
 
 // A recorded trace replayed position by position: per layer, its events in (step, pos)

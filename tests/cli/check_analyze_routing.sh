@@ -9,6 +9,8 @@
 #   * every row equals a Python recomputation from the definitions in experts/granule.h
 #   * the reported minimum is the least resident row; -m MODEL (expert bytes from the
 #     geometry) and --expert-bytes 0.75MiB give the same curve as --expert-bytes 786432
+#   * --routing trace:FILE is --trace FILE; --routing synth:... (issue 28's generator) on the
+#     model's geometry: the locality it reports matches the spec's reuse and within
 #   * bad input is one line and exit 1
 # The 586 MiB model is deleted at the end; the record and the outputs stay.
 # usage: check_analyze_routing.sh MOETIER WORK_DIR
@@ -136,6 +138,26 @@ expect_error "--granule: '2XB' is not a size" -- "$MOETIER" analyze-routing --tr
 expect_error "--expert-bytes must be positive" -- "$MOETIER" analyze-routing --trace "$T" --expert-bytes 0
 expect_error "experts per chunk 64 outside [1, 32]" -- "$MOETIER" analyze-routing --trace "$T" --expert-bytes 1MiB -E 1,64
 expect_error "cannot open" -- "$MOETIER" analyze-routing --trace "$T" -m "$WORK/missing.gguf"
+
+# --routing: the same record, and a generated stream on the model's geometry (32 experts top-8).
+"$MOETIER" analyze-routing --routing "trace:$T" -m "$M" --json >"$WORK/curve-routing.json" || fail "--routing trace:"
+cmp -s "$WORK/curve-model.json" "$WORK/curve-routing.json" || fail "--routing trace:FILE differs from --trace FILE"
+# 32 experts top-8: a window of 2 tokens leaves room for picks outside it.
+"$MOETIER" analyze-routing --routing "synth:reuse=0.4,window=2,within=0.55,skew=1,tokens=3000" -m "$M" --json \
+  >"$WORK/curve-synth.json" || fail "--routing synth:"
+"$PY" - "$WORK/curve-synth.json" <<'PY' || fail "--routing synth: locality"
+import json, sys
+c = json.load(open(sys.argv[1]))
+loc = c["locality"]
+assert (c["n_expert"], c["top_k"], c["n_layers"], c["n_steps"]) == (32, 8, 24, 3000), c
+assert loc["window"] == 2 and abs(loc["reuse"] - 0.4) < 0.02 and abs(loc["within"] - 0.55) < 0.02, loc
+print(f"  synth reuse 0.4 within 0.55 of 2 tokens: measured {loc['reuse']:.3f} / {loc['within']:.3f}, "
+      f"median reuse distance {loc['median_reuse_distance']}")
+PY
+expect_error "synth: unknown key 'reus'" -- "$MOETIER" analyze-routing --routing synth:reus=0.4 -m "$M"
+expect_error "the stream is for 128 experts top-8, the model has 32 top-8" -- \
+  "$MOETIER" analyze-routing --routing synth:preset=qwen3-30b -m "$M"
+expect_error "exactly one of --trace FILE and --routing" -- "$MOETIER" analyze-routing --expert-bytes 1MiB
 
 rm -f "$M"
 [ "$fails" -eq 0 ] && echo "analyze_routing: all checks passed"

@@ -2,7 +2,9 @@
 # simulate: a replay of a run's own routing record reproduces the run's expert cache
 # counters exactly (every layer and the totals), for each policy and mode (auto: the
 # planner's pick; an admission cap per layer-step; the split of misses); synthetic
-# streams on a sparse 47-layer laguna-s geometry; clear errors on bad input.
+# streams on a sparse 47-layer laguna-s geometry; issue 28's generator (--routing synth:)
+# on a sparse qwen3-30b-a3b geometry: --sweep-budgets, --cache-policy auto's measured pick;
+# clear errors on bad input.
 # usage: check_simulate.sh MOETIER WORK_DIR
 set -uo pipefail
 MOETIER=$1
@@ -24,7 +26,8 @@ for args in "--cache-policy lru --expert-cache 25%" "--cache-policy frequency --
             "--cache-policy lru --expert-cache 0" "--cache-policy lru --expert-cache 25% --max-admissions 1" \
             "--cache-policy lru --expert-cache 25% --moe-mode auto" \
             "--cache-policy lru --expert-cache 25% --split-misses on --split-fraction 0.5" \
-            "--cache-policy frequency --expert-cache 25% --split-misses on --split-fraction 0.6 --split-pick ids"; do
+            "--cache-policy frequency --expert-cache 25% --split-misses on --split-fraction 0.6 --split-pick ids" \
+            "--cache-policy lru2 --expert-cache 25%"; do
   case_no=$((case_no + 1))
   rec=$WORK/rec$case_no.jsonl
   # shellcheck disable=SC2086
@@ -67,8 +70,38 @@ assert len(j["layers"]) == 47 and j["tokens"] == 64 and j["steps"] == 64, (len(j
 t = j["total"]
 assert t["hits"] + t["misses"] == 64 * 47 * 10, t  # top-10, one token per step, distinct per layer-step
 assert 0 < t["hit_rate"] < 1 and t["cpu_experts"] == t["misses"] - (t["device_experts"] - t["hits"]), t
-print(f"  laguna-s 8640MiB lru: hit rate {t['hit_rate']:.3f}, {t['cpu_experts_per_token']:.1f} CPU experts/token, "
+print(f"  laguna-s 8640MiB {j['policy']}: hit rate {t['hit_rate']:.3f}, {t['cpu_experts_per_token']:.1f} CPU experts/token, "
       f"predicted hybrid {j['predicted']['hybrid']['tokens_per_s']:.1f} tok/s ({j['hw_profile_source']} profile)")
+PY
+
+# Issue 28's generator on Qwen3-30B-A3B's geometry (128 experts top-8, 48 layers).
+Q=$WORK/qwen3-30b.gguf
+"$MOETIER" synth --preset qwen3-30b-a3b --sparse -o "$Q" >/dev/null || fail "synth qwen3-30b-a3b"
+"$MOETIER" simulate -m "$Q" --routing synth:preset=qwen3-30b,tokens=200 --sweep-budgets 10%,40%,100% --json \
+  >"$WORK/sweep.json" || fail "simulate --sweep-budgets"
+"$MOETIER" simulate -m "$Q" --routing synth:preset=qwen3-30b,tokens=200 --expert-cache 25% --json \
+  >"$WORK/auto.json" || fail "simulate --routing synth: auto"
+"$PY" - "$WORK/sweep.json" "$WORK/auto.json" <<'PY' || fail "sweep / auto JSON"
+import json, sys
+sw, auto = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+assert sw["routing"].startswith("synth:preset=qwen3-30b") and sw["steps"] == 200, sw["routing"]
+rows = sw["sweep"]
+assert [r["budget"] for r in rows] == ["10%", "40%", "100%"], rows
+for r in rows:
+    assert set(r["hit_rate"]) == {"lru", "frequency", "lru2"}, r
+    assert all(0 < v <= 1 for v in r["hit_rate"].values()), r
+for p in ("lru", "frequency", "lru2"):
+    assert rows[0]["hit_rate"][p] < rows[1]["hit_rate"][p] <= rows[2]["hit_rate"][p], (p, rows)
+assert rows[2]["slots_per_layer"] == 128, rows[2]
+# Everything fits: only the first use of each expert misses (at most 128 per layer).
+assert rows[2]["hit_rate"]["lru"] >= 1 - 128 / (200 * 8), rows[2]
+pick = auto["policy_auto"]
+assert auto["policy"] == pick["picked"] and pick["warmup_steps"] == 64, pick
+rates = pick["warmup_hit_rate"]
+assert set(rates) == {"lru", "frequency", "lru2"} and rates[pick["picked"]] == max(rates.values()), pick
+assert auto["trace"]["source"].startswith("synth:preset=qwen3-30b"), auto["trace"]
+print(f"  qwen3-30b preset: lru {rows[0]['hit_rate']['lru']:.3f} at 10%, {rows[1]['hit_rate']['lru']:.3f} at 40%; "
+      f"auto picked {pick['picked']} ({rates})")
 PY
 
 # Errors: one line, exit 1.
@@ -91,6 +124,10 @@ expect_error "bad size" simulate -m "$M" --synthetic --expert-cache 12XB
 expect_error "percent > 100" simulate -m "$M" --synthetic --expert-cache 140%
 expect_error "stats without cache" run -m "$M" -n 1 --stats
 expect_error "admit-after with lru" simulate -m "$M" --synthetic --expert-cache 10% --cache-policy lru --admit-after 3
+expect_error "routing for another geometry" simulate -m "$Q" --routing synth:preset=512 --expert-cache 10%
+expect_error "bad routing spec" simulate -m "$Q" --routing synth:window=0 --expert-cache 10%
+expect_error "two routings" simulate -m "$Q" --routing synth:preset=qwen3-30b --synthetic --expert-cache 10%
+expect_error "sweep and budget" simulate -m "$Q" --routing synth: --sweep-budgets 10% --expert-cache 10%
 expect_error "min-dwell with the CPU's auto (lru)" simulate -m "$M" --synthetic --expert-cache 10% --min-dwell 2
 # Values outside a flag's set: CLI11's error (and its --help hint) naming the flag.
 expect_flag_error() {
