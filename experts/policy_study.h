@@ -1,8 +1,10 @@
 // Policy study: the same routing replayed through one expert cache per replacement policy
 // (experts/cache.h), to compare their hit rates and to pick one by measurement. `simulate
 // --cache-policy auto` replays the stream's first steps (the warm-up window) under each
-// candidate and keeps the one with the most hits (ties: the earlier candidate), the way an
-// engine could decide after its first tokens; `simulate --sweep-budgets` tabulates hit rate
+// candidate and keeps the one with the best hit rate over the window's second half (the
+// first half fills the cache: a policy that admits late, like frequency, is not judged on
+// its cold start; ties: the earlier candidate), the way an engine could decide after its
+// first tokens; `simulate --sweep-budgets` tabulates hit rate
 // against budget per policy (docs/PERFORMANCE.md, "Routing with temporal locality").
 #pragma once
 
@@ -33,19 +35,20 @@ struct PolicyTrial {
   double hit_rate = 0;
 };
 
-// The trace's events of its first `steps` steps (all of them when it has fewer).
-RoutingTrace first_steps(const RoutingTrace& trace, uint64_t steps);
+// The trace's events of its steps [first, first + count) in step order (fewer when it ends).
+RoutingTrace step_range(const RoutingTrace& trace, uint64_t first, uint64_t count);
 
-// Hit rate of each candidate over the whole trace, in the candidates' order.
+// Hit rate of each candidate over the trace's steps from `skip` on (the steps before fill
+// the cache), in the candidates' order.
 StatusOr<std::vector<PolicyTrial>> compare_policies(const RoutingTrace& trace, const StudySetup& setup,
-                                                    std::span<const CachePolicy> candidates);
+                                                    std::span<const CachePolicy> candidates, uint64_t skip = 0);
 
 struct PolicyPick {
   CachePolicy policy = CachePolicy::kLru;
   uint64_t warmup_steps = 0;
   std::vector<PolicyTrial> trials;
 };
-// The candidate with the best hit rate over the first `warmup_steps` steps.
+// The candidate with the best hit rate over steps warmup_steps / 2 .. warmup_steps.
 StatusOr<PolicyPick> pick_policy_by_warmup(const RoutingTrace& trace, uint64_t warmup_steps, const StudySetup& setup,
                                            std::span<const CachePolicy> candidates);
 

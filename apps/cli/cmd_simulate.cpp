@@ -28,7 +28,7 @@ struct SimulateFlags {
   bool synthetic = false, json = false;
   SyntheticTraceOptions synth;
   TieringFlags tiering;
-  uint64_t warmup = 64;
+  uint64_t warmup = 128;
   std::vector<std::string> sweep_budgets, sweep_policies = {"lru", "frequency", "lru2"};
 };
 
@@ -230,7 +230,7 @@ Runner add_simulate(CLI::App& app) {
   app.add_option("--locality", f->synth.locality, "synthetic: chance a pick repeats the previous token's (default 0.5)");
   app.add_option("--seed", f->synth.seed, "synthetic: random seed (default 1)");
   add_tiering_flags(app, &f->tiering);
-  app.add_option("--warmup", f->warmup, "--cache-policy auto: steps replayed under each candidate before the pick (default 64)");
+  app.add_option("--warmup", f->warmup, "--cache-policy auto: steps replayed under each candidate before the pick, rated over their second half (default 128)");
   app.add_option("--sweep-budgets", f->sweep_budgets, "instead of --expert-cache: a table of hit rate per budget (10%,25%,...)")
       ->delimiter(',');
   app.add_option("--sweep-policies", f->sweep_policies, "with --sweep-budgets: the policies compared (default lru,frequency,lru2)")

@@ -96,7 +96,7 @@ assert rows[2]["slots_per_layer"] == 128, rows[2]
 # Everything fits: only the first use of each expert misses (at most 128 per layer).
 assert rows[2]["hit_rate"]["lru"] >= 1 - 128 / (200 * 8), rows[2]
 pick = auto["policy_auto"]
-assert auto["policy"] == pick["picked"] and pick["warmup_steps"] == 64, pick
+assert auto["policy"] == pick["picked"] and pick["warmup_steps"] == 128, pick
 rates = pick["warmup_hit_rate"]
 assert set(rates) == {"lru", "frequency", "lru2"} and rates[pick["picked"]] == max(rates.values()), pick
 assert auto["trace"]["source"].startswith("synth:preset=qwen3-30b"), auto["trace"]
