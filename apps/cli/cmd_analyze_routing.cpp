@@ -94,12 +94,13 @@ int run(const AnalyzeFlags& f) {
   if (f.json) {
     nlohmann::ordered_json j = nlohmann::ordered_json::parse(granule_curve_json(*curve));
     j["locality"] = {{"reuse", loc.reuse}, {"window", window}, {"within", loc.within}, {"median_reuse_distance", loc.median_distance},
-                     {"touched_per_75_tokens", loc.touched}};
+                     {"touched_per_75_tokens", loc.touched > 0 ? nlohmann::ordered_json(loc.touched) : nullptr}};
     std::printf("%s\n", j.dump(2).c_str());
   } else {
-    std::printf("locality: reuse at the next token %.3f, within %u tokens %.3f, median reuse distance %.0f, "
-                "%.1f experts touched per layer in 75 tokens\n%s",
-                loc.reuse, window, loc.within, loc.median_distance, loc.touched, granule_curve_table(*curve).c_str());
+    char touched[64] = "fewer than 75 tokens per layer";
+    if (loc.touched > 0) std::snprintf(touched, sizeof touched, "%.1f experts touched per layer in 75 tokens", loc.touched);
+    std::printf("locality: reuse at the next token %.3f, within %u tokens %.3f, median reuse distance %.0f, %s\n%s",
+                loc.reuse, window, loc.within, loc.median_distance, touched, granule_curve_table(*curve).c_str());
   }
   return 0;
 }
