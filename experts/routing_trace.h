@@ -3,7 +3,10 @@
 //   {"layer": L, "pos": P, "step": S, "experts": [...], "weights": [...]}
 // where step numbers the forward calls: a prompt batch is one step, each decoded token
 // one more; lines without "step" count each position as its own step), or made up by
-// synthetic_trace(): Zipf popularity per layer with temporal locality.
+// synthetic_trace(): Zipf popularity per layer, each rank repeating the previous token's
+// pick with probability `locality` (the older generator behind `simulate --synthetic`;
+// experts/routing_gen.h's generator, `--routing synth:`, defines and is tested for reuse,
+// window and skew, and streams token by token).
 #pragma once
 
 #include <cstdint>
