@@ -23,8 +23,9 @@ void Mailbox::post(uint64_t connection, HandlerResult result) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!closed_) {
+      const bool idle = contents_.done.empty() && contents_.woken.empty();
       contents_.done.push_back({connection, std::move(result)});
-      ring();
+      if (idle) ring();
       return;
     }
   }
@@ -34,8 +35,9 @@ void Mailbox::post(uint64_t connection, HandlerResult result) {
 void Mailbox::wake(uint64_t connection) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (closed_) return;
+  const bool idle = contents_.done.empty() && contents_.woken.empty();
   contents_.woken.push_back(connection);
-  ring();
+  if (idle) ring();
 }
 
 void Mailbox::request_stop() {

@@ -35,7 +35,9 @@ struct Mailbox {
   std::vector<Done> close();                             // the loop, at its end: what was left
 
  private:
-  void ring();  // under mutex_
+  // Under mutex_. Only the first entry after the loop's take() rings: the loop reads the
+  // eventfd before it takes, so later entries are seen by that take or ring again.
+  void ring();
 
   std::mutex mutex_;
   int event_fd_ = -1;
