@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# tools/fuzz.sh [SECONDS=60]: fuzz the GGUF reader with libFuzzer + ASan/UBSan.
+# tools/fuzz.sh [SECONDS=60]: fuzz the GGUF reader, then the HTTP request parser
+# (server/http_parser.h, HTTP_SECONDS, default a third of SECONDS), with libFuzzer + ASan/UBSan.
 #
 # Configures build-fuzz/ with clang (-DMOETIER_FUZZ=ON), builds tests/fuzz/gguf_fuzz and
 # the seed generator, writes the seeds (the generated corrupt cases, valid hand-built
@@ -29,7 +30,7 @@ cmake -S "$repo" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
   -DMOETIER_FUZZ=ON -DMOETIER_CUDA=OFF -DMOETIER_TESTS=OFF \
   -DCMAKE_UNITY_BUILD="${MOETIER_UNITY:-ON}" -DCMAKE_UNITY_BUILD_BATCH_SIZE=16 >/dev/null  # see tools/build.sh
-cmake --build "$build" --target gguf_fuzz gguf_make_corpus
+cmake --build "$build" --target gguf_fuzz gguf_make_corpus http_fuzz
 
 mkdir -p "$work/corpus" "$work/artifacts"
 rm -rf "$work/seeds" "$work/tmp"
@@ -73,6 +74,17 @@ set +e
   2>&1 | tee "$work/last_run.log"
 status=${PIPESTATUS[0]}
 set -e
+
+# The HTTP request parser: its seeds are a few requests; inputs stay small.
+http_seconds="${HTTP_SECONDS:-$(( (seconds + 2) / 3 ))}"
+mkdir -p "$work/http_corpus"
+set +e
+"$build/http_fuzz" "$work/http_corpus" "$repo/tests/fuzz/http_seeds" \
+  -max_total_time="$http_seconds" -max_len=4096 -timeout=10 -rss_limit_mb=2048 \
+  -print_final_stats=1 -artifact_prefix="$work/artifacts/" 2>&1 | tee "$work/last_http_run.log" | tail -5
+http_status=${PIPESTATUS[0]}
+set -e
+[[ $http_status -eq 0 ]] || status=$http_status
 
 findings=$(find "$work/artifacts" -type f | wc -l)
 echo "fuzz.sh: exit status $status, $findings finding(s), corpus $(find "$work/corpus" -type f | wc -l) files"

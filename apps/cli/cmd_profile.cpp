@@ -14,7 +14,7 @@
 #include "core/log.h"
 #include "experts/popularity.h"
 #include "model/model.h"
-#include "runtime/chat_format.h"
+#include "runtime/chat_prompt.h"
 #include "tokenizer/tokenizer.h"
 
 namespace mt::cli {
@@ -78,12 +78,11 @@ int run(const ProfileFlags& f) {
   if (!tokenizer.ok()) return fail("profile", tokenizer.status());
   const HParams& hp = (*model)->hparams();
   if (hp.n_expert == 0) return fail("profile", invalid_argument(f.model + " has no experts to profile"));
-  std::optional<ChatFormat> format;
+  std::optional<ChatPrompt> chat;  // the renderer run --chat and serve use
   if (f.chat) {
-    auto tmpl = (*model)->file().get_string("tokenizer.chat_template");
-    auto fmt = detect_chat_format(tmpl.ok() ? *tmpl : std::string_view{});
-    if (!fmt.ok()) return fail("profile", fmt.status());
-    format = *fmt;
+    auto loaded = ChatPrompt::load((*model)->file(), *tokenizer);
+    if (!loaded.ok()) return fail("profile", loaded.status());
+    chat = std::move(*loaded);
   }
   const uint32_t n_ctx = f.n_ctx ? f.n_ctx : hp.n_ctx_train;
   std::ofstream out(f.output, std::ios::binary);
@@ -99,8 +98,15 @@ int run(const ProfileFlags& f) {
   for (size_t i = 0; i < prompts->size(); ++i) {
     const auto& [line, text] = (*prompts)[i];
     const std::string where = f.prompts + ":" + std::to_string(line) + ": ";
-    std::vector<int32_t> ids = format ? tokenizer->encode(apply_chat_format(*format, "", text), true, true)
-                                      : tokenizer->encode(text, true, false);
+    std::vector<int32_t> ids;
+    if (chat) {
+      const std::vector<ChatMessage> messages{{"user", text}};
+      auto rendered = chat->render(messages);
+      if (!rendered.ok()) return fail("profile", rendered.status());
+      ids = tokenizer->encode(*rendered, true, true);
+    } else {
+      ids = tokenizer->encode(text, true, false);
+    }
     if (ids.empty()) return fail("profile", invalid_argument(where + "the prompt tokenizes to nothing"));
     if (ids.size() > n_ctx) {
       return fail("profile", out_of_range(where + std::to_string(ids.size()) + " tokens exceed the context of " +
