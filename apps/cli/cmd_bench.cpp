@@ -66,6 +66,9 @@ struct TestResult {
   std::vector<uint64_t> samples_ns;
   std::vector<double> samples_ts;
   double avg_ts = 0, stddev_ts = 0, avg_ns = 0;
+  // The first timed repetition apart (a cold cache, pinning, page faults show there), the
+  // rest as the steady state, and the spread: stddev / mean of every repetition.
+  double first_ts = 0, steady_ts = 0, cv = 0;
   std::string tiering_json;  // with --expert-cache: experts/stats.h's JSON of this test
   std::string tiering_text;  // its overall line
   std::string name() const { return n_prompt > 0 ? "pp" + std::to_string(n_prompt) : "tg" + std::to_string(n_gen); }
@@ -140,6 +143,13 @@ class Bench {
     for (uint64_t ns : r.samples_ns) r.avg_ns += static_cast<double>(ns) / static_cast<double>(r.samples_ns.size());
     r.avg_ts = mean(r.samples_ts);
     r.stddev_ts = stddev(r.samples_ts);
+    r.cv = r.avg_ts > 0 ? r.stddev_ts / r.avg_ts : 0.0;
+    if (!r.samples_ts.empty()) {
+      r.first_ts = r.samples_ts.front();
+      r.steady_ts = r.samples_ts.size() > 1
+                        ? mean(std::vector<double>(r.samples_ts.begin() + 1, r.samples_ts.end()))
+                        : r.first_ts;
+    }
     const ExpertScheduler* scheduler = engine_.tiering_scheduler();
     if (tiering_ != nullptr && scheduler != nullptr) {
       r.tiering_json = stats_json(*scheduler, tiering_->policy, tiering_->budget, engine_.tiering_timing());
@@ -205,6 +215,9 @@ std::vector<nlohmann::ordered_json> result_rows(const ModelFacts& m, const Bench
     j["stddev_ts"] = r.stddev_ts;
     j["samples_ns"] = r.samples_ns;
     j["samples_ts"] = r.samples_ts;
+    j["first_ts"] = r.first_ts;
+    j["steady_ts"] = r.steady_ts;
+    j["cv"] = r.cv;
     if (!r.tiering_json.empty()) j["tiering"] = nlohmann::ordered_json::parse(r.tiering_json);
     if (r.n_gen > 0) {
       j["gb_per_s"] = gb_per_s(m, r);
@@ -223,7 +236,8 @@ std::vector<nlohmann::ordered_json> result_rows(const ModelFacts& m, const Bench
 void print_csv(const std::vector<nlohmann::ordered_json>& rows) {
   static const char* const kColumns[] = {"model_filename", "model_type", "model_bytes", "model_n_params",
                                          "active_bytes_per_token", "n_threads", "device", "test", "n_prompt", "n_gen",
-                                         "avg_ns", "avg_ts", "stddev_ts", "gb_per_s", "samples_ns", "samples_ts"};
+                                         "avg_ns", "avg_ts", "stddev_ts", "first_ts", "steady_ts", "cv",
+                                         "gb_per_s", "samples_ns", "samples_ts"};
   std::string line;
   for (const char* c : kColumns) line += std::string(line.empty() ? "" : ",") + c;
   std::printf("%s\n", line.c_str());
@@ -246,6 +260,12 @@ void print_csv(const std::vector<nlohmann::ordered_json>& rows) {
   }
 }
 
+std::string fixed2(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f", v);
+  return buf;
+}
+
 void print_markdown(const ModelFacts& m, const BenchFlags& f, int threads, const std::vector<TestResult>& results) {
   const bool roof = f.membw_gbps > 0;
   std::printf("| model | size | params | active/token | threads | test | t/s | GB/s |%s\n", roof ? " roofline |" : "");
@@ -264,6 +284,13 @@ void print_markdown(const ModelFacts& m, const BenchFlags& f, int threads, const
                 human_bytes(m.model_bytes).c_str(), params < 1e9 ? params / 1e6 : params / 1e9, params < 1e9 ? "M" : "B",
                 human_bytes(m.active_bytes_per_token).c_str(), threads, r.name().c_str(), r.avg_ts, r.stddev_ts,
                 gbs.c_str(), roof ? (" " + frac + " |").c_str() : "");
+  }
+  for (const TestResult& r : results) {
+    if (r.samples_ts.size() < 2) continue;
+    std::string each;
+    for (double ts : r.samples_ts) each += (each.empty() ? "" : ", ") + fixed2(ts);
+    std::printf("%s t/s, every repetition: %s; first %s, steady %s, cv %.1f%%\n", r.name().c_str(), each.c_str(),
+                fixed2(r.first_ts).c_str(), fixed2(r.steady_ts).c_str(), 100.0 * r.cv);
   }
   for (const TestResult& r : results) {
     if (!r.tiering_text.empty()) std::printf("%s tiering: %s\n", r.name().c_str(), r.tiering_text.c_str());

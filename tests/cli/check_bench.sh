@@ -40,6 +40,10 @@ for t in b:
         assert key in t, key
     assert t["n_threads"] == 2 and len(t["samples_ts"]) == 2 and t["avg_ts"] > 0, t
     assert t["model_bytes"] == info["file_bytes"], t
+    # the first repetition apart, the rest as the steady state, the spread as stddev / mean
+    s = t["samples_ts"]
+    assert t["first_ts"] == s[0] and abs(t["steady_ts"] - sum(s[1:]) / len(s[1:])) <= 1e-9 * t["steady_ts"], t
+    assert abs(t["cv"] - t["stddev_ts"] / t["avg_ts"]) <= 1e-12, t
     assert t["active_bytes_per_token"] == active, (t["active_bytes_per_token"], active)
 pp, tg = b
 assert (pp["n_prompt"], pp["n_gen"], tg["n_prompt"], tg["n_gen"]) == (8, 0, 0, 4)
