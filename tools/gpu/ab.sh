@@ -18,7 +18,7 @@
 #   tools/gpu/ab.sh all           (device) build, tests, bench in one call
 #   tools/gpu/ab.sh bench         (device) resident tg128 / pp512 / pp4096 (ROUNDS rounds) and
 #                                 tiered --expert-cache 25% / 10% tg64 on each skew
-#                                 (TIER_ROUNDS fresh processes per build), then a table of
+#                                 (TIER_ROUNDS fresh processes per build, default 3), then a table of
 #                                 every repetition (tools/gpu/ab_summary.py)
 set -uo pipefail
 MODE=${1:-bench}
@@ -129,7 +129,7 @@ bench)
     done
   done
   # round by round, so that a call cut off by its limit has every configuration once
-  for r in $(seq 1 "${TIER_ROUNDS:-2}"); do
+  for r in $(seq 1 "${TIER_ROUNDS:-3}"); do
     for skew in ${SKEWS-0 1}; do
       F=$(qfile "$skew")
       for budget in 25 10; do
