@@ -55,22 +55,15 @@ Status CudaBackend::eval(const Batch& batch, std::vector<float>* logits, Trace* 
   if (runs.size() == 1 && (last || batch.n_logits() == batch.size())) {
     return seqs[0]->feed(batch.tokens(), !last, logits, trace);
   }
-  logits->resize(static_cast<size_t>(batch.n_logits()) * V);
-  size_t out_row = 0;
+  // Several sequences: one forward pass per micro-batch of their rows together.
+  std::vector<CudaModel::Feed> feeds(runs.size());
   for (size_t i = 0; i < runs.size(); ++i) {
-    const SeqRun& r = runs[i];
-    const std::span<const uint8_t> want = asked.subspan(r.first, r.n);
-    const auto n_want = static_cast<uint32_t>(std::count(want.begin(), want.end(), uint8_t{1}));
-    const bool last_only = n_want == 0 || (n_want == 1 && want.back() != 0);
-    MT_RETURN_IF_ERROR(seqs[i]->feed(batch.tokens().subspan(r.first, r.n), !last_only, &run_logits_, trace));
-    for (uint32_t k = 0; k < r.n && n_want > 0; ++k) {
-      if (want[k] == 0) continue;
-      const size_t src = last_only ? 0 : k * V;
-      std::copy_n(run_logits_.begin() + static_cast<std::ptrdiff_t>(src), V,
-                  logits->begin() + static_cast<std::ptrdiff_t>(out_row * V));
-      ++out_row;
-    }
+    feeds[i].seq = seqs[i];
+    feeds[i].tokens = batch.tokens().subspan(runs[i].first, runs[i].n);
+    feeds[i].want = asked.subspan(runs[i].first, runs[i].n);
   }
+  MT_RETURN_IF_ERROR(model_.eval_batch(feeds, logits, trace));
+  MT_CHECK(logits->size() == static_cast<size_t>(batch.n_logits()) * V);
   return {};
 }
 

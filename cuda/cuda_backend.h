@@ -1,9 +1,9 @@
 // CudaBackend: the Backend (backend/backend.h) of a CudaModel. Each sequence is one
-// CudaSequence (its device KV cache, workspace and decode graphs); eval() runs a batch run
-// by run, each sequence's tokens through its own sequence in batch order (one sequence at a
-// time: the device does not yet batch several sequences into one forward pass), and
-// gathers the asked rows' logits in batch order. A batch of one run asking its last row
-// (run, bench) or every row (logits) gets them written straight into the caller's vector.
+// CudaSequence (its device KV cache and decode graphs; the model's one workspace); eval()
+// of several sequences runs them together (CudaModel::eval_batch: each pass's products and
+// experts over every sequence's rows at once, attention per sequence) and returns the
+// asked rows' logits in batch order. A batch of one run asking its last row (run, bench)
+// or every row (logits) goes through the sequence's own feed (decode graphs).
 // fork_sequence and truncate_sequence are the CUDA model's (cuda/cuda_model.h): the fork
 // copies the KV rows (or recurrent states) on the device.
 // Host-only header: callers never see CUDA types.
@@ -45,7 +45,6 @@ class CudaBackend final : public Backend {
   uint32_t n_vocab_;
   std::unordered_map<SeqId, Seq> seqs_;
   SeqId next_id_ = 1;
-  std::vector<float> run_logits_;  // one run's logits when they are gathered
 };
 
 }  // namespace mt::cuda

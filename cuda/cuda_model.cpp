@@ -140,6 +140,18 @@ Status CudaModel::fork_sequence(const Evaluator& from, Evaluator& to) {
   return t->fork_from(*f);
 }
 
+Status CudaModel::eval_batch(std::span<const Feed> feeds, std::vector<float>* logits, Trace* trace) {
+  std::vector<detail::SeqFeed> seqs(feeds.size());
+  for (size_t i = 0; i < feeds.size(); ++i) {
+    seqs[i].seq = feeds[i].seq == nullptr ? nullptr : sequence_of(impl_.get(), *feeds[i].seq);
+    if (seqs[i].seq == nullptr) return invalid_argument("batch: not a sequence of this CUDA model");
+    seqs[i].tokens = feeds[i].tokens;
+    seqs[i].want = feeds[i].want;
+  }
+  logits->clear();
+  return detail::CudaSequence::feed_batch(*impl_, seqs, logits, trace);
+}
+
 Status CudaModel::truncate_sequence(Evaluator& e, uint32_t n) {
   detail::CudaSequence* s = sequence_of(impl_.get(), e);
   if (s == nullptr) return invalid_argument("truncate: not a sequence of this CUDA model");

@@ -12,6 +12,8 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
+#include <vector>
 
 #include "core/status.h"
 #include "model/evaluator.h"
@@ -52,6 +54,21 @@ class CudaModel {
   // by the next tokens). A recurrent model (Gated DeltaNet) keeps only the last position's
   // state: it accepts n == position and n == 0 only (0 zeroes the states).
   Status truncate_sequence(Evaluator& e, uint32_t n);
+
+  // One sequence's tokens of a batch: `want` flags the rows whose logits are asked (empty:
+  // none).
+  struct Feed {
+    Evaluator* seq = nullptr;
+    std::span<const int32_t> tokens;
+    std::span<const uint8_t> want;
+  };
+  // Several sequences of this model evaluated together: passes of up to a micro-batch of
+  // rows, each holding rows of several sequences, so every product and every selected
+  // expert's weights are read once per pass for all of them (attention per sequence over
+  // its own cache). The asked rows' logits in feed order, (n asked, n_vocab). Errors
+  // (nothing evaluated): another model's sequence, one given twice, a token outside the
+  // vocabulary, a context overflow.
+  Status eval_batch(std::span<const Feed> feeds, std::vector<float>* logits, Trace* trace = nullptr);
 
   uint64_t weight_bytes() const;
   // The tiering the MoE layers of an experts_on_host model run through (not owned; must

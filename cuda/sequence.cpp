@@ -31,6 +31,7 @@ CudaSequence::CudaSequence(CudaModel::Impl& m, uint32_t n_ctx, QuantType kv_type
       n_ctx_(n_ctx),
       opt_(SequenceOptions::from_env()),
       kv_(m.hp, n_ctx, kv_type),
+      ws_(m.ws),
       graph_(opt_.graphs && m.tiering == nullptr, m.hp.n_vocab) {
   // MLA: the per-head ids of the largest micro-batch, once (a captured graph reads them).
   if (m.hp.mla) {
@@ -58,14 +59,7 @@ Status CudaSequence::feed(std::span<const int32_t> tokens, bool all_logits, std:
   if (trace) trace->begin_step();
   MT_CUDA_CHECK(cudaSetDevice(m_.device));
   logits->clear();
-  // Tiered: a batch below the streaming threshold goes through the hybrid step in pieces
-  // of up to kMmvqMaxTokens; a larger one streams the expert banks once per micro-batch.
-  uint32_t micro = opt_.micro_batch;
-  if (m_.tiering != nullptr) {
-    const uint32_t thr = m_.tiering->options.stream_threshold;
-    micro = thr > 0 && T >= thr ? std::max(opt_.micro_batch, CudaModel::kStreamMicroBatch)
-                                : static_cast<uint32_t>(kMmvqMaxTokens);
-  }
+  const uint32_t micro = micro_batch(T);
   for (uint32_t c0 = 0; c0 < T; c0 += micro) {
     const uint32_t n = std::min(micro, T - c0);
     const bool last = c0 + n == T;
@@ -82,13 +76,18 @@ Status CudaSequence::feed(std::span<const int32_t> tokens, bool all_logits, std:
   return {};
 }
 
-// A captured decode graph reads the workspace's addresses: it is captured again after the
-// workspace grows.
-void CudaSequence::ensure_workspace(uint32_t T) {
-  if (T <= ws_.tokens()) return;
-  graph_.drop(m_.stream);
-  ws_.ensure(workspace_shape(), T);
+// Tiered: a batch below the streaming threshold goes through the hybrid step in pieces
+// of up to kMmvqMaxTokens; a larger one streams the expert banks once per micro-batch.
+uint32_t CudaSequence::micro_batch(uint32_t T) const {
+  if (m_.tiering == nullptr) return opt_.micro_batch;
+  const uint32_t thr = m_.tiering->options.stream_threshold;
+  return thr > 0 && T >= thr ? std::max(opt_.micro_batch, CudaModel::kStreamMicroBatch)
+                             : static_cast<uint32_t>(kMmvqMaxTokens);
 }
+
+// The model's workspace grown for T tokens of this sequence's context. A captured decode
+// graph reads the workspace's addresses: eval_token_graph captures again after it moved.
+void CudaSequence::ensure_workspace(uint32_t T) { ws_.ensure(workspace_shape(), T); }
 
 // A micro-batch on the stream, synchronously.
 void CudaSequence::eval_chunk(std::span<const int32_t> tokens, uint32_t rows, std::vector<float>* logits, Trace* trace) {
@@ -101,6 +100,8 @@ void CudaSequence::eval_chunk(std::span<const int32_t> tokens, uint32_t rows, st
   step.rows = rows;
   step.host_logits = logits->data() + at;
   step.trace = trace;
+  const SeqRows self{this, 0, step.T, pos_};
+  step.seqs = {&self, 1};
   enqueue(step);
   MT_CUDA_CHECK(cudaStreamSynchronize(m_.stream));
   collect_device_times();
@@ -112,6 +113,10 @@ void CudaSequence::eval_chunk(std::span<const int32_t> tokens, uint32_t rows, st
 bool CudaSequence::eval_token_graph(int32_t token, std::vector<float>* logits) {
   if (!graph_.on()) return false;
   ensure_workspace(1);
+  if (graph_ws_generation_ != ws_.generation()) {
+    graph_.drop(m_.stream);
+    graph_ws_generation_ = ws_.generation();
+  }
   const uint32_t cap = graph_cap();
   graph_.capture(cap, m_.stream, [&] {
     Step step;
@@ -119,6 +124,8 @@ bool CudaSequence::eval_token_graph(int32_t token, std::vector<float>* logits) {
     step.rows = 1;
     step.host_logits = graph_.logits_out();
     step.graph_n_kv_cap = cap;
+    const SeqRows self{this, 0, 1, pos_};  // the position is read from the graph's step_dev
+    step.seqs = {&self, 1};
     enqueue(step);
   });
   graph_.replay(token, pos_, m_.stream, timer_);

@@ -44,6 +44,10 @@ struct CudaModel::Impl {
   DeviceBuffer attn_quant_counters;
   bool experts_on_host = false;      // CudaOptions::experts_on_host
   CudaTiering* tiering = nullptr;    // set_tiering(); required when experts_on_host
+  // The step workspace every sequence's passes take their buffers from (a model's passes
+  // run one at a time on its one stream, each ending in a wait): one allocation for the
+  // largest pass, however many sequences there are.
+  StepWorkspace ws;
 
   ~Impl() {
     if (stream != nullptr) cudaStreamDestroy(stream);
@@ -67,6 +71,23 @@ struct SequenceOptions {
 
 // One sequence: its device KV cache, step workspace and decode graph, and the forward
 // pass over them.
+class CudaSequence;
+
+// One sequence's rows in a pass: rows [first, first + n) are its tokens at positions
+// pos .. pos + n - 1 (a pass may hold several sequences' rows: a batch of sequences).
+struct SeqRows {
+  CudaSequence* seq = nullptr;
+  uint32_t first = 0, n = 0, pos = 0;
+};
+
+// One sequence's tokens of a batch (cuda/sequence_batch.cpp): `want` flags the rows whose
+// logits are asked (empty: none).
+struct SeqFeed {
+  CudaSequence* seq = nullptr;
+  std::span<const int32_t> tokens;
+  std::span<const uint8_t> want;
+};
+
 class CudaSequence final : public Evaluator {
  public:
   CudaSequence(CudaModel::Impl& m, uint32_t n_ctx, QuantType kv_type);
@@ -89,15 +110,25 @@ class CudaSequence final : public Evaluator {
   Status truncate(uint32_t n);
   bool belongs_to(const CudaModel::Impl& m) const { return &m == &m_; }
 
+  // Several sequences' tokens evaluated together (cuda/sequence_batch.cpp): every pass of
+  // up to a micro-batch of rows holds rows of several sequences, so each product and each
+  // expert's weights are read once per pass for all of them; attention runs per sequence
+  // over its own cache. The asked rows' logits are appended to `logits` in feed order.
+  // Errors (nothing evaluated): sequences of another model or given twice, a token outside
+  // the vocabulary, a context overflow.
+  static Status feed_batch(CudaModel::Impl& m, std::span<const SeqFeed> feeds, std::vector<float>* logits, Trace* trace);
+
  private:
   static constexpr uint32_t kGraphSpan = 256;  // positions one decode graph serves
 
   struct Step {
     const int32_t* host_ids = nullptr;  // (T) ids; null: a graph step (id and position from graph_'s step_dev)
-    uint32_t T = 0, rows = 0;           // tokens, logits rows wanted (the last `rows`)
+    uint32_t T = 0, rows = 0;           // tokens, logits rows wanted (the last `rows`, or out_rows)
     float* host_logits = nullptr;       // (rows, n_vocab)
     Trace* trace = nullptr;
     uint32_t graph_n_kv_cap = 0;        // graph step: positions its attention split covers
+    std::span<const SeqRows> seqs;      // the sequences whose rows the pass holds, in row order
+    std::span<const uint32_t> out_rows; // (rows) ascending rows whose logits are wanted; empty: the last `rows`
   };
   // The micro-batch being enqueued: its step, sizes and buffers (shapes beside them; taken
   // from the workspace by take_step_buffers).
@@ -133,11 +164,25 @@ class CudaSequence final : public Evaluator {
     uint2* am = nullptr;       // (T, q_dim / 32)
     std::vector<int32_t> host_sel;  // a trace's copies of the routing
     std::vector<float> host_wts;
+    const int32_t* out_rows_dev = nullptr;  // (st->rows) st->out_rows on the device (gathered logits)
+
+    // The position of row t (the sequence holding it).
+    uint32_t pos_of(uint32_t t) const {
+      for (const SeqRows& r : st->seqs) {
+        if (t >= r.first && t < r.first + r.n) return r.pos + (t - r.first);
+      }
+      return 0;
+    }
   };
 
   // sequence.cpp
   void ensure_workspace(uint32_t T);
   WorkspaceShape workspace_shape() const { return {&m_.hp, &m_.w, m_.experts_on_host, n_ctx_}; }
+  // Largest pass of rows one feed evaluates at a time: the micro-batch (tiered: streamed
+  // prefill's, or a hybrid step's kMmvqMaxTokens below the streaming threshold).
+  uint32_t micro_batch(uint32_t T) const;
+  // One pass of several sequences' rows (feed_batch), on the stream, synchronously.
+  void eval_pass(const Step& step);
   void eval_chunk(std::span<const int32_t> tokens, uint32_t rows, std::vector<float>* logits, Trace* trace);
   bool eval_token_graph(int32_t token, std::vector<float>* logits);
   // The last position (+ 1) of the span of kGraphSpan positions a decode graph at pos_ serves.
@@ -153,11 +198,12 @@ class CudaSequence final : public Evaluator {
   void qkv_products(Pass& p, const DevLayer& L, const HParams& hp, const ActRows& hx, AttnPrepArgs& pa);
   void moe_layer(Pass& p, const DevLayer& L, uint32_t l, const ActRows& hx, MoeCombineIn& combine);
   void output_logits(Pass& p, const ActRows& hx);
+  void gathered_logits(Pass& p);  // st->out_rows' rows of h
   void ffn_dense(const DeviceMatrix& gate_up, const DeviceMatrix& gate, const DeviceMatrix& up,
                  const DeviceMatrix& down, const ActRows& h, float* gu, float* act, float* out);
 
-  // sequence_gdn.cpp
-  void gdn_layer(const DevLayer& L, uint32_t l, const ActRows& hx, uint32_t T, float* y);
+  // sequence_gdn.cpp: the mixer of every sequence's rows of the pass into y.
+  void gdn_layer(const Pass& p, const DevLayer& L, uint32_t l, const ActRows& hx, float* y);
 
   // sequence_mla.cpp: the latent attention layer into p.y (its grouped per-head products
   // read the KV cache's head id table; its buffers: step_workspace.h mla_workspace_bytes).
@@ -201,8 +247,9 @@ class CudaSequence final : public Evaluator {
   uint32_t n_ctx_, pos_ = 0;
   SequenceOptions opt_;
   DeviceKvCache kv_;
-  StepWorkspace ws_;
+  StepWorkspace& ws_;  // the model's (m_.ws)
   DecodeGraph graph_;
+  uint64_t graph_ws_generation_ = 0;  // the workspace the decode graph was captured over
   StageTimer timer_;  // MOETIER_CUDA_PROFILE=1: the plain launches' stage times
   int staged_buf_ = -1;  // tiered prefill streaming: the buffer of the next MoE layer
 };

@@ -91,28 +91,11 @@ void CudaSequence::attention_layer(Pass& p, const DevLayer& L, uint32_t l, const
     pa.yarn_ext = hp.yarn_ext, pa.yarn_lo = yarn.lo, pa.yarn_hi = yarn.hi, pa.yarn_mscale = yarn.mscale;
   }
   pa.neox = arch.rope == RopeStyle::kNeox;
-  pa.pos0 = pos_;
   pa.pos_dev = p.pos_dev;
-  pa.q_out = p.q;
-  pa.k_cache = kv_.k(l);
-  pa.v_cache = kv_.v(l);
-  pa.kv_type = kv_.type();
-  pa.row_bytes = kv_.row_bytes();
-  stage(p, "attn prep");
-  attn_prep(pa, s);
-  stage(p, "attention");
   AttentionArgs aa;
-  aa.q = p.q;
-  aa.k_cache = kv_.k(l);
-  aa.v_cache = kv_.v(l);
-  aa.kv_type = kv_.type();
-  aa.kv_row_bytes = kv_.row_bytes();
-  aa.n_tokens = Ti;
   aa.n_head = static_cast<int>(hp.n_head);
   aa.n_head_kv = static_cast<int>(hp.n_head_kv);
   aa.head_dim = hd;
-  aa.pos0 = pos_;
-  aa.out = p.att;
   aa.pos_dev = p.pos_dev;
   aa.n_kv_cap = p.st->graph_n_kv_cap;
   aa.window = hp.is_swa(l) ? hp.n_swa : 0u;
@@ -128,17 +111,46 @@ void CudaSequence::attention_layer(Pass& p, const DevLayer& L, uint32_t l, const
   ActRows att{p.att, Ti};
   const bool quant_wo = !L.q_gated && G == 0 && T <= static_cast<uint32_t>(kMmvqMaxTokens) &&
                         quantizes_activations(L.wo.type) && L.wo.n_in == Q;
-  if (quant_wo) {
-    att.mode = act_quant_for(L.wo.type);
-    att.qs = p.aq, att.meta = p.am;  // (read only where attention() says it wrote them)
-    aa.quant_qs = p.aq, aa.quant_meta = p.am, aa.quant_mode = att.mode;
-    aa.quant_counters = m_.attn_quant_counters.as<uint32_t>();
-  }
-  {
+  if (quant_wo) att.mode = act_quant_for(L.wo.type);
+  // Each sequence's rows: RoPE at its positions and into its cache, then attention over
+  // its cache (a pass of several sequences: one launch pair per sequence). wo reads the
+  // quantized rows only where every sequence's launch wrote them.
+  bool all_quantized = quant_wo;
+  for (const SeqRows& r : p.st->seqs) {
+    DeviceKvCache& kv = r.seq->kv_;
+    const size_t q_at = static_cast<size_t>(r.first) * Q;  // the run's first query row
+    AttnPrepArgs ra = pa;
+    ra.q_src = pa.q_src + static_cast<size_t>(r.first) * pa.q_stride;
+    ra.k_src = pa.k_src + static_cast<size_t>(r.first) * pa.k_stride;
+    ra.v_src = pa.v_src + static_cast<size_t>(r.first) * pa.v_stride;
+    ra.n_tokens = static_cast<int>(r.n);
+    ra.pos0 = r.pos;
+    ra.q_out = p.q + q_at;
+    ra.k_cache = kv.k(l);
+    ra.v_cache = kv.v(l);
+    ra.kv_type = kv.type();
+    ra.row_bytes = kv.row_bytes();
+    stage(p, "attn prep");
+    attn_prep(ra, s);
+    stage(p, "attention");
+    AttentionArgs rb = aa;
+    rb.q = p.q + q_at;
+    rb.k_cache = kv.k(l);
+    rb.v_cache = kv.v(l);
+    rb.kv_type = kv.type();
+    rb.kv_row_bytes = kv.row_bytes();
+    rb.n_tokens = static_cast<int>(r.n);
+    rb.pos0 = r.pos;
+    rb.out = p.att + q_at;
+    if (quant_wo) {  // (read only where attention() says it wrote them)
+      rb.quant_qs = p.aq + q_at, rb.quant_meta = p.am + q_at / 32, rb.quant_mode = att.mode;
+      rb.quant_counters = m_.attn_quant_counters.as<uint32_t>();
+    }
     const size_t mark = ws_->mark();
-    att.quantized = attention(aa, *ws_, s);
+    all_quantized = attention(rb, *ws_, s) && all_quantized;
     ws_->rewind(mark);
   }
+  if (all_quantized) att.quantized = true, att.qs = p.aq, att.meta = p.am;
   if (L.q_gated) mul_sigmoid(p.att, p.qgate, static_cast<int64_t>(T) * Q, s);
   if (G > 0) mul_softplus_gate(p.att, gate, T, Q, G, s);
   stage(p, "wo");

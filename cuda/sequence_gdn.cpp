@@ -7,11 +7,13 @@ namespace mt::cuda::detail {
 
 // The Gated DeltaNet mixer of layer l (model/gated_delta_net.cpp) on hx's T rows into y
 // (T, n_embd): the input projections (one product when stacked: rows qkv | z | b | a),
-// the conv over the sequence's window, the gates, the delta rule on its state, the
-// z-gated norm, ssm_out. Scratch from the workspace (workspace_bytes' gdn_floats).
-void CudaSequence::gdn_layer(const DevLayer& L, uint32_t l, const ActRows& hx, uint32_t T, float* y) {
+// then per sequence of the pass the conv over its window, the gates, the delta rule on its
+// state, the z-gated norm; ssm_out over every row. Scratch from the workspace
+// (workspace_bytes' gdn_floats).
+void CudaSequence::gdn_layer(const Pass& p, const DevLayer& L, uint32_t l, const ActRows& hx, float* y) {
   const HParams& hp = m_.hp;
   cudaStream_t s = m_.stream;
+  const uint32_t T = p.T;
   const int Ti = static_cast<int>(T), C = static_cast<int>(hp.ssm_conv_dim()), V = static_cast<int>(hp.ssm_value_dim());
   const int nv = static_cast<int>(hp.ssm_nv), nk = static_cast<int>(hp.ssm_nk), dk = static_cast<int>(hp.ssm_state);
   const bool grouped = L.ssm_ba.n_in > 0;  // qwen3next's fused b | a per key head
@@ -47,21 +49,32 @@ void CudaSequence::gdn_layer(const DevLayer& L, uint32_t l, const ActRows& hx, u
   float* beta = ws_->take_n<float>(static_cast<size_t>(T) * nv);  // (T, nv)
   float* g = ws_->take_n<float>(static_cast<size_t>(T) * nv);     // (T, nv) log decay
   float* o = ws_->take_n<float>(static_cast<size_t>(T) * V);      // (T, V) delta-rule output, normed in place
-  gdn_conv({pq, stride_q, L.ssm_conv1d, kv_.conv(l), u, Ti, C, static_cast<int>(hp.ssm_conv)}, s);
-  GdnGateArgs ga;
-  ga.b = pb, ga.a = pa, ga.stride = stride_ba, ga.ssm_a = L.ssm_a, ga.dt_bias = L.ssm_dt, ga.grouped = grouped;
-  GdnNormArgs na;
-  na.z = pz, na.z_stride = stride_z, na.w = L.ssm_norm, na.eps = hp.rms_eps;
-  DeltaRuleArgs da;
-  da.u = u, da.conv_dim = C, da.key_dim = static_cast<int>(hp.ssm_key_dim());
-  da.nk = nk, da.nv = nv, da.dk = dk, da.tiled = hp.ssm_tiled;
-  da.g = g, da.beta = beta, da.state = kv_.delta(l), da.out = o, da.T = Ti, da.eps = hp.rms_eps;
-  if (delta_rule_gated_fits(Ti)) {  // decode: gates, delta rule and gated norm in one launch
-    delta_rule_gated(da, ga, na, s);
-  } else {
-    gdn_gates(ga, Ti, nv, nk, beta, g, s);
-    delta_rule(da, s);
-    gated_rms_norm(o, {pz, stride_z, L.ssm_norm, hp.rms_eps}, Ti, nv, dk, s);
+  for (const SeqRows& r : p.st->seqs) {  // each sequence over its own conv window and state
+    DeviceKvCache& kv = r.seq->kv_;
+    const size_t f = r.first;
+    const int n = static_cast<int>(r.n);
+    float* ur = u + f * C;
+    float* betar = beta + f * nv;
+    float* gr = g + f * nv;
+    float* orow = o + f * V;
+    const float* zr = pz + f * stride_z;
+    gdn_conv({pq + f * stride_q, stride_q, L.ssm_conv1d, kv.conv(l), ur, n, C, static_cast<int>(hp.ssm_conv)}, s);
+    GdnGateArgs ga;
+    ga.b = pb + f * stride_ba, ga.a = pa ? pa + f * stride_ba : nullptr, ga.stride = stride_ba, ga.ssm_a = L.ssm_a;
+    ga.dt_bias = L.ssm_dt, ga.grouped = grouped;
+    GdnNormArgs na;
+    na.z = zr, na.z_stride = stride_z, na.w = L.ssm_norm, na.eps = hp.rms_eps;
+    DeltaRuleArgs da;
+    da.u = ur, da.conv_dim = C, da.key_dim = static_cast<int>(hp.ssm_key_dim());
+    da.nk = nk, da.nv = nv, da.dk = dk, da.tiled = hp.ssm_tiled;
+    da.g = gr, da.beta = betar, da.state = kv.delta(l), da.out = orow, da.T = n, da.eps = hp.rms_eps;
+    if (delta_rule_gated_fits(n)) {  // decode: gates, delta rule and gated norm in one launch
+      delta_rule_gated(da, ga, na, s);
+    } else {
+      gdn_gates(ga, n, nv, nk, betar, gr, s);
+      delta_rule(da, s);
+      gated_rms_norm(orow, {zr, stride_z, L.ssm_norm, hp.rms_eps}, n, nv, dk, s);
+    }
   }
   mm(L.ssm_out, o, Ti, y);
   ws_->rewind(mark);

@@ -69,16 +69,21 @@ void CudaSequence::mla_layer(Pass& p, const DevLayer& L, uint32_t l, const ActRo
   }
   mm(L.wkv_a, hx, c);
 
-  stage(p, "mla prep");
-  MlaPrepArgs pa;
-  pa.c = c, pa.c_stride = R + P, pa.kv_norm = L.kv_a_norm, pa.eps = hp.rms_eps;
-  pa.q = q, pa.q_stride = static_cast<int64_t>(H) * QK;
-  pa.n_tokens = Ti, pa.n_head = H, pa.R = R, pa.P = P, pa.nope = nope;
-  pa.rope = mla_rope(hp, P);
-  pa.pos0 = pos_, pa.pos_dev = p.pos_dev;
-  pa.q_nope = q_nope, pa.q_pe = q_pe;
-  pa.cache = kv_.k(l), pa.kv_type = kv_.type(), pa.row_bytes = kv_.row_bytes();
-  mla_prep(pa, s);
+  // Each sequence's rows into its own cache.
+  for (const SeqRows& r : p.st->seqs) {
+    DeviceKvCache& kv = r.seq->kv_;
+    const size_t f = r.first;
+    stage(p, "mla prep");
+    MlaPrepArgs pa;
+    pa.c = c + f * (R + P), pa.c_stride = R + P, pa.kv_norm = L.kv_a_norm, pa.eps = hp.rms_eps;
+    pa.q = q + f * H * QK, pa.q_stride = static_cast<int64_t>(H) * QK;
+    pa.n_tokens = static_cast<int>(r.n), pa.n_head = H, pa.R = R, pa.P = P, pa.nope = nope;
+    pa.rope = mla_rope(hp, P);
+    pa.pos0 = r.pos, pa.pos_dev = p.pos_dev;
+    pa.q_nope = q_nope + f * H * nope, pa.q_pe = q_pe + f * H * P;
+    pa.cache = kv.k(l), pa.kv_type = kv.type(), pa.row_bytes = kv.row_bytes();
+    mla_prep(pa, s);
+  }
 
   stage(p, "mla absorb");
   ActRows nope_rows;
@@ -86,15 +91,17 @@ void CudaSequence::mla_layer(Pass& p, const DevLayer& L, uint32_t l, const ActRo
   nope_rows.rows = Ti * H;
   mm_experts(L.wk_b, ids, H, nope_rows, q_lat, /*per_slot=*/true);
 
-  stage(p, "attention");
-  MlaAttentionArgs aa;
-  aa.q_lat = q_lat, aa.q_pe = q_pe;
-  aa.cache = kv_.k(l), aa.kv_type = kv_.type(), aa.row_bytes = kv_.row_bytes();
-  aa.n_tokens = Ti, aa.n_head = H, aa.R = R, aa.P = P;
-  aa.scale = mla_kq_scale(hp);
-  aa.pos0 = pos_, aa.pos_dev = p.pos_dev, aa.n_kv_cap = p.st->graph_n_kv_cap;
-  aa.out = o;
-  {
+  for (const SeqRows& r : p.st->seqs) {  // each sequence over its own cache
+    DeviceKvCache& kv = r.seq->kv_;
+    const size_t f = r.first;
+    stage(p, "attention");
+    MlaAttentionArgs aa;
+    aa.q_lat = q_lat + f * H * R, aa.q_pe = q_pe + f * H * P;
+    aa.cache = kv.k(l), aa.kv_type = kv.type(), aa.row_bytes = kv.row_bytes();
+    aa.n_tokens = static_cast<int>(r.n), aa.n_head = H, aa.R = R, aa.P = P;
+    aa.scale = mla_kq_scale(hp);
+    aa.pos0 = r.pos, aa.pos_dev = p.pos_dev, aa.n_kv_cap = p.st->graph_n_kv_cap;
+    aa.out = o + f * H * R;
     const size_t at = ws_->mark();
     mla_attention(aa, *ws_, s);
     ws_->rewind(at);

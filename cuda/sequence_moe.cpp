@@ -43,7 +43,7 @@ void CudaSequence::moe_layer(Pass& p, const DevLayer& L, uint32_t l, const ActRo
     MT_CUDA_CHECK(cudaMemcpyAsync(p.host_wts.data(), p.wts, p.host_wts.size() * sizeof(float), cudaMemcpyDeviceToHost, s));
     MT_CUDA_CHECK(cudaStreamSynchronize(s));
     for (uint32_t t = 0; t < T; ++t) {
-      p.st->trace->routing(l, pos_ + t, {&p.host_sel[static_cast<size_t>(t) * K], static_cast<size_t>(K)},
+      p.st->trace->routing(l, p.pos_of(t), {&p.host_sel[static_cast<size_t>(t) * K], static_cast<size_t>(K)},
                         {&p.host_wts[static_cast<size_t>(t) * K], static_cast<size_t>(K)});
     }
   }

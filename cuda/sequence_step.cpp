@@ -6,6 +6,7 @@
 
 #include <algorithm>
 
+#include "core/check.h"
 #include "cuda/kernels/check.h"
 
 namespace mt::cuda::detail {
@@ -121,6 +122,12 @@ void CudaSequence::enqueue(const Step& st) {
     MT_CUDA_CHECK(cudaMemcpyAsync(ids, st.host_ids, p.T * sizeof(int32_t), cudaMemcpyHostToDevice, s));
     ids_tok = ids;
   }
+  if (!st.out_rows.empty()) {  // a batch's logits rows, gathered by gathered_logits
+    MT_CHECK(st.out_rows.size() == st.rows);
+    int32_t* rows = ws_->take_n<int32_t>(st.rows);
+    MT_CUDA_CHECK(cudaMemcpyAsync(rows, st.out_rows.data(), st.rows * sizeof(int32_t), cudaMemcpyHostToDevice, s));
+    p.out_rows_dev = rows;
+  }
   get_rows(W.token_embd.type, W.token_embd.data, W.token_embd.row_bytes, ids_tok, p.Ti, E, p.x, s);
   ActRows hx = add_norm(p, nullptr, W.layers[0].attn_norm, attn_reader(W.layers[0]));
 
@@ -129,7 +136,7 @@ void CudaSequence::enqueue(const Step& st) {
     // The mixer into y, then the residual add fused with the FFN norm.
     if (L.recurrent) {
       stage(p, "gated delta net");
-      gdn_layer(L, l, hx, p.T, p.y);
+      gdn_layer(p, L, l, hx, p.y);
     } else if (L.mla) {
       mla_layer(p, L, l, hx);
     } else {
@@ -152,7 +159,8 @@ void CudaSequence::enqueue(const Step& st) {
     if (l + 1 < hp.n_layer) {
       hx = add_norm(p, p.y, W.layers[l + 1].attn_norm, attn_reader(W.layers[l + 1]), fused);
     } else {
-      hx = add_norm(p, p.y, W.output_norm, st.rows == p.T ? W.output : DeviceMatrix{}, fused);
+      const bool all_rows = st.rows == p.T && st.out_rows.empty();
+      hx = add_norm(p, p.y, W.output_norm, all_rows ? W.output : DeviceMatrix{}, fused);
     }
   }
   stage(p, "output");
@@ -166,6 +174,10 @@ void CudaSequence::enqueue(const Step& st) {
 void CudaSequence::output_logits(Pass& p, const ActRows& hx) {
   const Step& st = *p.st;
   if (st.rows == 0) return;
+  if (!st.out_rows.empty()) {
+    gathered_logits(p);
+    return;
+  }
   const size_t V = m_.hp.n_vocab, E = m_.hp.n_embd;
   const uint32_t first = p.T - st.rows;
   float* lg = ws_->take_n<float>(std::min(st.rows, kLogitRows) * V);  // (<= kLogitRows, n_vocab)
@@ -185,6 +197,21 @@ void CudaSequence::output_logits(Pass& p, const ActRows& hx) {
   }
 }
 
+// The rows st.out_rows of h (a batch of sequences' last rows), kLogitRows at a time
+// gathered into y (free after the last layer), through the output product and copied
+// to the host in their order.
+void CudaSequence::gathered_logits(Pass& p) {
+  const Step& st = *p.st;
+  const size_t V = m_.hp.n_vocab, E = m_.hp.n_embd;
+  float* lg = ws_->take_n<float>(std::min(st.rows, kLogitRows) * V);  // (<= kLogitRows, n_vocab)
+  for (uint32_t r0 = 0; r0 < st.rows; r0 += kLogitRows) {
+    const uint32_t n = std::min(kLogitRows, st.rows - r0);
+    get_rows(QuantType::F32, reinterpret_cast<const uint8_t*>(p.h), E * sizeof(float), p.out_rows_dev + r0,
+             static_cast<int>(n), static_cast<int>(E), p.y, m_.stream);  // (n, n_embd)
+    mm(m_.w.output, p.y, static_cast<int>(n), lg);
+    MT_CUDA_CHECK(cudaMemcpyAsync(st.host_logits + r0 * V, lg, n * V * sizeof(float), cudaMemcpyDeviceToHost, m_.stream));
+  }
+}
 
 // out = down(silu(gate h) * up h) for a dense FFN or the shared expert; gu (T, 2 ff)
 // and act (T, ff) are scratch.

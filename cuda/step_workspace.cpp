@@ -38,11 +38,15 @@ size_t step_workspace_bytes(const WorkspaceShape& s, uint32_t T) {
 }
 
 bool StepWorkspace::ensure(const WorkspaceShape& s, uint32_t T) {
-  if (T <= tokens_) return false;
-  const uint32_t tokens = std::max(T, 8u);
+  if (T <= tokens_ && s.n_ctx <= n_ctx_) return false;
+  const uint32_t tokens = std::max({T, tokens_, 8u});
+  WorkspaceShape shape = s;
+  shape.n_ctx = std::max(s.n_ctx, n_ctx_);
   ws_.reset();
-  ws_ = std::make_unique<Workspace>(step_workspace_bytes(s, tokens));
+  ws_ = std::make_unique<Workspace>(step_workspace_bytes(shape, tokens));
   tokens_ = tokens;
+  n_ctx_ = shape.n_ctx;
+  ++generation_;
   return true;
 }
 

@@ -1,5 +1,6 @@
-// A sequence's step workspace: one bump allocation (cuda/kernels/memory.h Workspace) sized
-// for the largest micro-batch seen so far, grown (never shrunk) when a larger one comes.
+// A model's step workspace: one bump allocation (cuda/kernels/memory.h Workspace) sized
+// for the largest pass and the longest context seen so far, grown (never shrunk) when a
+// larger one comes; shared by the model's sequences, whose passes run one at a time.
 // Its size (step_workspace_bytes) covers a step's buffers (CudaSequence::Pass), the
 // products' and attention's scratch over every matrix of the model, the Gated DeltaNet
 // mixer's and latent attention's buffers; running out is a broken invariant (the
@@ -33,16 +34,18 @@ size_t mla_workspace_bytes(const HParams& hp, const DeviceWeights& w, uint32_t T
 
 class StepWorkspace {
  public:
-  // Room for T tokens (at least 8). True when it was (re)allocated: the addresses a
-  // captured graph holds changed.
+  // Room for T tokens (at least 8) of a sequence of s.n_ctx positions. True when it was
+  // (re)allocated: the addresses a captured graph holds changed (generation() moves).
   bool ensure(const WorkspaceShape& s, uint32_t T);
   uint32_t tokens() const { return tokens_; }
+  uint64_t generation() const { return generation_; }
   Workspace& operator*() const { return *ws_; }
   Workspace* operator->() const { return ws_.get(); }
 
  private:
   std::unique_ptr<Workspace> ws_;
-  uint32_t tokens_ = 0;
+  uint32_t tokens_ = 0, n_ctx_ = 0;
+  uint64_t generation_ = 0;
 };
 
 }  // namespace mt::cuda

@@ -1,6 +1,7 @@
 // The CUDA twin of the backend's three-sequences test (tests/unit/backend_test.cpp): the
 // same schedule through CudaBackend on F32-weight synthetic models gives, per sequence, the
-// logits of evaluating it alone (<= 1e-5), and the CPU backend's within the CUDA parity
+// logits of evaluating it alone (<= 1e-4: one pass over every sequence's rows, other
+// kernels than a single token's), and the CPU backend's within the CUDA parity
 // bound for F32 weights (1e-3, cuda_model_test.cpp); a fork decodes as the original, a
 // truncation to 0 starts over, bad input is a Status.
 #include <gtest/gtest.h>
@@ -39,7 +40,7 @@ TEST(CudaBackend, ThreeSequencesInOneCallGiveEachSequenceAlone) {
       ASSERT_EQ(together[s].size(), alone[s].size());
       ASSERT_EQ(together[s].size(), reference[s].size());
       for (size_t r = 0; r < alone[s].size(); ++r) {
-        EXPECT_LE(mt::test::rel(together[s][r].data(), alone[s][r].data(), V), 1e-5) << "sequence " << s << " row " << r;
+        EXPECT_LE(mt::test::rel(together[s][r].data(), alone[s][r].data(), V), 1e-4) << "sequence " << s << " row " << r;
         EXPECT_LE(mt::test::rel(together[s][r].data(), reference[s][r].data(), V), 1e-3) << "sequence " << s << " row " << r;
       }
     }

@@ -1,0 +1,101 @@
+// CudaSequence::feed_batch: several sequences' tokens in passes of up to a micro-batch of
+// rows (see sequence.h). Each pass holds consecutive pieces of the feeds in feed order (a
+// feed longer than a pass's room goes on in the next pass), is enqueued by the first
+// feed's sequence over the model's shared workspace, and advances every sequence it holds.
+#include <algorithm>
+#include <string>
+
+#include "cuda/kernels/check.h"
+#include "cuda/sequence.h"
+
+namespace mt::cuda::detail {
+namespace {
+
+Status check_feed(const CudaModel::Impl& m, std::span<const SeqFeed> feeds, size_t i, uint32_t pos, uint32_t n_ctx) {
+  const SeqFeed& f = feeds[i];
+  const std::string which = "batch sequence " + std::to_string(i);
+  if (f.seq == nullptr || !f.seq->belongs_to(m)) return invalid_argument(which + " is not a sequence of this CUDA model");
+  for (size_t j = 0; j < i; ++j) {
+    if (feeds[j].seq == f.seq) return invalid_argument(which + " is batch sequence " + std::to_string(j) + " again");
+  }
+  if (f.tokens.empty()) return invalid_argument(which + " has no tokens");
+  if (!f.want.empty() && f.want.size() != f.tokens.size()) {
+    return invalid_argument(which + ": " + std::to_string(f.want.size()) + " logits flags for " +
+                            std::to_string(f.tokens.size()) + " tokens");
+  }
+  if (static_cast<uint64_t>(pos) + f.tokens.size() > n_ctx) {
+    return out_of_range("context full: " + which + " at position " + std::to_string(pos) + " + " +
+                        std::to_string(f.tokens.size()) + " tokens exceeds its context of " + std::to_string(n_ctx));
+  }
+  for (int32_t id : f.tokens) {
+    if (id < 0 || static_cast<uint32_t>(id) >= m.hp.n_vocab) {
+      return invalid_argument(which + ": token id " + std::to_string(id) + " is outside the vocabulary (0.." +
+                              std::to_string(m.hp.n_vocab - 1) + ")");
+    }
+  }
+  return {};
+}
+
+}  // namespace
+
+Status CudaSequence::feed_batch(CudaModel::Impl& m, std::span<const SeqFeed> feeds, std::vector<float>* logits,
+                                Trace* trace) {
+  if (feeds.empty()) return invalid_argument("no sequences to evaluate");
+  uint64_t total = 0;
+  for (size_t i = 0; i < feeds.size(); ++i) {
+    const CudaSequence* seq = feeds[i].seq;
+    MT_RETURN_IF_ERROR(check_feed(m, feeds, i, seq ? seq->pos_ : 0, seq ? seq->n_ctx_ : 0));
+    total += feeds[i].tokens.size();
+  }
+  MT_CUDA_CHECK(cudaSetDevice(m.device));
+  if (trace) trace->begin_step();
+  CudaSequence& lead = *feeds[0].seq;
+  const uint32_t micro = lead.micro_batch(static_cast<uint32_t>(std::min<uint64_t>(total, UINT32_MAX)));
+  const auto pass_max = static_cast<uint32_t>(std::min<uint64_t>(total, micro));
+  for (const SeqFeed& f : feeds) f.seq->ensure_workspace(pass_max);  // the longest context's attention scratch
+  const size_t V = m.hp.n_vocab;
+  std::vector<SeqRows> rows;       // the pass's sequences
+  std::vector<int32_t> ids;        // (T) its tokens
+  std::vector<uint32_t> out_rows;  // its rows whose logits are asked
+  size_t fi = 0;
+  uint32_t done = 0;  // tokens of feeds[fi] already evaluated
+  while (fi < feeds.size()) {
+    rows.clear(), ids.clear(), out_rows.clear();
+    uint32_t T = 0;
+    while (fi < feeds.size() && T < micro) {
+      const SeqFeed& f = feeds[fi];
+      const uint32_t n = std::min(micro - T, static_cast<uint32_t>(f.tokens.size()) - done);
+      rows.push_back({f.seq, T, n, f.seq->pos_});
+      for (uint32_t k = 0; k < n; ++k) {
+        ids.push_back(f.tokens[done + k]);
+        if (!f.want.empty() && f.want[done + k] != 0) out_rows.push_back(T + k);
+      }
+      T += n;
+      done += n;
+      if (done == f.tokens.size()) ++fi, done = 0;
+    }
+    const size_t at = logits->size();
+    logits->resize(at + out_rows.size() * V);
+    Step step;
+    step.host_ids = ids.data();
+    step.T = T;
+    step.rows = static_cast<uint32_t>(out_rows.size());
+    step.host_logits = logits->data() + at;
+    step.trace = trace;
+    step.seqs = rows;
+    step.out_rows = out_rows;
+    lead.eval_pass(step);
+    for (const SeqRows& r : rows) r.seq->pos_ += r.n;
+  }
+  return {};
+}
+
+void CudaSequence::eval_pass(const Step& step) {
+  ensure_workspace(step.T);
+  enqueue(step);
+  MT_CUDA_CHECK(cudaStreamSynchronize(m_.stream));
+  collect_device_times();
+  timer_.step_done(step.T);
+}
+
+}  // namespace mt::cuda::detail
