@@ -77,12 +77,12 @@ Status CudaSequence::feed(std::span<const int32_t> tokens, bool all_logits, std:
 }
 
 // Tiered: a batch below the streaming threshold goes through the hybrid step in pieces
-// of up to kMmvqMaxTokens; a larger one streams the expert banks once per micro-batch.
+// of up to kHybridMaxTokens; a larger one streams the expert banks once per micro-batch.
 uint32_t CudaSequence::micro_batch(uint32_t T) const {
   if (m_.tiering == nullptr) return opt_.micro_batch;
   const uint32_t thr = m_.tiering->options.stream_threshold;
   return thr > 0 && T >= thr ? std::max(opt_.micro_batch, CudaModel::kStreamMicroBatch)
-                             : static_cast<uint32_t>(kMmvqMaxTokens);
+                             : kHybridMaxTokens;
 }
 
 // The model's workspace grown for T tokens of this sequence's context. A captured decode

@@ -179,7 +179,7 @@ class CudaSequence final : public Evaluator {
   void ensure_workspace(uint32_t T);
   WorkspaceShape workspace_shape() const { return {&m_.hp, &m_.w, m_.experts_on_host, n_ctx_}; }
   // Largest pass of rows one feed evaluates at a time: the micro-batch (tiered: streamed
-  // prefill's, or a hybrid step's kMmvqMaxTokens below the streaming threshold).
+  // prefill's, or a hybrid step's kHybridMaxTokens below the streaming threshold).
   uint32_t micro_batch(uint32_t T) const;
   // One pass of several sequences' rows (feed_batch), on the stream, synchronously.
   void eval_pass(const Step& step);

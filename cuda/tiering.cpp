@@ -63,7 +63,7 @@ StatusOr<std::unique_ptr<CudaTiering>> make_cuda_tiering(const Model& model, Exp
   spec.make_device = [&hp, buffers, n_layer = spec.n_layer](ExpertTiering& t) -> StatusOr<std::unique_ptr<ExpertDevice>> {
     MT_ASSIGN_OR_RETURN(std::unique_ptr<CudaExpertDevice> d,
                         CudaExpertDevice::create(t.plan, t.scheduler->cache(), *t.store, *t.allocator, buffers, n_layer,
-                                                 hp.n_expert_used, hp.n_embd, static_cast<uint32_t>(kMmvqMaxTokens)));
+                                                 hp.n_expert_used, hp.n_embd, kHybridMaxTokens));
     return std::unique_ptr<ExpertDevice>(std::move(d));
   };
   spec.pin_budget = options.pin_budget;

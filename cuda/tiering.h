@@ -3,7 +3,9 @@
 // expert is computed. Everything else (attention, routers, norms, shared experts, the
 // KV cache) is resident.
 //
-//   decode (a batch below stream_threshold tokens, run 8 tokens at a time): the
+//   decode (a batch below stream_threshold tokens, run kHybridMaxTokens tokens at a time;
+//     a batch of sequences' decode tokens is one layer-step, its union of experts placed
+//     once, each expert read once for all its tokens): the
 //     tiered-expert executor (experts/executor.h) over the GPU device
 //     (cuda/tiering_device.h): the routing to the host (ids + normed rows, a few KB), the
 //     scheduler's placement, hot experts in one grouped product over their cache slots
@@ -36,6 +38,10 @@
 #include "model/model.h"
 
 namespace mt::cuda {
+
+// Rows of one hybrid layer-step (a batch below the streaming threshold is cut into passes
+// of at most this many): the executor's pinned and device buffers are sized for it.
+inline constexpr uint32_t kHybridMaxTokens = 64;
 
 class CudaExpertDevice;
 class DeviceExpertCache;

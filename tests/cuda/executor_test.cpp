@@ -53,7 +53,7 @@ class GpuTarget final : public mt::test::ContractTarget {
     if (!resident.ok()) return {};
     auto seq = (*resident)->new_sequence(n_ctx());
     EXPECT_TRUE(seq.ok());
-    return seq.ok() ? greedy(**seq, prompt_, 8) : std::vector<float>{};
+    return seq.ok() ? greedy(**seq, prompt_, kHybridMaxTokens) : std::vector<float>{};  // as the hybrid step's pieces
   }
   StatusOr<std::unique_ptr<ExpertTiering>> tier(const PoolPlan& plan, const CacheOptions& co,
                                                 const SchedulerOptions& so) override {

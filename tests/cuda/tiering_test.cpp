@@ -43,7 +43,7 @@ std::vector<int32_t> greedy(Evaluator& e, const std::vector<int32_t>& prompt, in
 }
 
 // The resident reference feeds the prompt as the tiered run does: whole when it streams,
-// in pieces of kMmvqMaxTokens (8) through the hybrid step, so both run the same kernels
+// in pieces of kHybridMaxTokens through the hybrid step, so both run the same kernels
 // over the same batches. interleave: the host copy the CPU computes cold experts from.
 // The logits after the prompt and after each of `tokens`, fed as greedy() feeds them.
 std::vector<std::vector<float>> forced(Evaluator& e, const std::vector<int32_t>& prompt, const std::vector<int32_t>& tokens,
@@ -79,7 +79,7 @@ void check_model(const std::string& path, const std::vector<int32_t>& prompt, bo
   {
     auto resident = CudaModel::load(**resident_host);
     ASSERT_TRUE(resident.ok()) << resident.status().to_string();
-    for (size_t piece : {size_t{0}, size_t{8}}) {
+    for (size_t piece : {size_t{0}, size_t{kHybridMaxTokens}}) {
       auto seq = (*resident)->new_sequence(static_cast<uint32_t>(prompt.size()) + kTokens + 8);
       ASSERT_TRUE(seq.ok());
       (piece == 0 ? ref_whole : ref_pieces) = greedy(**seq, prompt, kTokens, piece);
@@ -131,7 +131,7 @@ void check_model(const std::string& path, const std::vector<int32_t>& prompt, bo
         auto seq = (*tiered)->new_sequence(static_cast<uint32_t>(prompt.size()) + kTokens + 8);
         ASSERT_TRUE(seq.ok()) << seq.status().to_string();
         const auto& ref = stream_threshold > 0 ? logits_whole : logits_pieces;
-        const auto got = forced(**seq, prompt, stream_threshold > 0 ? ref_whole : ref_pieces, stream_threshold > 0 ? 0 : 8);
+        const auto got = forced(**seq, prompt, stream_threshold > 0 ? ref_whole : ref_pieces, stream_threshold > 0 ? 0 : kHybridMaxTokens);
         ASSERT_EQ(got.size(), ref.size());
         double worst = 0;
         int argmax_same = 0, decisive = 0;
@@ -274,7 +274,7 @@ TEST(CudaTiering, AForcedPinRefusalLeavesTheLayerPageableAndTheOutputCorrect) {
     ASSERT_TRUE(resident.ok());
     auto seq = (*resident)->new_sequence(64);
     ASSERT_TRUE(seq.ok());
-    ref = greedy(**seq, prompt, 32, 8);  // the prompt as the hybrid step takes it: 8 + 4 tokens
+    ref = greedy(**seq, prompt, 32, kHybridMaxTokens);  // the prompt as the hybrid step takes it: whole
   }
   auto geometry = read_expert_geometry((*host)->file());
   ASSERT_TRUE(geometry.ok());
