@@ -260,9 +260,18 @@ TraceStream::TraceStream(const RoutingTrace& trace)
   for (size_t i = 0; i < trace.events.size(); ++i) by_layer_[trace.events[i].layer].push_back(static_cast<uint32_t>(i));
 }
 
+const RoutingEvent* TraceStream::next_event(uint32_t layer) {
+  if (layer >= by_layer_.size() || cursor_[layer] >= by_layer_[layer].size()) return nullptr;
+  return &trace_->events[by_layer_[layer][cursor_[layer]++]];
+}
+
 const std::vector<int32_t>& TraceStream::next(uint32_t layer) {
-  if (layer >= by_layer_.size() || cursor_[layer] >= by_layer_[layer].size()) return empty_;
-  return trace_->events[by_layer_[layer][cursor_[layer]++]].experts;
+  const RoutingEvent* ev = next_event(layer);
+  return ev ? ev->experts : empty_;
+}
+
+void TraceStream::restart(uint32_t layer) {
+  if (layer < cursor_.size()) cursor_[layer] = 0;
 }
 
 RoutingTrace generate_trace(const RoutingGenParams& params, uint64_t tokens, const std::vector<uint32_t>& block_of) {

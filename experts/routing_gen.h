@@ -124,6 +124,10 @@ class TraceStream final : public RoutingStream {
   const std::vector<int32_t>& next(uint32_t layer) override;
   uint32_t n_expert() const override { return n_expert_; }
   uint32_t top_k() const override { return top_k_; }
+  // The layer's next event (its experts and, where recorded, weights); null once exhausted.
+  const RoutingEvent* next_event(uint32_t layer);
+  // The layer's events from the first again.
+  void restart(uint32_t layer);
 
  private:
   const RoutingTrace* trace_;

@@ -15,6 +15,7 @@
 #include <span>
 
 #include "core/check.h"
+#include "experts/routing_replay.h"
 #include "model/activations.h"
 #include "model/expert_rows.h"
 #include "model/layers.h"
@@ -149,8 +150,13 @@ void moe_block(const BlockArgs& a, const MoeMath& math) {
     if (!a.v.router_b.empty()) for (uint32_t e = 0; e < X; ++e) p[e] += a.v.router_b[e];
     route_token(math, p, X, K, a.v.exp_probs_b, &selected[t * K], &weights[t * K], work);
     if (a.trace) a.trace->tensor("ffn_moe_probs", a.layer, a.pos(t), {p, X});
-    if (a.trace) a.trace->routing(a.layer, a.pos(t), {&selected[t * K], K}, {&weights[t * K], K});
   }
+  // Routing replay (experts/routing_replay.h): the stream's experts in place of the top-k.
+  if (RoutingReplay* replay = a.trace ? a.trace->routing_override() : nullptr) {
+    MT_CHECK(replay->top_k() == K);
+    replay->replace(a.layer, T, selected.data(), weights.data());
+  }
+  if (a.trace) for (uint32_t t = 0; t < T; ++t) a.trace->routing(a.layer, a.pos(t), {&selected[t * K], K}, {&weights[t * K], K});
 
   const size_t S = static_cast<size_t>(T) * K;
   const bool shared = w.shexp_up.present();

@@ -22,6 +22,7 @@
 namespace mt {
 
 struct MoeOffload;
+class RoutingReplay;  // experts/routing_replay.h
 
 // Receives named intermediates (one row per token) and the routing decisions.
 class Trace {
@@ -32,6 +33,11 @@ class Trace {
   virtual void tensor(const char* /*name*/, uint32_t /*layer*/, uint32_t /*pos*/, std::span<const float> /*row*/) {}
   virtual void routing(uint32_t /*layer*/, uint32_t /*pos*/, std::span<const int32_t> /*experts*/,
                        std::span<const float> /*weights*/) {}
+  // Routing replay (issue 28): the stream whose experts this feed's MoE layers compute in
+  // place of the router's top-k (routing() then reports them); null: the router's.
+  virtual RoutingReplay* routing_override() { return nullptr; }
+  // Whether routing() is wanted: a CUDA step copies the routing back (a sync per layer) only then.
+  virtual bool wants_routing() const { return true; }
 };
 
 // The 1-D tensors of a layer as floats (norm weights, biases, the shared-expert gate).

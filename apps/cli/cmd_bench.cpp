@@ -18,6 +18,11 @@
 // fresh expert cache per test (its warm-up run warms it); each test reports the tiering
 // counters of its warm-up and timed runs: JSON "tiering" (experts/stats.h's schema), and
 // a line per test in markdown.
+//
+// With --routing synth:...|trace:FILE every MoE layer computes the experts of that stream
+// instead of the router's (experts/routing_replay.h; one stream across the whole bench,
+// warm-ups included): the speed of a realistic routing on a random-weight model. JSON
+// "routing" names the stream ("router" without one).
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -51,6 +56,19 @@ struct BenchFlags {
   DeviceFlags device;
   TieringFlags tiering;    // --expert-cache ...: experts through the GPU cache or the simulated device
   BankFlags banks;
+  std::string routing;     // --routing synth:...|trace:FILE
+};
+
+// The feeds' Trace under --routing: it carries the replay and wants nothing back (a CUDA
+// step then copies no routing to the host).
+class ReplayTrace final : public Trace {
+ public:
+  explicit ReplayTrace(RoutingReplay* replay) : replay_(replay) {}
+  RoutingReplay* routing_override() override { return replay_; }
+  bool wants_routing() const override { return false; }
+
+ private:
+  RoutingReplay* replay_;
 };
 
 struct ModelFacts {
@@ -119,8 +137,9 @@ double stddev(const std::vector<double>& v) {
 
 class Bench {
  public:
-  Bench(Engine& engine, const BenchFlags& f, const TieringSetup* tiering, const BankOptions& banks)
-      : engine_(engine), model_(engine.model()), f_(f), tiering_(tiering), banks_(banks), rng_(1234) {}
+  Bench(Engine& engine, const BenchFlags& f, const TieringSetup* tiering, const BankOptions& banks,
+        RoutingReplay* replay)
+      : engine_(engine), model_(engine.model()), f_(f), tiering_(tiering), banks_(banks), rng_(1234), replay_(replay) {}
 
   // One test: a warm-up, then f_.reps timed runs. Exactly one of n_prompt, n_gen is > 0.
   StatusOr<TestResult> run_test(int n_prompt, int n_gen) {
@@ -172,10 +191,11 @@ class Bench {
     std::vector<int32_t> prompt(static_cast<size_t>(n_prompt));
     for (int32_t& t : prompt) t = random_token();
     int32_t token = random_token();
+    Trace* trace = replay_.routing_override() != nullptr ? &replay_ : nullptr;
     const auto t0 = std::chrono::steady_clock::now();
-    if (n_prompt > 0) MT_RETURN_IF_ERROR(session.feed(prompt, false, &logits_));
+    if (n_prompt > 0) MT_RETURN_IF_ERROR(session.feed(prompt, false, &logits_, trace));
     for (int i = 0; i < n_gen; ++i) {
-      MT_RETURN_IF_ERROR(session.feed({&token, 1}, false, &logits_));
+      MT_RETURN_IF_ERROR(session.feed({&token, 1}, false, &logits_, trace));
       token = random_token();
     }
     return std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
@@ -187,6 +207,7 @@ class Bench {
   const TieringSetup* tiering_;             // null: no tiering
   BankOptions banks_;
   std::mt19937 rng_;
+  ReplayTrace replay_;  // carries --routing's stream (null: the router's own routing)
   std::vector<float> logits_;
 };
 
@@ -207,6 +228,7 @@ std::vector<nlohmann::ordered_json> result_rows(const ModelFacts& m, const Bench
     j["active_bytes_per_token"] = m.active_bytes_per_token;
     j["n_threads"] = threads;
     j["device"] = f.device.device == "cuda" || f.device.ngl > 0 ? "cuda" : "cpu";
+    j["routing"] = f.routing.empty() ? "router" : f.routing;
     j["test"] = r.name();
     j["n_prompt"] = r.n_prompt;
     j["n_gen"] = r.n_gen;
@@ -235,7 +257,7 @@ std::vector<nlohmann::ordered_json> result_rows(const ModelFacts& m, const Bench
 // (the samples joined by spaces; tiering stays in the JSON forms); strings quoted, quotes doubled.
 void print_csv(const std::vector<nlohmann::ordered_json>& rows) {
   static const char* const kColumns[] = {"model_filename", "model_type", "model_bytes", "model_n_params",
-                                         "active_bytes_per_token", "n_threads", "device", "test", "n_prompt", "n_gen",
+                                         "active_bytes_per_token", "n_threads", "device", "routing", "test", "n_prompt", "n_gen",
                                          "avg_ns", "avg_ts", "stddev_ts", "first_ts", "steady_ts", "cv",
                                          "gb_per_s", "samples_ns", "samples_ts"};
   std::string line;
@@ -338,7 +360,13 @@ int run(const BenchFlags& f) {
     tiering = std::move(r->setup);
     banks = r->banks;
   }
-  Bench bench(**engine, f, tiered ? &tiering : nullptr, banks);
+  std::unique_ptr<RoutingReplay> replay;
+  if (!f.routing.empty()) {
+    auto r = make_routing_replay(*model, f.routing);
+    if (!r.ok()) return fail("bench", r.status());
+    replay = std::move(*r);
+  }
+  Bench bench(**engine, f, tiered ? &tiering : nullptr, banks, replay.get());
   std::vector<TestResult> results;
   std::vector<std::pair<int, int>> tests;  // llama-bench's order: every pp, then every tg
   for (int p : f.n_prompt) tests.emplace_back(p, 0);
@@ -358,6 +386,12 @@ int run(const BenchFlags& f) {
     print_csv(result_rows(m, f, threads, results));
   } else {
     print_markdown(m, f, threads, results);
+    if (replay) {
+      const std::string wraps =
+          replay->wraps() > 0 ? ", the trace started over " + std::to_string(replay->wraps()) + " times (over all layers)" : "";
+      std::printf("routing: replayed from %s; %llu tokens per MoE layer (warm-ups included)%s\n", replay->describe().c_str(),
+                  static_cast<unsigned long long>(replay->tokens_per_block()), wraps.c_str());
+    }
   }
   return 0;
 }
@@ -381,6 +415,9 @@ Runner add_bench(CLI::App& app) {
   app.add_option("--membw", f->membw_gbps, "host memory read bandwidth in GB/s (moetier_membw): adds tg's roofline fraction");
   add_tiering_flags(app, &f->tiering);
   add_bank_flags(app, &f->banks);
+  app.add_option("--routing", f->routing,
+                 "compute the experts of a routing stream instead of the router's: synth:KEY=VALUE,... (simulate's "
+                 "generator, e.g. synth:preset=qwen3-30b) or trace:FILE (a run --record-routing record)");
   return [f] { return run(*f); };
 }
 

@@ -33,6 +33,7 @@ struct RunFlags {
   int n_predict = 64, threads = 0;
   bool no_interleave = false;
   std::string record_routing, stats_json;
+  std::string routing;      // --routing synth:...|trace:FILE (experts/routing_replay.h)
   std::string prompt_file;  // -f: the prompt from a file
   bool escape = false;      // -e: \n, \t, \\, \" ... in the prompt
   BankFlags banks;
@@ -46,11 +47,13 @@ struct RunFlags {
 };
 
 // Counts how often each expert of each MoE layer is selected and, with a record file,
-// writes every decision as a JSON line (the format of `logits --routing`).
+// writes every decision as a JSON line (the format of `logits --routing`). With a replay
+// (--routing), the MoE layers compute its experts, and those are what it counts and records.
 class UsageTrace : public Trace {
  public:
-  explicit UsageTrace(FILE* record) : record_(record) {}
+  explicit UsageTrace(FILE* record, RoutingReplay* replay = nullptr) : record_(record), replay_(replay) {}
   void begin_step() override { ++steps_; }
+  RoutingReplay* routing_override() override { return replay_; }
   void routing(uint32_t layer, uint32_t pos, std::span<const int32_t> experts, std::span<const float> weights) override {
     if (record_ != nullptr) write_routing_line(record_, layer, pos, steps_ - 1, experts, weights);
     if (counts_.size() <= layer) counts_.resize(layer + 1);
@@ -87,6 +90,7 @@ class UsageTrace : public Trace {
 
  private:
   FILE* record_;
+  RoutingReplay* replay_;
   std::vector<std::vector<uint64_t>> counts_;
   uint64_t selections_ = 0, experts_selected_ = 0, steps_ = 0;
 };
@@ -248,7 +252,15 @@ int run(RunFlags f) {
     record.reset(std::fopen(f.record_routing.c_str(), "w"));
     if (!record) return fail("run", io_error("cannot create '" + f.record_routing + "'"));
   }
-  UsageTrace usage(record.get());
+  std::unique_ptr<RoutingReplay> replay;
+  if (!f.routing.empty()) {
+    auto r = make_routing_replay(*model, f.routing);
+    if (!r.ok()) return fail("run", r.status());
+    replay = std::move(*r);
+    std::fprintf(stderr, "routing replayed from %s: the experts computed are the stream's, the text is meaningless, the speed is real\n",
+                 replay->describe().c_str());
+  }
+  UsageTrace usage(record.get(), replay.get());
 
   std::fputs(f.chat || !f.chat_template_file.empty() ? "" : f.prompt.c_str(), stdout);
   std::fflush(stdout);
@@ -316,6 +328,9 @@ Runner add_run(CLI::App& app) {
   app.add_option("-t,--threads", f->threads, "threads (0 = all, the default; more than the hardware threads warns)");
   app.add_option("--record-routing", f->record_routing,
                  "write every routing decision (layer, position, experts, weights) as JSON lines");
+  app.add_option("--routing", f->routing,
+                 "compute the experts of a routing stream instead of the router's: synth:KEY=VALUE,... (simulate's "
+                 "generator) or trace:FILE (a --record-routing record); the text is then meaningless, the speed real");
   app.add_flag("--no-interleave", f->no_interleave,
                "keep every weight in the memory map (no interleaved Q4_K/Q6_K copies): less memory, slower");
   app.add_option("-c,--ctx-size", f->n_ctx, "context size (0 = the default: min(training context, 4096); above the training context warns)");

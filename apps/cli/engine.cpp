@@ -132,6 +132,21 @@ StatusOr<std::unique_ptr<Engine>> Engine::load(const std::string& path, int thre
 
 bool Engine::on_gpu() const { return gpu_ != nullptr; }
 
+StatusOr<std::unique_ptr<RoutingReplay>> make_routing_replay(const Model& model, std::string_view value) {
+  const HParams& hp = model.hparams();
+  ReplayGeometry g;
+  g.n_expert = hp.n_expert;
+  g.top_k = hp.n_expert_used;
+  const std::vector<LayerWeights>& layers = model.weights().layers;
+  for (uint32_t l = 0; l < layers.size(); ++l) {
+    if (layers[l].is_moe()) g.moe_blocks.push_back(l);
+  }
+  if (g.moe_blocks.empty() || g.top_k == 0 || g.top_k > g.n_expert) {
+    return invalid_argument("--routing: the model has no routed experts to replay routing on");
+  }
+  return RoutingReplay::create(value, g);
+}
+
 Status Engine::enable_tiering(const TieringSetup& setup, const BankOptions& banks) {
   if (gpu_) return tier_gpu(setup, banks);
   cpu_->set_offload(nullptr);

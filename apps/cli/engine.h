@@ -10,10 +10,12 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "apps/cli/tiering_flags.h"
 #include "backend/backend.h"
 #include "core/status.h"
+#include "experts/routing_replay.h"
 #include "experts/scheduler.h"
 #include "experts/stats.h"
 #include "model/model.h"
@@ -36,6 +38,11 @@ struct DeviceFlags {
 };
 
 void add_device_flags(CLI::App& app, DeviceFlags* f);
+
+// `--routing synth:...|trace:FILE` of run and bench (experts/routing_replay.h): the stream
+// checked against the model's MoE geometry. Errors: a model without MoE layers, the
+// replay's (one line each).
+StatusOr<std::unique_ptr<RoutingReplay>> make_routing_replay(const Model& model, std::string_view value);
 
 class Engine {
  public:
