@@ -26,6 +26,7 @@
 #include "cuda/kernels/memory.h"
 #include "cuda/kernels/ops.h"
 #include "cuda/kernels/stage_timer.h"
+#include "cuda/routing_replay_stage.h"
 #include "cuda/step_workspace.h"
 #include "cuda/tiering.h"
 #include "cuda/tiering_device.h"
@@ -44,6 +45,7 @@ struct CudaModel::Impl {
   DeviceBuffer attn_quant_counters;
   bool experts_on_host = false;      // CudaOptions::experts_on_host
   CudaTiering* tiering = nullptr;    // set_tiering(); required when experts_on_host
+  RoutingReplayStage routing_replay;  // a Trace's routing_override() rows (cuda/routing_replay_stage.h)
   // The step workspace every sequence's passes take their buffers from (a model's passes
   // run one at a time on its one stream, each ending in a wait): one allocation for the
   // largest pass, however many sequences there are.

@@ -6,6 +6,7 @@
 #include "cuda/sequence.h"
 
 #include "cuda/kernels/check.h"
+#include "experts/routing_replay.h"
 
 namespace mt::cuda::detail {
 
@@ -36,7 +37,11 @@ void CudaSequence::moe_layer(Pass& p, const DevLayer& L, uint32_t l, const ActRo
     stage(p, "router top-k");
     router_topk(p.probs, Ti, X, K, arch.renormalize_topk, p.sel, p.wts, s);
   }
-  if (p.st->trace) {
+  // Routing replay (experts/routing_replay.h): the stream's ids over the top-k, on the stream.
+  if (RoutingReplay* replay = p.st->trace ? p.st->trace->routing_override() : nullptr) {
+    m_.routing_replay.apply(*replay, l, T, p.sel, p.wts, s);
+  }
+  if (p.st->trace && p.st->trace->wants_routing()) {
     p.host_sel.resize(static_cast<size_t>(T) * K);
     p.host_wts.resize(static_cast<size_t>(T) * K);
     MT_CUDA_CHECK(cudaMemcpyAsync(p.host_sel.data(), p.sel, p.host_sel.size() * sizeof(int32_t), cudaMemcpyDeviceToHost, s));
