@@ -182,6 +182,11 @@ HandlerResult start_generation(const GenerationServices& s, Endpoint endpoint, c
   GenerationRequest g;
   g.prompt = std::move(prompt);
   g.sampling = r.sampling;
+  if (r.ignore_eos) {  // banned after the client's own biases, so none of them lifts the ban
+    for (uint32_t id = 0; id < s.tokenizer->n_vocab(); ++id) {
+      if (s.tokenizer->is_eog(static_cast<int32_t>(id))) g.sampling.logit_bias.emplace_back(static_cast<int32_t>(id), -100.0f);
+    }
+  }
   g.max_tokens = static_cast<uint32_t>(max_tokens);
   g.stops = r.stops;
   g.choices = r.choices;

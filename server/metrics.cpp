@@ -63,6 +63,20 @@ const std::vector<double> kTtftBounds = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05
 const std::vector<double> kTokenBounds = {0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08,
                                           0.1,   0.15,   0.2,   0.3,  0.5,  1,    2.5,  10};
 
+// A per-step count (scheduler.h StepHistogram) as a Prometheus histogram.
+void write_steps(std::string* out, std::string_view name, std::string_view help, const StepHistogram& h) {
+  header(out, name, "histogram", help);
+  const std::string bucket = std::string(name) + "_bucket";
+  uint64_t cumulative = 0;
+  for (size_t i = 0; i < h.counts.size(); ++i) {
+    cumulative += h.counts[i];
+    const std::string le = i < h.bounds.size() ? std::to_string(h.bounds[i]) : "+Inf";
+    sample(out, bucket, "le=\"" + le + "\"", static_cast<double>(cumulative));
+  }
+  sample(out, std::string(name) + "_sum", "", static_cast<double>(h.sum));
+  sample(out, std::string(name) + "_count", "", static_cast<double>(cumulative));
+}
+
 }  // namespace
 
 Histogram::Histogram(std::vector<double> upper_bounds)
@@ -136,6 +150,19 @@ std::string ServerMetrics::render(const SchedulerMetrics& s) const {
   single(&out, "moetier_kv_cache_usage_ratio", "gauge",
          "moetier_kv_cache_tokens_used / moetier_kv_cache_tokens_budget.",
          s.kv_tokens_budget ? static_cast<double>(s.kv_tokens_used) / static_cast<double>(s.kv_tokens_budget) : 0.0);
+  single(&out, "moetier_kv_cache_tokens_filled", "gauge",
+         "Positions written in the KV caches of running requests (after the last step).",
+         static_cast<double>(s.kv_tokens_filled));
+  single(&out, "moetier_kv_cache_sequences", "gauge",
+         "Sequences holding a KV cache (a request with n choices holds n once its prompt is in).", s.kv_sequences);
+  single(&out, "moetier_kv_cache_bytes_used", "gauge",
+         "Bytes of KV cache (and recurrent state) reserved by running requests: the reserved tokens times the "
+         "bytes per token of the KV type.",
+         static_cast<double>(s.kv_bytes_used));
+  write_steps(&out, "moetier_batch_sequences_per_step", "Sequences evaluated together in one forward pass.",
+              s.step_sequences);
+  write_steps(&out, "moetier_batch_tokens_per_step",
+              "Tokens evaluated in one forward pass (decode tokens and prefill chunks together).", s.step_tokens);
 
   // Expert tiering, per geometry group: the sums over the group's layers of the scheduler's
   // snapshot (serve --expert-cache: the simulated device today); 0 without tiering.

@@ -1,6 +1,7 @@
 // The server's counters in the Prometheus text format (GET /metrics): HTTP requests by
 // endpoint and status, tokens, time-to-first-token and per-token latency histograms as
-// the clients see them, queue depth, running requests, KV cache use, and the expert
+// the clients see them, queue depth, running requests, KV cache use (tokens reserved and
+// written, sequences, bytes), the batch size per step (sequences and tokens), and the expert
 // tiering counters per geometry group (layers sharing one expert size). Invariant:
 // counters only grow and histograms are cumulative, so scrapes can be diffed; observing
 // never blocks (atomics), so the scheduler's thread can observe.

@@ -462,6 +462,7 @@ std::optional<ApiError> parse_request(Endpoint endpoint, std::string_view body, 
   if (auto e = read_max_tokens(j, &out->max_tokens)) return e;
   if (auto e = read_stops(j, &out->stops)) return e;
   if (auto e = read_bool(j, "stream", &out->stream)) return e;
+  if (auto e = read_bool(j, "ignore_eos", &out->ignore_eos)) return e;
   if (const json* options = field(j, "stream_options")) {
     if (!out->stream) return bad_request("'stream_options' is only allowed with stream: true", "stream_options");
     if (!options->is_object()) return bad_request("'stream_options' must be an object", "stream_options");

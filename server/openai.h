@@ -58,6 +58,9 @@ struct ApiRequest {
   std::vector<std::string> stops;
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
+  // llama.cpp's extension ignore_eos: the end-of-generation tokens are never sampled, so a
+  // choice runs to max_tokens unless a stop string, a grammar or the context ends it.
+  bool ignore_eos = false;
   // n, logprobs / top_logprobs (chat) or logprobs: k (completions), response_format
   // (json_object or json_schema, compiled to a grammar); logit_bias is in `sampling`.
   ChoiceOptions choices;

@@ -104,6 +104,13 @@ void keep_last(std::vector<T>& v, T x, size_t n) {
 
 }  // namespace
 
+void StepHistogram::observe(uint64_t value) {
+  size_t b = 0;
+  while (b < bounds.size() && value > bounds[b]) ++b;
+  ++counts[b];
+  sum += value;
+}
+
 // One request's part of a step: n tokens of one choice's sequence (prefill: choice 0),
 // and whether its last row's logits come back.
 struct StepPart {
@@ -353,6 +360,8 @@ struct Scheduler::Impl {
   void publish_experts() {
     std::lock_guard<std::mutex> lock(mu);
     ++m.steps;
+    m.step_sequences.observe(parts.size());
+    m.step_tokens.observe(batch.size());
     if (o.experts == nullptr) return;  // a snapshot for /metrics (the HTTP thread reads it under mu)
     const ExpertScheduler& es = *o.experts;
     const uint32_t n = static_cast<uint32_t>(es.cache().n_layers());
@@ -409,6 +418,28 @@ struct Scheduler::Impl {
     drop_finished();
   }
 
+  // The running requests' KV cache as the backend holds it, after a step (cancelled and
+  // finished requests already gone).
+  void publish_kv() {
+    uint64_t filled = 0;
+    uint32_t sequences = 0;
+    for (const auto& r : running) {
+      for (const Choice& c : r->choices) {
+        if (c.index > 0 && !c.forked) continue;  // not forked yet: the prompt is still going in
+        filled += backend.position(c.seq);
+        ++sequences;
+      }
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    m.running = static_cast<uint32_t>(running.size());
+    m.queued = static_cast<uint32_t>(queue.size());
+    m.kv_tokens_filled = filled;
+    m.kv_sequences = sequences;
+    m.kv_bytes_used = o.kv_bytes_per_token == 0
+                          ? 0
+                          : m.kv_tokens_used * o.kv_bytes_per_token + uint64_t{sequences} * o.kv_bytes_per_sequence;
+  }
+
   void loop() {
     for (;;) {
       {
@@ -418,9 +449,7 @@ struct Scheduler::Impl {
       }
       admit();
       step();
-      std::lock_guard<std::mutex> lock(mu);
-      m.running = static_cast<uint32_t>(running.size());
-      m.queued = static_cast<uint32_t>(queue.size());
+      publish_kv();
     }
     for (auto& r : running) finish(*r, "cancelled");
     running.clear();

@@ -28,6 +28,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
@@ -92,6 +93,9 @@ struct ServingOptions {
   uint64_t kv_budget_tokens = 0;    // all running requests' contexts together; 0: max_running * n_ctx
   uint32_t prefill_chunk = 256;     // prompt tokens per step per request
   QuantType kv_type = QuantType::F16;
+  // The KV cache's bytes per position of one sequence at kv_type and a sequence's fixed
+  // state (recurrent layers), for /metrics' bytes in use; 0: unknown (not reported).
+  uint64_t kv_bytes_per_token = 0, kv_bytes_per_sequence = 0;
   // The scheduler of the experts' tiering, when the backend tiers them (the serve command
   // owns it): its counters are published in the metrics after every step. Only the
   // scheduler thread reads it.
@@ -103,11 +107,28 @@ struct ExpertLayerCounters {
   uint64_t hits = 0, misses = 0, evictions = 0, h2d_bytes = 0, cpu_experts = 0;
 };
 
+// Steps counted by a per-step quantity (sequences or tokens in the step): per bucket of
+// upper bounds (inclusive; a last bucket above them), and the sum of the observed values.
+struct StepHistogram {
+  std::vector<uint32_t> bounds;
+  std::vector<uint64_t> counts;  // bounds.size() + 1, not cumulative
+  uint64_t sum = 0;
+  explicit StepHistogram(std::vector<uint32_t> upper_bounds)
+      : bounds(std::move(upper_bounds)), counts(bounds.size() + 1, 0) {}
+  void observe(uint64_t value);
+};
+
 struct SchedulerMetrics {
   uint64_t requests_total = 0, requests_finished = 0, requests_cancelled = 0, requests_failed = 0;
   uint64_t prompt_tokens = 0, completion_tokens = 0, steps = 0;
   uint32_t running = 0, queued = 0;
-  uint64_t kv_tokens_used = 0, kv_tokens_budget = 0;
+  uint64_t kv_tokens_used = 0, kv_tokens_budget = 0;  // used: the contexts reserved by running requests
+  // After each step: the positions written in running requests' caches, their sequences
+  // (a request with n choices holds n) and the bytes reserved (0 when the bytes per token are unknown).
+  uint64_t kv_tokens_filled = 0, kv_bytes_used = 0;
+  uint32_t kv_sequences = 0;
+  StepHistogram step_sequences{{1, 2, 4, 8, 16, 32, 64, 128}};  // sequences evaluated per step
+  StepHistogram step_tokens{{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096}};  // tokens per step
   std::vector<double> ttft_seconds;         // time to first token of finished requests (last 1024)
   std::vector<double> token_seconds;        // per-token latency samples (last 4096)
   std::vector<ExpertLayerCounters> expert_layers;  // per layer (with tiered experts), after the last step

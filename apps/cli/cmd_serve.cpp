@@ -27,6 +27,7 @@
 
 #include "apps/cli/commands.h"
 #include "apps/cli/engine.h"
+#include "apps/cli/model_sizes.h"
 #include "apps/cli/tiering_flags.h"
 #include "backend/backend.h"
 #include "core/log.h"
@@ -181,6 +182,11 @@ int serve(const ServeFlags& f) {
   options.max_running = f.max_running;
   options.n_ctx = f.n_ctx ? f.n_ctx : std::min<uint32_t>(hp.n_ctx_train ? hp.n_ctx_train : 4096, 4096);
   options.kv_type = kv_type;
+  if (auto sizes = read_model_sizes(model.file()); sizes.ok()) {  // /metrics' KV bytes in use
+    options.kv_bytes_per_token = kv_type == QuantType::Q8_0 ? sizes->kv_bytes_per_token_q8_0
+                                                            : sizes->kv_bytes_per_token_f16 * (kv_type == QuantType::F32 ? 2 : 1);
+    options.kv_bytes_per_sequence = sizes->state_bytes_per_seq;
+  }
   std::string tiering_note;
   if (tiered) {
     auto r = resolve_tiering(model.file(), f.tiering, f.banks, (*engine)->on_gpu());

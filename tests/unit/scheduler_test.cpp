@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <fstream>
 #include <mutex>
+#include <thread>
 
 #include "experts/geometry.h"
 #include "experts/pools.h"
@@ -187,6 +188,64 @@ TEST_F(SchedulerTest, CancelStopLengthTimeoutAndBadRequests) {
   EXPECT_FALSE(s.submit(request(prompt, 0, &unused)).ok());
   EXPECT_FALSE(s.submit(request({-1}, 4, &unused)).ok());
   EXPECT_FALSE(s.submit(request(prompt, 200, &unused)).ok()) << "prompt + max_tokens > n_ctx";
+}
+
+// /metrics' view of the steps and the KV cache: every step counted in both batch-size
+// histograms, every fed token in the tokens histogram, several sequences in some steps;
+// the KV in use (tokens reserved and written, sequences, bytes) while requests run, and 0
+// once they are cancelled.
+TEST_F(SchedulerTest, StepHistogramsAndKvInUseBackToZeroAfterCancel) {
+  ServingOptions options{.max_running = 4, .n_ctx = 128, .prefill_chunk = 16};
+  options.kv_bytes_per_token = 1000;
+  options.kv_bytes_per_sequence = 7;
+  Scheduler s(*backend, *tokenizer, options);
+  const std::vector<int32_t> prompt = refs["prompts"][0]["ids"].get<std::vector<int32_t>>();
+  std::vector<std::unique_ptr<Collected>> out;
+  for (int i = 0; i < 3; ++i) {
+    out.push_back(std::make_unique<Collected>());
+    ASSERT_TRUE(s.submit(request(prompt, 8, out.back().get())).ok());
+  }
+  for (auto& c : out) wait(*c);
+  SchedulerMetrics m = s.metrics();
+  uint64_t seq_steps = 0, tok_steps = 0;
+  for (uint64_t c : m.step_sequences.counts) seq_steps += c;
+  for (uint64_t c : m.step_tokens.counts) tok_steps += c;
+  EXPECT_EQ(seq_steps, m.steps);
+  EXPECT_EQ(tok_steps, m.steps);
+  EXPECT_EQ(m.step_tokens.sum, 3 * (prompt.size() + 8 - 1)) << "every prompt token and every sampled token but the last";
+  EXPECT_GT(m.step_sequences.sum, m.steps) << "no step evaluated several sequences";
+  EXPECT_LT(m.step_sequences.counts[0], m.steps);
+
+  // Two long requests cancelled once they are decoding.
+  Collected a, b;
+  auto ida = s.submit(request(prompt, 100, &a));
+  auto idb = s.submit(request(prompt, 100, &b));
+  ASSERT_TRUE(ida.ok() && idb.ok());
+  for (int i = 0; i < 2000; ++i) {
+    m = s.metrics();
+    if (m.kv_sequences == 2 && m.kv_tokens_filled > 2 * prompt.size()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_EQ(m.kv_tokens_used, 2 * (prompt.size() + 100));
+  EXPECT_EQ(m.kv_sequences, 2u);
+  EXPECT_GT(m.kv_tokens_filled, 2 * prompt.size());
+  EXPECT_LE(m.kv_tokens_filled, m.kv_tokens_used);
+  EXPECT_EQ(m.kv_bytes_used, m.kv_tokens_used * 1000 + 2 * 7);
+  s.cancel(*ida);
+  s.cancel(*idb);
+  wait(a);
+  wait(b);
+  EXPECT_EQ(a.done.finish_reason, "cancelled");
+  for (int i = 0; i < 2000 && (s.metrics().kv_sequences != 0 || s.metrics().kv_tokens_filled != 0); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  m = s.metrics();
+  EXPECT_EQ(m.kv_tokens_used, 0u);
+  EXPECT_EQ(m.kv_tokens_filled, 0u);
+  EXPECT_EQ(m.kv_sequences, 0u);
+  EXPECT_EQ(m.kv_bytes_used, 0u);
+  EXPECT_EQ(m.running, 0u);
+  EXPECT_EQ(m.requests_cancelled, 2u);
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // /metrics' expert tiering counters: per geometry group, the sums over the group's layers
-// of the scheduler's per-layer snapshot (serve --expert-cache); zero without one.
+// of the scheduler's per-layer snapshot (serve --expert-cache); zero without one. The
+// batch size per step (sequences, tokens) as histograms and the KV cache in use.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -32,6 +33,41 @@ TEST(ServerMetrics, ExpertCountersAreTheSumsOverEachGroupsLayers) {
   const std::string idle = metrics.render(SchedulerMetrics{});
   EXPECT_TRUE(has_line(idle, "moetier_expert_cache_hits_total" + g0 + " 0")) << idle;
   EXPECT_TRUE(has_line(idle, "moetier_expert_h2d_bytes_total" + g1 + " 0"));
+}
+
+// The batch size per step as two cumulative histograms, and the KV cache in use.
+TEST(ServerMetrics, StepHistogramsAndKvInUse) {
+  ServerMetrics metrics({});
+  SchedulerMetrics s;
+  for (uint64_t v : {1, 1, 3, 8, 200}) s.step_sequences.observe(v);
+  for (uint64_t v : {1, 17, 256, 5000}) s.step_tokens.observe(v);
+  s.kv_tokens_used = 640;
+  s.kv_tokens_filled = 300;
+  s.kv_sequences = 3;
+  s.kv_bytes_used = 123456789012;
+  const std::string text = metrics.render(s);
+  EXPECT_TRUE(has_line(text, "# TYPE moetier_batch_sequences_per_step histogram")) << text;
+  EXPECT_TRUE(has_line(text, "moetier_batch_sequences_per_step_bucket{le=\"1\"} 2"));
+  EXPECT_TRUE(has_line(text, "moetier_batch_sequences_per_step_bucket{le=\"2\"} 2"));
+  EXPECT_TRUE(has_line(text, "moetier_batch_sequences_per_step_bucket{le=\"4\"} 3"));
+  EXPECT_TRUE(has_line(text, "moetier_batch_sequences_per_step_bucket{le=\"8\"} 4"));
+  EXPECT_TRUE(has_line(text, "moetier_batch_sequences_per_step_bucket{le=\"128\"} 4"));
+  EXPECT_TRUE(has_line(text, "moetier_batch_sequences_per_step_bucket{le=\"+Inf\"} 5"));
+  EXPECT_TRUE(has_line(text, "moetier_batch_sequences_per_step_sum 213"));
+  EXPECT_TRUE(has_line(text, "moetier_batch_sequences_per_step_count 5"));
+  EXPECT_TRUE(has_line(text, "moetier_batch_tokens_per_step_bucket{le=\"16\"} 1"));
+  EXPECT_TRUE(has_line(text, "moetier_batch_tokens_per_step_bucket{le=\"32\"} 2"));
+  EXPECT_TRUE(has_line(text, "moetier_batch_tokens_per_step_bucket{le=\"256\"} 3"));
+  EXPECT_TRUE(has_line(text, "moetier_batch_tokens_per_step_bucket{le=\"4096\"} 3"));
+  EXPECT_TRUE(has_line(text, "moetier_batch_tokens_per_step_bucket{le=\"+Inf\"} 4"));
+  EXPECT_TRUE(has_line(text, "moetier_batch_tokens_per_step_sum 5274"));
+  EXPECT_TRUE(has_line(text, "moetier_kv_cache_tokens_used 640"));
+  EXPECT_TRUE(has_line(text, "moetier_kv_cache_tokens_filled 300"));
+  EXPECT_TRUE(has_line(text, "moetier_kv_cache_sequences 3"));
+  EXPECT_TRUE(has_line(text, "moetier_kv_cache_bytes_used 123456789012"));
+  const std::string idle = metrics.render(SchedulerMetrics{});
+  EXPECT_TRUE(has_line(idle, "moetier_batch_tokens_per_step_count 0")) << idle;
+  EXPECT_TRUE(has_line(idle, "moetier_kv_cache_bytes_used 0"));
 }
 
 }  // namespace
