@@ -14,12 +14,18 @@ mkdir -p "$CARRY/debs" "$CARRY/testdata"
 (cd "$CARRY/debs" && apt-get download libcli11-dev nlohmann-json3-dev libgtest-dev libgmock-dev 2>/dev/null)
 cp -r "$REPO/../shared/testdata/quant_golden" "$REPO/../shared/testdata/vocab" "$REPO/../shared/testdata/chat_templates" "$CARRY/testdata/"
 # llama.cpp's source from the node-llama-cpp@3.21.1 bundle (the comparison anchor), the
-# parts llama-bench needs, without the other GPU backends: ~6 MB.
-LLAMA_DIR=$REPO/.bench/llama.cpp
+# parts llama-bench and llama-server need, without the other GPU backends: ~6 MB.
+# llama-server (issue 27's anchor, bench/serve_compare.sh) needs scripts/ui-assets.cmake and
+# tools/ui's embed.cpp; configure it offline with -DLLAMA_BUILD_SERVER=ON
+# -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_OPENSSL=OFF (an empty web UI; the
+# web UI's sources and the server's Python tests stay behind).
+LLAMA_DIR=${LLAMA_DIR:-$REPO/.bench/llama.cpp}
 BUNDLE=$REPO/.oracle/node_modules/node-llama-cpp/llama/gitRelease.bundle
 [ -d "$LLAMA_DIR/.git" ] || git clone -q "$BUNDLE" "$LLAMA_DIR"
 tar -C "$LLAMA_DIR" --exclude='ggml/src/ggml-vulkan' --exclude='ggml/src/ggml-sycl' --exclude='ggml/src/ggml-metal' \
   --exclude='ggml/src/ggml-opencl' --exclude='ggml/src/ggml-cann' --exclude='ggml/src/ggml-musa' \
   --exclude='ggml/src/ggml-webgpu' --exclude='ggml/src/ggml-hip' --exclude='ggml/src/ggml-zdnn' --exclude='build' \
-  -cJf "$CARRY/llama-src.tar.xz" CMakeLists.txt app cmake common ggml include src tools vendor licenses LICENSE
+  --exclude='tools/ui/src' --exclude='tools/ui/tests' --exclude='tools/ui/static' --exclude='tools/server/tests' \
+  -cJf "$CARRY/llama-src.tar.xz" CMakeLists.txt app cmake common ggml include src tools vendor licenses LICENSE \
+  scripts/ui-assets.cmake
 du -sh "$CARRY"
