@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Load tool for any OpenAI-compatible server (issue 27): N concurrent streaming chat
-requests (/v1/chat/completions, stream: true), each with a prompt of a fixed number of
+requests (/v1/chat/completions, stream: true; or /v1/completions), each with a prompt of a fixed number of
 tokens and a fixed number of output tokens; one JSON report.
 
 usage: bench/load.py --url http://127.0.0.1:8080 --streams 8 --requests 4 \
@@ -15,6 +15,10 @@ What it does:
      to exactly the target count, else an approximation of one token per filler word
      ("prompt_method" in the JSON). The target is the whole prompt the server evaluates
      (chat template included): the warm-up request's usage gives the template's overhead.
+     --endpoint completions sends the text as a /v1/completions prompt instead (no chat
+     template; llama-server still parses the reply). Random-weight models: llama-server fails
+     a request whose output is not valid UTF-8 and its chat route may reject random text;
+     --ban-invalid-utf8 MODEL.gguf bans the tokens that are not valid UTF-8 alone.
   3. Sends --warmup requests one after another (not measured), then --streams clients each
      sending its requests back to back (--requests each, or until --duration seconds).
      Every request asks for max_tokens = --output-tokens with "ignore_eos": true (llama-server
@@ -43,6 +47,8 @@ import shutil
 import sys
 import time
 import urllib.parse
+
+import gguf_vocab
 
 VERSION = 1
 WORDS = ("time light river stone garden window morning silver forest music letter winter bridge "
@@ -208,12 +214,15 @@ class PromptBuilder:
 # ---------------------------------------------------------------- one streamed request
 
 
-async def stream_chat(server, body):
-    """Sends one streaming chat request; returns its measurements (raises LoadError)."""
+ROUTES = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
+
+
+async def stream_chat(server, body, route):
+    """Sends one streaming request; returns its measurements (raises LoadError)."""
     rec = {"chunk_times": [], "usage": None, "finish_reason": None, "text_chunks": 0}
     sent = time.perf_counter()
     try:
-        status, headers, chunks, writer = await server.open("POST", "/v1/chat/completions", body)
+        status, headers, chunks, writer = await server.open("POST", route, body)
     except Unreachable as e:
         raise LoadError(str(e))
     try:
@@ -264,7 +273,7 @@ def handle_event(event, now, rec):
     has_text = False
     for c in j.get("choices") or []:
         delta = c.get("delta") or {}
-        if delta.get("content") or delta.get("reasoning_content") or delta.get("tool_calls"):
+        if delta.get("content") or delta.get("reasoning_content") or delta.get("tool_calls") or c.get("text"):
             has_text = True
         if c.get("finish_reason"):
             rec["finish_reason"] = c["finish_reason"]
@@ -351,12 +360,17 @@ class MemorySampler:
 
 
 def request_body(args, model, content):
-    body = {"model": model, "messages": [{"role": "user", "content": content}], "max_tokens": args.output_tokens,
-            "stream": True, "stream_options": {"include_usage": True}}
+    body = {"model": model, "max_tokens": args.output_tokens, "stream": True, "stream_options": {"include_usage": True}}
+    if args.endpoint == "chat":
+        body["messages"] = [{"role": "user", "content": content}]
+    else:
+        body["prompt"] = content
     if args.ignore_eos:
         body["ignore_eos"] = True
     if args.temperature is not None:
         body["temperature"] = args.temperature
+    if args.banned:
+        body["logit_bias"] = args.banned
     return body
 
 
@@ -381,7 +395,7 @@ def measure(rec, stream, index, prompt_tokens_alone):
 async def one(server, args, model, prompt, stream, index):
     text, alone = prompt
     try:
-        rec = await stream_chat(server, request_body(args, model, text))
+        rec = await stream_chat(server, request_body(args, model, text), ROUTES[args.endpoint])
     except LoadError as e:
         return {"stream": stream, "index": index, "ok": False, "error": str(e)}
     return measure(rec, stream, index, alone)
@@ -436,17 +450,16 @@ def report(args, model, method, overhead, results, wall, memory):
     short = [r for r in ok if r["output_tokens"] != args.output_tokens]
     out_tokens = sum(r["output_tokens"] for r in ok)
     itl = [g for r in ok for g in r["itl_s"]]
-    per_request = []
-    for r in sorted(results, key=lambda r: (r["stream"], r["index"])):
-        e = {k: v for k, v in r.items() if k not in ("itl_s", "start_s", "end_s")}
-        per_request.append(e)
+    per_request = [{k: v for k, v in r.items() if k not in ("itl_s", "start_s", "end_s")}
+                   for r in sorted(results, key=lambda r: (r["stream"], r["index"]))]
     return {
         "tool": "bench/load.py", "version": VERSION, "label": args.label, "url": args.url, "model": model,
         "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "config": {"streams": args.streams, "requests_per_stream": None if args.duration else args.requests,
                    "duration_s": args.duration, "prompt_tokens": args.prompt_tokens,
-                   "output_tokens": args.output_tokens, "ignore_eos": args.ignore_eos,
-                   "temperature": args.temperature, "warmup": args.warmup},
+                   "output_tokens": args.output_tokens, "ignore_eos": args.ignore_eos, "endpoint": args.endpoint,
+                   "temperature": args.temperature, "warmup": args.warmup,
+                   "banned_invalid_utf8_tokens": len(args.banned)},
         "prompt_method": method, "chat_template_overhead_tokens": overhead,
         "prompt_tokens_seen": sorted({r["prompt_tokens"] for r in ok if isinstance(r["prompt_tokens"], int)}),
         "requests_completed": len(ok), "requests_failed": len(failed),
@@ -520,8 +533,15 @@ def parse_args(argv):
     ap.add_argument("--output-tokens", type=int, default=128, help="max_tokens of each request")
     ap.add_argument("--no-ignore-eos", dest="ignore_eos", action="store_false",
                     help="do not send ignore_eos: true (the output may end early at EOS)")
+    ap.add_argument("--endpoint", choices=("chat", "completions"), default="chat",
+                    help="chat: /v1/chat/completions (default); completions: /v1/completions with the text as the "
+                         "prompt (no chat template, no reply parsing: llama-server's chat parser rejects the "
+                         "random text of random-weight models)")
+    ap.add_argument("--ban-invalid-utf8", metavar="GGUF",
+                    help="ban (logit_bias -100) the tokens of GGUF's vocabulary that are not valid UTF-8 alone, so "
+                         "a random-weight model writes valid text (llama-server fails a request whose output is not)")
     ap.add_argument("--temperature", type=float, help="sampling temperature (default: the server's)")
-    ap.add_argument("--warmup", type=int, default=1, help="warm-up requests before the measurement (default 1)")
+    ap.add_argument("--warmup", type=int, default=1, help="warm-up requests before the measurement (default 1; 0: --prompt-tokens counts the message alone)")
     ap.add_argument("--pid", type=int, help="the server's process id: report its peak RSS (and GPU memory)")
     ap.add_argument("--wait", type=float, default=0, help="wait up to S seconds for GET /health to answer 200")
     ap.add_argument("--timeout", type=float, default=300, help="seconds without data before a request fails")
@@ -540,6 +560,12 @@ def parse_args(argv):
         ap.error("--prompt-tokens must be at least 16 (the chat template takes some)")
     if args.pid is not None and not os.path.exists(f"/proc/{args.pid}"):
         ap.error(f"--pid {args.pid}: no such process")
+    args.banned = {}
+    if args.ban_invalid_utf8:
+        try:
+            args.banned = {str(i): -100 for i in gguf_vocab.invalid_utf8_tokens(args.ban_invalid_utf8)}
+        except (OSError, gguf_vocab.GgufError) as e:
+            ap.error(f"--ban-invalid-utf8: {e}")
     return args
 
 
@@ -565,9 +591,7 @@ def main(argv=None):
           file=sys.stderr)
     for e in rep["errors"]:
         print(f"load.py: request error: {e}", file=sys.stderr)
-    if bad and not args.allow_failures:
-        return 1
-    return 0
+    return 1 if bad and not args.allow_failures else 0
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-// bench/load.py against `moetier serve` on the demo model (issue 27): the load tool's JSON
+// bench/load.py against `moetier serve` on the demo model (issue 27; with
+// --ban-invalid-utf8, bench/gguf_vocab.py reading the model's vocabulary): the load tool's JSON
 // says 0 failures, every request got exactly the output tokens asked (ignore_eos), tok/s
 // > 0 and time to first token within the run; ignore_eos itself (an EOS the sampler is
 // pushed towards is never sampled); /metrics' batch-size histograms move; and streaming
@@ -46,7 +47,7 @@ const before = await metrics(server);
   const out = path.join(work, 'load.json');
   const r = spawnSync(python, [loadPy, '--url', server.base, '--streams', String(STREAMS), '--requests', String(REQUESTS),
     '--prompt-tokens', String(PROMPT), '--output-tokens', String(OUTPUT), '--pid', String(server.pid),
-    '--require-exact', '--label', 'ctest', '-o', out], { encoding: 'utf8', timeout: 60000 });
+    '--require-exact', '--label', 'ctest', '--ban-invalid-utf8', model, '-o', out], { encoding: 'utf8', timeout: 60000 });
   check(r.status === 0, `load.py exited ${r.status}: ${r.stderr}`);
   const j = JSON.parse(readFileSync(out, 'utf8'));
   check(j.requests_failed === 0 && j.requests_completed === STREAMS * REQUESTS,
@@ -59,6 +60,8 @@ const before = await metrics(server);
     check(Math.abs(q.prompt_tokens - PROMPT) <= 1, `request ${q.stream}/${q.index}: ${q.prompt_tokens} prompt tokens`);
   }
   check(j.prompt_method === 'tokenize', `prompt_method ${j.prompt_method}`);
+  // The demo model's byte-level vocabulary: its 128 byte tokens 0x80-0xff are not UTF-8 alone.
+  check(j.config.banned_invalid_utf8_tokens === 128, `banned ${j.config.banned_invalid_utf8_tokens} tokens`);
   check(j.output_tokens_total === STREAMS * REQUESTS * OUTPUT, `output tokens ${j.output_tokens_total}`);
   check(j.output_tok_s > 0 && j.wall_s > 0, `output_tok_s ${j.output_tok_s}, wall ${j.wall_s}`);
   check(j.ttft_s.p50 <= j.ttft_s.p99 && j.ttft_s.p99 <= j.wall_s, `ttft ${JSON.stringify(j.ttft_s)} vs wall ${j.wall_s}`);
