@@ -4,7 +4,8 @@
 # differently, records the same experts per MoE layer in the same order (a run without
 # --routing, sampling the same way, records others: the check can fail); run says once on
 # stderr that the text is meaningless; synth: runs and is recorded with top-k distinct ids
-# per row; bench reports the stream (JSON "routing"), resident and with --expert-cache;
+# per row; tiered, its cache counters are simulate's on the run's record; bench reports the
+# stream (JSON "routing"), resident and with --expert-cache;
 # specs and traces the model cannot take are one-line errors, exit 1.
 # usage: check_routing_replay.sh MOETIER MODEL WORK_DIR
 set -uo pipefail
@@ -50,6 +51,20 @@ a = [json.loads(l) for l in open(sys.argv[2])]
 k = len(a[0]["experts"])
 assert len(s) == len(a) and all(len(set(r["experts"])) == k for r in s), "rows or top-k"
 assert [r["experts"] for r in s] != [r["experts"] for r in a]
+PY
+
+# Tiered under a stream: the engine's cache counters are the ones `simulate` replays from
+# the run's record (the cache decided on the stream's experts).
+"${RUN[@]}" --routing "synth:reuse=0.5,window=4,within=0.75,seed=4" --expert-cache 40% --record-routing "$WORK/t.jsonl" \
+  --stats-json "$WORK/t-run.json" >/dev/null 2>"$WORK/t.err" || fail "tiered synth: $(tail -1 "$WORK/t.err")"
+"$MOETIER" simulate -m "$MODEL" --trace "$WORK/t.jsonl" --expert-cache 40% --json >"$WORK/t-sim.json" 2>"$WORK/t-sim.err" \
+  || fail "simulate the tiered record: $(tail -1 "$WORK/t-sim.err")"
+"$PY" - "$WORK/t-run.json" "$WORK/t-sim.json" <<'PY' || fail "tiered replay's counters != simulate's"
+import json, sys
+run, sim = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+for k in ("policy", "budget_bytes", "steps", "tokens", "layers", "total"):
+    assert run[k] == sim[k], (k, run[k], sim[k])
+assert run["total"]["hits"] > 0, run["total"]
 PY
 
 for cache in "" "--expert-cache 50%"; do
