@@ -167,6 +167,10 @@ class CudaSequence final : public Evaluator {
     std::vector<int32_t> host_sel;  // a trace's copies of the routing
     std::vector<float> host_wts;
     const int32_t* out_rows_dev = nullptr;  // (st->rows) st->out_rows on the device (gathered logits)
+    // Several sequences of one KV type: (n_layer, T) each row's cache and positions seen per
+    // attention layer (multi_kv_rows), so RoPE + cache stores and decode attention take one
+    // launch for all of them; null: per sequence.
+    const SeqKvRow* kv_rows_dev = nullptr;
 
     // The position of row t (the sequence holding it).
     uint32_t pos_of(uint32_t t) const {
@@ -197,6 +201,11 @@ class CudaSequence final : public Evaluator {
   ActRows add_norm(Pass& p, const float* add_y, const float* w, const DeviceMatrix& reader,
                    const MoeCombineIn* combine = nullptr);
   void attention_layer(Pass& p, const DevLayer& L, uint32_t l, const ActRows& hx);
+  void multi_kv_rows(Pass& p);  // p.kv_rows_dev for a pass of several sequences (sequence_attention.cpp)
+  // attention_layer's RoPE + cache stores and attention over the pass's sequences: one
+  // launch pair per sequence, or with p.kv_rows_dev one prep launch and one attention
+  // launch per stretch of decode tokens. True when every launch also quantized wo's rows.
+  bool attend_sequences(Pass& p, uint32_t l, const AttnPrepArgs& pa, const AttentionArgs& aa, bool quant_wo);
   void qkv_products(Pass& p, const DevLayer& L, const HParams& hp, const ActRows& hx, AttnPrepArgs& pa);
   void moe_layer(Pass& p, const DevLayer& L, uint32_t l, const ActRows& hx, MoeCombineIn& combine);
   void output_logits(Pass& p, const ActRows& hx);

@@ -112,44 +112,11 @@ void CudaSequence::attention_layer(Pass& p, const DevLayer& L, uint32_t l, const
   const bool quant_wo = !L.q_gated && G == 0 && T <= static_cast<uint32_t>(kMmvqMaxTokens) &&
                         quantizes_activations(L.wo.type) && L.wo.n_in == Q;
   if (quant_wo) att.mode = act_quant_for(L.wo.type);
-  // Each sequence's rows: RoPE at its positions and into its cache, then attention over
-  // its cache (a pass of several sequences: one launch pair per sequence). wo reads the
-  // quantized rows only where every sequence's launch wrote them.
-  bool all_quantized = quant_wo;
-  for (const SeqRows& r : p.st->seqs) {
-    DeviceKvCache& kv = r.seq->kv_;
-    const size_t q_at = static_cast<size_t>(r.first) * Q;  // the run's first query row
-    AttnPrepArgs ra = pa;
-    ra.q_src = pa.q_src + static_cast<size_t>(r.first) * pa.q_stride;
-    ra.k_src = pa.k_src + static_cast<size_t>(r.first) * pa.k_stride;
-    ra.v_src = pa.v_src + static_cast<size_t>(r.first) * pa.v_stride;
-    ra.n_tokens = static_cast<int>(r.n);
-    ra.pos0 = r.pos;
-    ra.q_out = p.q + q_at;
-    ra.k_cache = kv.k(l);
-    ra.v_cache = kv.v(l);
-    ra.kv_type = kv.type();
-    ra.row_bytes = kv.row_bytes();
-    stage(p, "attn prep");
-    attn_prep(ra, s);
-    stage(p, "attention");
-    AttentionArgs rb = aa;
-    rb.q = p.q + q_at;
-    rb.k_cache = kv.k(l);
-    rb.v_cache = kv.v(l);
-    rb.kv_type = kv.type();
-    rb.kv_row_bytes = kv.row_bytes();
-    rb.n_tokens = static_cast<int>(r.n);
-    rb.pos0 = r.pos;
-    rb.out = p.att + q_at;
-    if (quant_wo) {  // (read only where attention() says it wrote them)
-      rb.quant_qs = p.aq + q_at, rb.quant_meta = p.am + q_at / 32, rb.quant_mode = att.mode;
-      rb.quant_counters = m_.attn_quant_counters.as<uint32_t>();
-    }
-    const size_t mark = ws_->mark();
-    all_quantized = attention(rb, *ws_, s) && all_quantized;
-    ws_->rewind(mark);
+  if (quant_wo) {
+    aa.quant_mode = att.mode;
+    aa.quant_counters = m_.attn_quant_counters.as<uint32_t>();
   }
+  const bool all_quantized = attend_sequences(p, l, pa, aa, quant_wo);
   if (all_quantized) att.quantized = true, att.qs = p.aq, att.meta = p.am;
   if (L.q_gated) mul_sigmoid(p.att, p.qgate, static_cast<int64_t>(T) * Q, s);
   if (G > 0) mul_softplus_gate(p.att, gate, T, Q, G, s);
@@ -157,6 +124,106 @@ void CudaSequence::attention_layer(Pass& p, const DevLayer& L, uint32_t l, const
   mm(L.wo, att, p.y);
   if (L.bo != nullptr) add_bias(p.y, L.bo, Ti, static_cast<int>(hp.n_embd), s);
   if (gate != nullptr) ws_->rewind(gate_mark);
+}
+
+// (n_layer, T): row t's sequence's cache of each attention layer and its position + 1,
+// uploaded once per pass (recurrent and latent layers' entries stay empty).
+void CudaSequence::multi_kv_rows(Pass& p) {
+  const uint32_t T = p.T, n_layer = m_.hp.n_layer;
+  std::vector<SeqKvRow> rows(static_cast<size_t>(n_layer) * T);
+  for (uint32_t l = 0; l < n_layer; ++l) {
+    const DevLayer& L = m_.w.layers[l];
+    if (L.recurrent || L.mla) continue;
+    for (const SeqRows& r : p.st->seqs) {
+      for (uint32_t i = 0; i < r.n; ++i) {
+        SeqKvRow& row = rows[static_cast<size_t>(l) * T + r.first + i];
+        row.k = r.seq->kv_.k(l), row.v = r.seq->kv_.v(l), row.n_kv = r.pos + i + 1;
+      }
+    }
+  }
+  auto* dev = ws_->take_n<SeqKvRow>(rows.size());
+  MT_CUDA_CHECK(cudaMemcpyAsync(dev, rows.data(), rows.size() * sizeof(SeqKvRow), cudaMemcpyHostToDevice, m_.stream));
+  MT_CUDA_CHECK(cudaStreamSynchronize(m_.stream));  // (rows is pageable and goes out of scope)
+  p.kv_rows_dev = dev;
+}
+
+bool CudaSequence::attend_sequences(Pass& p, uint32_t l, const AttnPrepArgs& pa, const AttentionArgs& aa,
+                                    bool quant_wo) {
+  cudaStream_t s = m_.stream;
+  const size_t Q = static_cast<size_t>(aa.n_head) * aa.head_dim;
+  const std::span<const SeqRows> seqs = p.st->seqs;
+  // One launch's attention over rows [first, first + n) of sequence-or-table.
+  auto attend = [&](AttentionArgs rb, uint32_t first, uint32_t n) {
+    const size_t q_at = static_cast<size_t>(first) * Q;
+    rb.q = p.q + q_at;
+    rb.out = p.att + q_at;
+    rb.n_tokens = static_cast<int>(n);
+    if (quant_wo) {  // (read only where attention() says it wrote them)
+      rb.quant_qs = p.aq + q_at, rb.quant_meta = p.am + q_at / 32;
+    }
+    stage(p, "attention");
+    const size_t mark = ws_->mark();
+    const bool quantized = attention(rb, *ws_, s);
+    ws_->rewind(mark);
+    return quantized;
+  };
+  bool all_quantized = quant_wo;
+  if (p.kv_rows_dev == nullptr) {  // per sequence: RoPE at its positions into its cache, then attention over it
+    for (const SeqRows& r : seqs) {
+      DeviceKvCache& kv = r.seq->kv_;
+      AttnPrepArgs ra = pa;
+      ra.q_src = pa.q_src + static_cast<size_t>(r.first) * pa.q_stride;
+      ra.k_src = pa.k_src + static_cast<size_t>(r.first) * pa.k_stride;
+      ra.v_src = pa.v_src + static_cast<size_t>(r.first) * pa.v_stride;
+      ra.n_tokens = static_cast<int>(r.n);
+      ra.pos0 = r.pos;
+      ra.q_out = p.q + static_cast<size_t>(r.first) * Q;
+      ra.k_cache = kv.k(l), ra.v_cache = kv.v(l), ra.kv_type = kv.type(), ra.row_bytes = kv.row_bytes();
+      stage(p, "attn prep");
+      attn_prep(ra, s);
+      AttentionArgs rb = aa;
+      rb.k_cache = kv.k(l), rb.v_cache = kv.v(l), rb.kv_type = kv.type(), rb.kv_row_bytes = kv.row_bytes();
+      rb.pos0 = r.pos;
+      all_quantized = attend(rb, r.first, r.n) && all_quantized;
+    }
+    return all_quantized;
+  }
+  // Several sequences of one KV type: every row's RoPE and cache store in one launch ...
+  const SeqKvRow* table = p.kv_rows_dev + static_cast<size_t>(l) * p.T;
+  const DeviceKvCache& kv0 = seqs[0].seq->kv_;
+  AttnPrepArgs ra = pa;
+  ra.n_tokens = p.Ti;
+  ra.q_out = p.q;
+  ra.seq_rows = table;
+  ra.kv_type = kv0.type(), ra.row_bytes = kv0.row_bytes();
+  stage(p, "attn prep");
+  attn_prep(ra, s);
+  // ... then each stretch of consecutive one-token sequences (decode) in one attention
+  // launch of up to kAttnDecodeMaxSeqTokens, a longer run (a prompt chunk) alone.
+  AttentionArgs base = aa;
+  base.k_cache = kv0.k(l), base.v_cache = kv0.v(l), base.kv_type = kv0.type(), base.kv_row_bytes = kv0.row_bytes();
+  for (size_t i = 0; i < seqs.size();) {
+    const SeqRows& r = seqs[i];
+    if (r.n > 1) {
+      AttentionArgs rb = base;
+      rb.k_cache = r.seq->kv_.k(l), rb.v_cache = r.seq->kv_.v(l), rb.pos0 = r.pos;
+      all_quantized = attend(rb, r.first, r.n) && all_quantized;
+      ++i;
+      continue;
+    }
+    size_t j = i;
+    uint32_t max_n_kv = 0;
+    while (j < seqs.size() && seqs[j].n == 1 && j - i < static_cast<size_t>(kAttnDecodeMaxSeqTokens)) {
+      max_n_kv = std::max(max_n_kv, seqs[j].pos + 1);
+      ++j;
+    }
+    AttentionArgs rb = base;
+    rb.seq_rows = table + r.first;
+    rb.max_n_kv = max_n_kv;
+    all_quantized = attend(rb, r.first, static_cast<uint32_t>(j - i)) && all_quantized;
+    i = j;
+  }
+  return all_quantized;
 }
 
 }  // namespace mt::cuda::detail

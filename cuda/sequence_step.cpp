@@ -128,6 +128,14 @@ void CudaSequence::enqueue(const Step& st) {
     MT_CUDA_CHECK(cudaMemcpyAsync(rows, st.out_rows.data(), st.rows * sizeof(int32_t), cudaMemcpyHostToDevice, s));
     p.out_rows_dev = rows;
   }
+  // Several sequences of one KV type: their rows' caches in one table (one prep launch and
+  // one attention launch per stretch of decode tokens instead of a pair per sequence).
+  if (st.seqs.size() > 1 && !p.graph &&
+      std::all_of(st.seqs.begin(), st.seqs.end(), [&](const SeqRows& r) {
+        return r.seq->kv_.type() == kv_.type() && r.seq->kv_.row_bytes() == kv_.row_bytes();
+      })) {
+    multi_kv_rows(p);
+  }
   get_rows(W.token_embd.type, W.token_embd.data, W.token_embd.row_bytes, ids_tok, p.Ti, E, p.x, s);
   ActRows hx = add_norm(p, nullptr, W.layers[0].attn_norm, attn_reader(W.layers[0]));
 

@@ -17,7 +17,8 @@ size_t step_workspace_bytes(const WorkspaceShape& s, uint32_t T) {
                         2 * T * K + 3 * T * K * n_ff + T * K * E + 3 * T * n_ff +
                         static_cast<size_t>(std::min(T, kLogitRows)) * hp.n_vocab +  // the logits piece
                         T * E + T * K * n_ff +  // h's and u's quants and scales
-                        T * Q / 2 + 2;          // the attention output's (T*Q bytes + T*Q/4)
+                        T * Q / 2 + 2 +         // the attention output's (T*Q bytes + T*Q/4)
+                        T * hp.n_layer * 8;     // a pass of several sequences' SeqKvRow table (n_layer, T)
   const size_t C = hp.ssm_conv_dim(), Vd = hp.ssm_value_dim(), nv = hp.ssm_nv;
   const size_t gdn_floats = hp.recurrent.empty() ? 0 : T * (2 * C + 2 * Vd + 6 * nv + 3 * Q);  // see gdn_layer
   const size_t gate_floats = hp.arch == Arch::kLaguna ? T * Q : 0;  // attention_layer's output gate

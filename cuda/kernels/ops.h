@@ -66,6 +66,17 @@ void kv_store(QuantType type, const float* rows, int n_tokens, int kv_dim, uint8
 // and chunks past the real n_kv do nothing (pos0 + n_tokens must stay <= n_kv_cap).
 inline constexpr int kAttnDecodeCounters = 8 * 512;  // (decode tokens <= 8) x (query heads <= 512): quant_counters
 
+// One token of a pass over several sequences: its sequence's cache rows of the layer (K,
+// V) and the positions it sees (its position + 1; its own row is written at n_kv - 1).
+struct SeqKvRow {
+  uint8_t* k = nullptr;
+  uint8_t* v = nullptr;
+  uint32_t n_kv = 0;
+  uint32_t pad = 0;
+};
+// Decode tokens of different sequences in one attention launch (AttentionArgs seq_rows).
+inline constexpr int kAttnDecodeMaxSeqTokens = 64;
+
 struct AttentionArgs {
   const float* q = nullptr;
   const uint8_t* k_cache = nullptr;  // (n_ctx, kv_dim) rows of kv_type
@@ -98,6 +109,12 @@ struct AttentionArgs {
   uint2* quant_meta = nullptr;
   ActQuant quant_mode = ActQuant::kQ8_0;
   uint32_t* quant_counters = nullptr;
+  // Several sequences' decode tokens (device, n_tokens <= kAttnDecodeMaxSeqTokens): token t
+  // attends over seq_rows[t]'s cache and n_kv positions instead of k_cache / v_cache from
+  // pos0 (k_cache / v_cache: any one of them, for the alignment checks; every cache of the
+  // same type and row bytes); max_n_kv: the largest n_kv (sizes the split).
+  const SeqKvRow* seq_rows = nullptr;
+  uint32_t max_n_kv = 0;
 };
 // True when the output rows were also quantized (AttentionArgs quant_qs).
 bool attention(const AttentionArgs& a, Workspace& ws, cudaStream_t stream);
@@ -209,6 +226,9 @@ struct AttnPrepArgs {
   uint8_t *k_cache = nullptr, *v_cache = nullptr;  // (n_ctx, n_head_kv * head_dim) rows
   QuantType kv_type = QuantType::F16;
   uint64_t row_bytes = 0;
+  // Several sequences (device, n_tokens entries): token t's rows go to seq_rows[t]'s cache
+  // at position n_kv - 1 (pos0, pos_dev, k_cache and v_cache unused).
+  const SeqKvRow* seq_rows = nullptr;
 };
 void attn_prep(const AttnPrepArgs& a, cudaStream_t stream);
 

@@ -16,6 +16,7 @@
 
 #include "cuda/kernels/memory.h"
 #include "cuda/kernels/mmvq_kernels.h"
+#include "cuda/kernels/ops.h"
 #include "quant/types.h"
 
 namespace mt::cuda::detail {
@@ -66,7 +67,12 @@ struct AttnGeom {
   uint2* qmeta = nullptr;
   ActQuant qmode = ActQuant::kQ8_0;
   uint32_t* qcounters = nullptr;
+  const SeqKvRow* rows = nullptr;     // AttentionArgs seq_rows: token t's cache and n_kv
 };
+
+// Token t's K and V cache (a pass of several sequences: its own sequence's).
+__device__ __forceinline__ const uint8_t* token_k(const AttnGeom& g, int t) { return g.rows ? g.rows[t].k : g.k; }
+__device__ __forceinline__ const uint8_t* token_v(const AttnGeom& g, int t) { return g.rows ? g.rows[t].v : g.v; }
 
 // The first key position a query at position p sees.
 __device__ __forceinline__ uint32_t first_key(uint32_t window, uint32_t p) {

@@ -104,7 +104,7 @@ __global__ void __launch_bounds__(kThreads)
   __syncthreads();
 
   // Scores: thread j dots position j0 + j with the Gb queries.
-  const uint8_t* k_base = g.k + kvh * g.head_bytes;
+  const uint8_t* k_base = token_k(g, t) + kvh * g.head_bytes;
   for (int j = tid; j < len; j += kThreads) {
     const uint8_t* row = k_base + (j0 + j) * g.row_bytes;
     float dot[kGB];
@@ -155,7 +155,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int k = 0; k < EPL; ++k) o[i][k] = 0.0f;
   }
-  const uint8_t* v_base = g.v + kvh * g.head_bytes;
+  const uint8_t* v_base = token_v(g, t) + kvh * g.head_bytes;
 #pragma unroll 4
   for (int j = warp; j < len; j += kWarps) {
     float vx[EPL];
@@ -213,7 +213,7 @@ __global__ void __launch_bounds__(kThreads)
   __syncthreads();
 
   // Scores: one warp per position, the lanes over the head's elements.
-  const uint8_t* k_base = g.k + kvh * g.head_bytes;
+  const uint8_t* k_base = token_k(g, t) + kvh * g.head_bytes;
   for (int j = warp; j < len; j += kWarps) {
     const uint8_t* row = k_base + (j0 + j) * g.row_bytes;
     float dot = 0.0f;
@@ -235,7 +235,7 @@ __global__ void __launch_bounds__(kThreads)
   l = block_sum(l, scratch);  // its barriers also publish the s_sh writes above
 
   // Accumulator: one thread per element, the chunk's positions in order.
-  const uint8_t* v_base = g.v + kvh * g.head_bytes;
+  const uint8_t* v_base = token_v(g, t) + kvh * g.head_bytes;
   for (int e = tid; e < D; e += kThreads) {
     float a = 0.0f;
     for (int j = 0; j < len; ++j) a += s_sh[j] * kv_load<KV>(v_base + (j0 + j) * g.row_bytes, e);
@@ -289,14 +289,15 @@ size_t split_bytes(int n_tokens, int n_head, int head_dim, uint32_t n_kv) {
 
 size_t attention_decode_workspace_bytes(int n_tokens, int n_head, int head_dim, uint32_t n_kv) {
   size_t bytes = 0;
-  const int most = std::min(n_tokens, kAttnDecodeMaxTokens);
+  const int most = std::min(n_tokens, kAttnDecodeMaxSeqTokens);  // (several sequences' decode tokens)
   for (int t = 1; t <= most; ++t) bytes = std::max(bytes, split_bytes(t, n_head, head_dim, n_kv));
   return bytes;
 }
 
 bool attention_decode(QuantType kv_type, const AttnGeom& g, Workspace& ws, cudaStream_t stream) {
-  MT_CHECK(g.n_tokens > 0 && g.n_tokens <= kAttnDecodeMaxTokens && g.D > 0 && g.D <= kMaxHeadDim);
-  const uint32_t n_kv = g.pos_dev != nullptr ? g.n_kv_cap : g.pos0 + static_cast<uint32_t>(g.n_tokens);
+  MT_CHECK(g.n_tokens > 0 && g.D > 0 && g.D <= kMaxHeadDim);
+  MT_CHECK(g.n_tokens <= (g.rows != nullptr ? kAttnDecodeMaxSeqTokens : kAttnDecodeMaxTokens));
+  const uint32_t n_kv = g.pos_dev != nullptr || g.rows != nullptr ? g.n_kv_cap : g.pos0 + static_cast<uint32_t>(g.n_tokens);
   MT_CHECK(n_kv > 0);
   DecodeSplit s = decode_split(g.n_tokens, g.n_head, n_kv);
   // The warps kernel's vector loads: 16-byte aligned q and rows (2-byte for Q8_0 rows).

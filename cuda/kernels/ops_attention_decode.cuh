@@ -109,7 +109,7 @@ __device__ __forceinline__ float merge_element(const float2* ml, const float* ac
 // cover is a broken invariant).
 __device__ __forceinline__ uint32_t query_n_kv(const AttnGeom& g, int t, int chunk_len, int n_chunks) {
   const uint32_t pos0 = g.pos_dev != nullptr ? *g.pos_dev : g.pos0;
-  const uint32_t n_kv = pos0 + static_cast<uint32_t>(t) + 1;
+  const uint32_t n_kv = g.rows != nullptr ? g.rows[t].n_kv : pos0 + static_cast<uint32_t>(t) + 1;
   if (n_kv > static_cast<uint32_t>(chunk_len) * static_cast<uint32_t>(n_chunks)) __trap();
   return n_kv;
 }

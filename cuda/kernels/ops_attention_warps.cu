@@ -198,8 +198,8 @@ __global__ void __launch_bounds__(kThreads)
   }
   const int kvh = h / g.group;
   const float* q_row = g.q + (static_cast<int64_t>(t) * g.n_head + h) * D;
-  const uint8_t* k_base = g.k + kvh * g.head_bytes + static_cast<uint64_t>(span.jb) * g.row_bytes;
-  const uint8_t* v_base = g.v + kvh * g.head_bytes + static_cast<uint64_t>(span.jb) * g.row_bytes;
+  const uint8_t* k_base = token_k(g, t) + kvh * g.head_bytes + static_cast<uint64_t>(span.jb) * g.row_bytes;
+  const uint8_t* v_base = token_v(g, t) + kvh * g.head_bytes + static_cast<uint64_t>(span.jb) * g.row_bytes;
   // This warp's flash decoder: running max m, sum l of e^(s - m), o = sum e^(s - m) v.
   float m = -INFINITY, l = 0.0f;
   float o[EPL];

@@ -235,7 +235,8 @@ __global__ void attn_prep_kernel(AttnPrepArgs a, float theta_scale) {
   const int h = is_q ? hb : (is_k ? hb - a.n_head : hb - a.n_head - a.n_head_kv);
   const float* src = is_q ? a.q_src + t * a.q_stride : (is_k ? a.k_src + t * a.k_stride : a.v_src + t * a.v_stride);
   const float* bias = is_q ? a.bq : (is_k ? a.bk : a.bv);
-  const uint32_t pos = (a.pos_dev != nullptr ? *a.pos_dev : a.pos0) + static_cast<uint32_t>(t);
+  const uint32_t pos = a.seq_rows != nullptr ? a.seq_rows[t].n_kv - 1
+                                             : (a.pos_dev != nullptr ? *a.pos_dev : a.pos0) + static_cast<uint32_t>(t);
   const bool live = e < D;
   float v = 0.0f;
   if (live) {
@@ -251,7 +252,8 @@ __global__ void attn_prep_kernel(AttnPrepArgs a, float theta_scale) {
     if (live) a.q_out[(static_cast<int64_t>(t) * a.n_head + h) * D + e] = v;
     return;
   }
-  uint8_t* row = (is_k ? a.k_cache : a.v_cache) + static_cast<uint64_t>(pos) * a.row_bytes;
+  uint8_t* cache = a.seq_rows != nullptr ? (is_k ? a.seq_rows[t].k : a.seq_rows[t].v) : (is_k ? a.k_cache : a.v_cache);
+  uint8_t* row = cache + static_cast<uint64_t>(pos) * a.row_bytes;
   const int col = h * D + e;  // element of the cache row
   switch (a.kv_type) {
     case QuantType::F16:

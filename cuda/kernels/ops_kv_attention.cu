@@ -106,6 +106,12 @@ bool attention(const AttentionArgs& a, Workspace& ws, cudaStream_t stream) {
   g.qs = a.quant_qs, g.qmeta = a.quant_meta, g.qmode = a.quant_mode, g.qcounters = a.quant_counters;
   MT_CHECK_MSG(a.pos_dev == nullptr || a.n_tokens <= detail::kAttnDecodeMaxTokens,
                "attention: a position read on the device is for decode batches only");
+  if (a.seq_rows != nullptr) {  // several sequences' decode tokens: the split sized for the longest
+    MT_CHECK(a.pos_dev == nullptr && a.n_tokens <= kAttnDecodeMaxSeqTokens && a.max_n_kv > 0);
+    g.rows = a.seq_rows;
+    g.n_kv_cap = a.max_n_kv;
+    return detail::attention_decode(a.kv_type, g, ws, stream);
+  }
   if (a.n_tokens <= detail::kAttnDecodeMaxTokens) return detail::attention_decode(a.kv_type, g, ws, stream);
   detail::attention_prefill(a.kv_type, g, stream);
   return false;
