@@ -38,7 +38,8 @@ export async function startServer(moetier, model, args = []) {
   const proc = spawn(moetier, ['serve', '-m', model, '--port', '0', ...args], { stdio: ['ignore', 'ignore', 'pipe'] });
   let log = '';
   const port = await new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`no start-up line after 60 s:\n${log}`)), 60000);
+    const limit = Number(process.env.SERVE_START_S ?? 60);  // a large model on a GPU loads for longer
+    const timer = setTimeout(() => reject(new Error(`no start-up line after ${limit} s:\n${log}`)), limit * 1000);
     proc.stderr.on('data', (d) => {
       log += d;
       const m = /listening on http:\/\/[^:]+:(\d+)/.exec(log);
@@ -127,3 +128,18 @@ export async function metrics(server, headers = {}) {
 }
 
 export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+// The server's arguments: the test's defaults, each one overridden by a flag of the same
+// name in $SERVE_ARGS (whitespace-separated, e.g. "--device cuda -t 16"), which come last:
+// the same test then runs against `moetier serve --device cuda` on a GPU machine.
+export function serveArgs(defaults) {
+  const extra = (process.env.SERVE_ARGS ?? '').split(/\s+/).filter((a) => a !== '');
+  const given = new Set(extra.filter((a) => a.startsWith('-')));
+  const kept = [];
+  for (let i = 0; i < defaults.length; ++i) {
+    const takesValue = i + 1 < defaults.length && !defaults[i + 1].startsWith('-');
+    if (!given.has(defaults[i])) kept.push(...defaults.slice(i, takesValue ? i + 2 : i + 1));
+    if (takesValue) ++i;
+  }
+  return [...kept, ...extra];
+}
