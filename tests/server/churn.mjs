@@ -70,9 +70,9 @@ function connection(payloads, { delayMs = 0, reset = false, dropWhen = null } = 
 }
 
 // Drop j of the four kinds.
-function dropOne(j) {
+function dropOne(j) {  // kind j % 4; FIN or reset by j % 8; kind 2 streamed or not by j >> 3
   const reset = j % 8 >= 4;
-  const body = chat(`Drop ${j}: tell me a long story.`, { max_tokens: 400, stream: j % 2 === 0 });
+  const body = chat(`Drop ${j}: tell me a long story.`, { max_tokens: 400, stream: (j >> 3) % 2 === 0 });
   switch (j % 4) {
     case 0: return connection([head(body).slice(0, 40 + (j % 37))], { delayMs: j % 13, reset });
     case 1: return connection([head(body), body.slice(0, body.length >> 1)], { delayMs: j % 17, reset });
@@ -161,11 +161,14 @@ const d = (o) => outcome(after, o) - outcome(before, o);
 const sent = DROPS >> 1;  // kinds 2 and 3 sent a whole request
 check(d('finished') === STREAMS, `${d('finished')} requests finished, wanted ${STREAMS}`);
 check(d('failed') === 0, `${d('failed')} requests failed`);
+check(d('submitted') === d('finished') + d('cancelled'),
+  `${d('submitted')} submitted but ${d('finished')} finished and ${d('cancelled')} cancelled: some are lost`);
 check(d('cancelled') >= midStream.length && d('cancelled') <= sent,
   `${d('cancelled')} requests cancelled: wanted ${midStream.length} to ${sent}`);
 const fivexx = Object.keys(after).filter((k) => /moetier_http_requests_total\{.*code="5\d\d"\}/.test(k) && after[k] > 0);
 check(fivexx.length === 0, `5xx answers: ${fivexx.join(', ')}`);
-console.log(`ok KV, running and queued back to 0; ${d('finished')} finished, ${d('cancelled')} cancelled ` +
+console.log(`ok KV, running and queued back to 0; ${d('submitted')} submitted: ${d('finished')} finished, ` +
+  `${d('cancelled')} cancelled ` +
   `(${midStream.length} mid-stream, ${sent} sent in all), 0 failed`);
 
 // Still serving, as before.
