@@ -109,6 +109,7 @@ function stream(i, started) {
         const usage = events.at(-1).usage;
         check(tokens === TOKENS && usage?.completion_tokens === TOKENS,
           `stream ${i}: ${tokens} tokens in its logprobs, usage ${JSON.stringify(usage)}; wanted ${TOKENS}`);
+        ++streamsDone;
         resolve(at);
       });
     });
@@ -116,6 +117,11 @@ function stream(i, started) {
     req.end(body);
   });
 }
+
+// A stream or drop that never ends fails here, not at ctest's timeout.
+let streamsDone = 0;
+setTimeout(() => check(false, `not done after 90 s: ${streamsDone} of ${STREAMS} streams ended\n${server.log()}`), 90000)
+  .unref();
 
 const outcome = (m, o) => m[`moetier_generation_requests_total{outcome="${o}"}`] ?? 0;
 const ref = await reference();
