@@ -15,6 +15,9 @@
 // two tokens, four accumulators per pair in its one-token dot's order (q32_rows4).
 // The driver walks groups of rows small enough to stay in L2 and, for each token tile,
 // the group's row tiles; rows past the end repeat the last row and are not stored.
+// The K-quant tiles prefetch each of their rows two super-blocks ahead: a batched decode
+// step streams whole matrices (the output matrix) through them once, and without it they
+// read memory at a third of the one-token dot's rate (bench/kernels_tokens.cpp).
 //
 // Invariant: everything here has internal linkage (see cpu/k_quants_scales.h).
 #include "cpu/register.h"
@@ -261,7 +264,11 @@ void k_tiles(const Problem& pr, int64_t r0, int64_t r1, int64_t t0) {
     for (int64_t i = 0; i < pr.nb; ++i) {
       const Block* wi[R];
       const BlockQ8_K* ai[C];
-      for (int k = 0; k < R; ++k) wi[k] = w[k] + i;
+      for (int k = 0; k < R; ++k) {
+        wi[k] = w[k] + i;
+        const char* ahead = reinterpret_cast<const char*>(w[k] + i + 2);
+        for (size_t o = 0; o < sizeof(Block); o += 64) _mm_prefetch(ahead + o, _MM_HINT_T0);
+      }
       for (int t = 0; t < C; ++t) ai[t] = a[t] + i;
       acc = tile_block<P, R, C>(wi, ai, acc);
     }
@@ -471,6 +478,11 @@ void register_gemm_avx2(KernelTable& t) {
   t.gemm[static_cast<int>(QuantType::Q5_0)] = gemm<Q32Tiles<Q5_0W>, kQK32>;
   t.gemm[static_cast<int>(QuantType::IQ4_NL)] = gemm<Q32Tiles<IQ4_NLW>, kQK32>;
   t.gemm[static_cast<int>(QuantType::MXFP4)] = gemm<Q32Tiles4<MXFP4W>, kQK32>;
+  // 2-3 tokens of a K-quant: the one-token dot per pair streams the rows faster (a 2 x 4
+  // tile needs 4 tokens; at 2-3 the driver's 4 x 2 / 8 x 1 tiles pass the rows twice).
+  for (QuantType k : {QuantType::Q4_K, QuantType::Q5_K, QuantType::Q6_K, QuantType::IQ4_XS}) {
+    t.gemm_min_tokens[static_cast<int>(k)] = 4;
+  }
 }
 
 }  // namespace mt::cpu

@@ -370,6 +370,7 @@ void register_gemm_avx512(KernelTable& t) {
   // one-token dot's order, not this level's dot, so batches use the dot here too and a
   // batch and single tokens still agree bit for bit.
   t.gemm[static_cast<int>(QuantType::MXFP4)] = nullptr;
+  for (uint8_t& m : t.gemm_min_tokens) m = 0;  // not measured against AVX2's 4: from 2 tokens, as before
 }
 
 }  // namespace mt::cpu

@@ -38,6 +38,9 @@ struct KernelTable {
   // Tiles over weights in the interleaved layout of cpu/repack.h (w_stride = bytes of one
   // 8-row group, n_rows a multiple of 8); null: no such layout on this level.
   GemmFn gemm_x8[64];
+  // The fewest tokens for which gemm beats gemm_by_vec_dot (0: 2). AVX2's K-quant tiles
+  // stream weights slower than the one-token dot at 2-3 tokens (bench/kernels_tokens.cpp).
+  uint8_t gemm_min_tokens[64];
   AxpyF16Fn axpy_f16;
 };
 

@@ -98,7 +98,7 @@ void run_rows(const MatJob& j, int64_t r0, int64_t r1) {
     MT_CHECK(r0 % cpu::kInterleave == 0 && (r1 - r0) % cpu::kInterleave == 0);
     k.gemm_x8[type](j.x->n_in(), w, cpu::kInterleave * stride, r1 - r0, j.x->row(j.t0), j.x->row_bytes(), job_tokens(j),
                     j.y + r0, j.y_stride);
-  } else if (k.gemm[type] != nullptr && job_tokens(j) > 1) {
+  } else if (k.gemm[type] != nullptr && job_tokens(j) >= std::max<int64_t>(2, k.gemm_min_tokens[type])) {
     k.gemm[type](j.x->n_in(), w, stride, r1 - r0, j.x->row(j.t0), j.x->row_bytes(), job_tokens(j), j.y + r0, j.y_stride);
   } else {
     cpu::gemm_by_vec_dot(k.vec_dot[type], j.x->n_in(), w, stride, r1 - r0, j.x->row(j.t0), j.x->row_bytes(),

@@ -23,6 +23,12 @@
 // instead of the router's (experts/routing_replay.h; one stream across the whole bench,
 // warm-ups included): the speed of a realistic routing on a random-weight model. JSON
 // "routing" names the stream ("router" without one).
+//
+// With --batch B1,B2,... the tests are batched decode instead (llama-batched-bench's TG):
+// for every -p P, -n N and B, B sequences each prefilled with its own P random tokens
+// (untimed), then N steps that each evaluate one token of every sequence in one
+// Backend::eval (every row's logits, as a server's step); t/s = B x N / time, and the
+// step's milliseconds. B = 1 is tg through the same call.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -57,6 +63,7 @@ struct BenchFlags {
   TieringFlags tiering;    // --expert-cache ...: experts through the GPU cache or the simulated device
   BankFlags banks;
   std::string routing;     // --routing synth:...|trace:FILE
+  std::vector<int> batch;  // --batch 1,2,4,8: batched decode tests instead of pp / tg
 };
 
 // The feeds' Trace under --routing: it carries the replay and wants nothing back (a CUDA
@@ -81,6 +88,7 @@ struct ModelFacts {
 
 struct TestResult {
   int n_prompt = 0, n_gen = 0;
+  int n_batch = 0;  // > 0: a --batch test (n_prompt: each sequence's untimed prefill)
   std::vector<uint64_t> samples_ns;
   std::vector<double> samples_ts;
   double avg_ts = 0, stddev_ts = 0, avg_ns = 0;
@@ -89,7 +97,15 @@ struct TestResult {
   double first_ts = 0, steady_ts = 0, cv = 0;
   std::string tiering_json;  // with --expert-cache: experts/stats.h's JSON of this test
   std::string tiering_text;  // its overall line
-  std::string name() const { return n_prompt > 0 ? "pp" + std::to_string(n_prompt) : "tg" + std::to_string(n_gen); }
+  std::string name() const {
+    if (n_batch > 0) {
+      return "tg" + std::to_string(n_gen) + " x" + std::to_string(n_batch) +
+             (n_prompt > 0 ? " @ pp" + std::to_string(n_prompt) : "");
+    }
+    return n_prompt > 0 ? "pp" + std::to_string(n_prompt) : "tg" + std::to_string(n_gen);
+  }
+  double step_ms() const { return n_gen > 0 ? avg_ns / n_gen / 1e6 : 0.0; }
+  int tokens() const { return n_batch > 0 ? n_batch * n_gen : n_prompt + n_gen; }  // timed tokens of a run
 };
 
 // Bytes of weights one generated token reads. Expert bytes per layer come from the
@@ -142,20 +158,22 @@ class Bench {
       : engine_(engine), model_(engine.model()), f_(f), tiering_(tiering), banks_(banks), rng_(1234), replay_(replay) {}
 
   // One test: a warm-up, then f_.reps timed runs. Exactly one of n_prompt, n_gen is > 0.
-  StatusOr<TestResult> run_test(int n_prompt, int n_gen) {
+  StatusOr<TestResult> run_test(int n_prompt, int n_gen, int n_batch = 0) {
     TestResult r;
     r.n_prompt = n_prompt;
     r.n_gen = n_gen;
+    r.n_batch = n_batch;
     if (tiering_ != nullptr) MT_RETURN_IF_ERROR(engine_.enable_tiering(*tiering_, banks_));  // a fresh expert cache
     Progress progress("bench " + r.name(), static_cast<uint64_t>(f_.reps) + 1, f_.output == "md", "runs");
     progress.update(0);
-    MT_ASSIGN_OR_RETURN(double warm_ns, run_once(n_prompt, n_prompt > 0 ? 0 : 1));
+    MT_ASSIGN_OR_RETURN(double warm_ns, n_batch > 0 ? run_batched(n_prompt, 1, n_batch)
+                                                    : run_once(n_prompt, n_prompt > 0 ? 0 : 1));
     (void)warm_ns;
     for (int i = 0; i < f_.reps; ++i) {
       progress.update(static_cast<uint64_t>(i) + 1);
-      MT_ASSIGN_OR_RETURN(double ns, run_once(n_prompt, n_gen));
+      MT_ASSIGN_OR_RETURN(double ns, n_batch > 0 ? run_batched(n_prompt, n_gen, n_batch) : run_once(n_prompt, n_gen));
       r.samples_ns.push_back(static_cast<uint64_t>(ns));
-      r.samples_ts.push_back(1e9 * static_cast<double>(n_prompt + n_gen) / ns);
+      r.samples_ts.push_back(1e9 * static_cast<double>(r.tokens()) / ns);
     }
     progress.update(static_cast<uint64_t>(f_.reps) + 1);
     progress.finish();
@@ -201,6 +219,29 @@ class Bench {
     return std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
   }
 
+  // Nanoseconds for n_gen steps of one token from each of n_batch sequences (each first
+  // prefilled, untimed, with its own n_prompt tokens).
+  StatusOr<double> run_batched(int n_prompt, int n_gen, int n_batch) {
+    Backend& backend = engine_.backend();
+    Trace* trace = replay_.routing_override() != nullptr ? &replay_ : nullptr;
+    std::vector<Sequence> seqs;
+    for (int s = 0; s < n_batch; ++s) {
+      MT_ASSIGN_OR_RETURN(Sequence seq, Sequence::create(backend, static_cast<uint32_t>(n_prompt + n_gen)));
+      std::vector<int32_t> prompt(static_cast<size_t>(n_prompt));
+      for (int32_t& t : prompt) t = random_token();
+      if (n_prompt > 0) MT_RETURN_IF_ERROR(seq.feed(prompt, false, &logits_, trace));
+      seqs.push_back(std::move(seq));
+    }
+    Batch batch;
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < n_gen; ++i) {
+      batch.clear();
+      for (const Sequence& seq : seqs) batch.add(seq.id(), seq.position(), random_token(), true);
+      MT_RETURN_IF_ERROR(backend.eval(batch, &logits_, trace));
+    }
+    return std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
+  }
+
   Engine& engine_;
   const Model& model_;
   const BenchFlags& f_;
@@ -232,6 +273,10 @@ std::vector<nlohmann::ordered_json> result_rows(const ModelFacts& m, const Bench
     j["test"] = r.name();
     j["n_prompt"] = r.n_prompt;
     j["n_gen"] = r.n_gen;
+    if (r.n_batch > 0) {
+      j["n_batch"] = r.n_batch;
+      j["step_ms"] = r.step_ms();
+    }
     j["avg_ns"] = static_cast<uint64_t>(r.avg_ns);
     j["avg_ts"] = r.avg_ts;
     j["stddev_ts"] = r.stddev_ts;
@@ -241,7 +286,7 @@ std::vector<nlohmann::ordered_json> result_rows(const ModelFacts& m, const Bench
     j["steady_ts"] = r.steady_ts;
     j["cv"] = r.cv;
     if (!r.tiering_json.empty()) j["tiering"] = nlohmann::ordered_json::parse(r.tiering_json);
-    if (r.n_gen > 0) {
+    if (r.n_gen > 0 && r.n_batch <= 1) {
       j["gb_per_s"] = gb_per_s(m, r);
       if (f.membw_gbps > 0) {
         j["membw_gb_per_s"] = f.membw_gbps;
@@ -258,7 +303,7 @@ std::vector<nlohmann::ordered_json> result_rows(const ModelFacts& m, const Bench
 void print_csv(const std::vector<nlohmann::ordered_json>& rows) {
   static const char* const kColumns[] = {"model_filename", "model_type", "model_bytes", "model_n_params",
                                          "active_bytes_per_token", "n_threads", "device", "routing", "test", "n_prompt", "n_gen",
-                                         "avg_ns", "avg_ts", "stddev_ts", "first_ts", "steady_ts", "cv",
+                                         "n_batch", "step_ms", "avg_ns", "avg_ts", "stddev_ts", "first_ts", "steady_ts", "cv",
                                          "gb_per_s", "samples_ns", "samples_ts"};
   std::string line;
   for (const char* c : kColumns) line += std::string(line.empty() ? "" : ",") + c;
@@ -294,7 +339,7 @@ void print_markdown(const ModelFacts& m, const BenchFlags& f, int threads, const
   std::printf("| ----- | ---: | -----: | -----------: | ------: | ---: | --: | ---: |%s\n", roof ? " -------: |" : "");
   for (const TestResult& r : results) {
     std::string gbs = "-", frac = "-";
-    if (r.n_gen > 0) {
+    if (r.n_gen > 0 && r.n_batch <= 1) {
       char buf[64];
       std::snprintf(buf, sizeof buf, "%.2f", gb_per_s(m, r));
       gbs = buf;
@@ -311,8 +356,14 @@ void print_markdown(const ModelFacts& m, const BenchFlags& f, int threads, const
     if (r.samples_ts.size() < 2) continue;
     std::string each;
     for (double ts : r.samples_ts) each += (each.empty() ? "" : ", ") + fixed2(ts);
-    std::printf("%s t/s, every repetition: %s; first %s, steady %s, cv %.1f%%\n", r.name().c_str(), each.c_str(),
+    std::printf("%s t/s, every repetition: %s; first %s, steady %s, cv %.1f%%", r.name().c_str(), each.c_str(),
                 fixed2(r.first_ts).c_str(), fixed2(r.steady_ts).c_str(), 100.0 * r.cv);
+    if (r.n_batch > 0) {
+      std::string ms;
+      for (uint64_t ns : r.samples_ns) ms += (ms.empty() ? "" : ", ") + fixed2(static_cast<double>(ns) / r.n_gen / 1e6);
+      std::printf("; step ms: %s", ms.c_str());
+    }
+    std::printf("\n");
   }
   for (const TestResult& r : results) {
     if (!r.tiering_text.empty()) std::printf("%s tiering: %s\n", r.name().c_str(), r.tiering_text.c_str());
@@ -333,6 +384,10 @@ int run(const BenchFlags& f) {
   if (f.reps < 1) return fail("bench", invalid_argument("-r must be >= 1"));
   if (f.threads < 0) return fail("bench", invalid_argument("-t must be >= 0"));
   if (f.membw_gbps < 0) return fail("bench", invalid_argument("--membw must be > 0"));
+  for (int b : f.batch) {
+    if (b < 1 || b > 256) return fail("bench", invalid_argument("--batch values must be 1..256"));
+  }
+  if (!f.batch.empty() && max_n == 0) return fail("bench", invalid_argument("--batch needs -n > 0"));
 
   const bool tiered = !f.tiering.expert_cache.empty();
   auto engine = Engine::load(f.model, f.threads, !f.no_interleave, f.device, tiered);
@@ -369,13 +424,24 @@ int run(const BenchFlags& f) {
   Bench bench(**engine, f, tiered ? &tiering : nullptr, banks, replay.get());
   std::vector<TestResult> results;
   std::vector<std::pair<int, int>> tests;  // llama-bench's order: every pp, then every tg
-  for (int p : f.n_prompt) tests.emplace_back(p, 0);
-  for (int n : f.n_gen) tests.emplace_back(0, n);
+  if (f.batch.empty()) {
+    for (int p : f.n_prompt) tests.emplace_back(p, 0);
+    for (int n : f.n_gen) tests.emplace_back(0, n);
+  }
   for (auto [p, n] : tests) {
     if (p + n == 0) continue;
     auto r = bench.run_test(p, n);
     if (!r.ok()) return fail("bench", r.status());
     results.push_back(std::move(*r));
+  }
+  for (int p : f.batch.empty() ? std::vector<int>{} : f.n_prompt) {  // --batch: every P x N x B
+    for (int n : f.n_gen) {
+      for (int b : n > 0 ? f.batch : std::vector<int>{}) {
+        auto r = bench.run_test(p, n, b);
+        if (!r.ok()) return fail("bench", r.status());
+        results.push_back(std::move(*r));
+      }
+    }
   }
   if (f.output == "json") {
     nlohmann::ordered_json array = result_rows(m, f, threads, results);
@@ -418,6 +484,10 @@ Runner add_bench(CLI::App& app) {
   app.add_option("--routing", f->routing,
                  "compute the experts of a routing stream instead of the router's: synth:KEY=VALUE,... (simulate's "
                  "generator, e.g. synth:preset=qwen3-30b) or trace:FILE (a run --record-routing record)");
+  app.add_option("--batch", f->batch,
+                 "batched decode instead of pp / tg, a list of sequence counts: 1,2,4,8 (each -p is every sequence's "
+                 "untimed prefill, each -n the timed steps)")
+      ->delimiter(',');
   return [f] { return run(*f); };
 }
 
