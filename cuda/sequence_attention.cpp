@@ -111,8 +111,8 @@ void CudaSequence::attention_layer(Pass& p, const DevLayer& L, uint32_t l, const
   ActRows att{p.att, Ti};
   const bool quant_wo = !L.q_gated && G == 0 && T <= static_cast<uint32_t>(kMmvqMaxTokens) &&
                         quantizes_activations(L.wo.type) && L.wo.n_in == Q;
-  if (quant_wo) att.mode = act_quant_for(L.wo.type);
   if (quant_wo) {
+    att.mode = act_quant_for(L.wo.type);
     aa.quant_mode = att.mode;
     aa.quant_counters = m_.attn_quant_counters.as<uint32_t>();
   }
@@ -142,8 +142,8 @@ void CudaSequence::multi_kv_rows(Pass& p) {
     }
   }
   auto* dev = ws_->take_n<SeqKvRow>(rows.size());
+  // (rows is pageable: the copy has taken it into staging memory when it returns)
   MT_CUDA_CHECK(cudaMemcpyAsync(dev, rows.data(), rows.size() * sizeof(SeqKvRow), cudaMemcpyHostToDevice, m_.stream));
-  MT_CUDA_CHECK(cudaStreamSynchronize(m_.stream));  // (rows is pageable and goes out of scope)
   p.kv_rows_dev = dev;
 }
 
