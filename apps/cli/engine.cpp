@@ -14,6 +14,7 @@
 
 #include "apps/cli/common_flags.h"
 #include "core/log.h"
+#include "cpu/isa.h"
 #include "model/cpu_backend.h"
 #include "model/offload.h"
 #ifdef MOETIER_HAVE_CUDA
@@ -246,7 +247,8 @@ std::string Engine::describe() const {
   }
   if (gpu_) return "cuda, " + human_bytes(gpu_->model->weight_bytes()) + " of weights on the device";
 #endif
-  return "cpu, " + std::to_string(model_->pool().size()) + " threads";
+  return std::string("cpu (") + cpu::isa_name(cpu::active_isa()) + "), " + std::to_string(model_->pool().size()) +
+         " threads";
 }
 
 }  // namespace mt::cli

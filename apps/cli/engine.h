@@ -57,7 +57,7 @@ class Engine {
   // Where every sequence is created and evaluated.
   Backend& backend() { return *backend_; }
   bool on_gpu() const;
-  // "cpu, 16 threads" or "cuda: NVIDIA H200, 17.20 GB of weights".
+  // "cpu (avx2), 16 threads" (the kernel level in use) or "cuda: NVIDIA H200, 17.20 GB of weights".
   std::string describe() const;
 
   // Tiers the routed experts through a cache of setup's plan. On cuda (a model loaded

@@ -19,7 +19,7 @@
 // usage: node churn.mjs MOETIER VOCAB WORK_DIR
 // env: SERVE_MODEL (a GGUF instead of the tiny synthetic model), SERVE_ARGS (extra `serve`
 //      flags, e.g. "--device cuda"), SERVE_START_S, CHURN_STREAMS (64), CHURN_DROPS (200),
-//      CHURN_TOKENS (48)
+//      CHURN_TOKENS (48), CHURN_WATCHDOG_S (480: the whole run's limit; ctest's is 600)
 import http from 'node:http';
 import net from 'node:net';
 import { check, makeModel, metrics, parseSse, postJson, request, serveArgs, sleep, startServer } from './lib.mjs';
@@ -28,6 +28,7 @@ const [moetier, vocab, work] = process.argv.slice(2);
 const STREAMS = Number(process.env.CHURN_STREAMS ?? 64);
 const DROPS = Number(process.env.CHURN_DROPS ?? 200);
 const TOKENS = Number(process.env.CHURN_TOKENS ?? 48);
+const WATCHDOG_S = Number(process.env.CHURN_WATCHDOG_S ?? 480);
 const model = process.env.SERVE_MODEL ?? makeModel(moetier, vocab, work);
 const server = await startServer(moetier, model, serveArgs(['--max-running', '96', '-c', '512', '-t', '2']));
 
@@ -120,7 +121,7 @@ function stream(i, started) {
 
 // A stream or drop that never ends fails here, not at ctest's timeout.
 let streamsDone = 0;
-setTimeout(() => check(false, `not done after 90 s: ${streamsDone} of ${STREAMS} streams ended\n${server.log()}`), 90000)
+setTimeout(() => check(false, `not done after ${WATCHDOG_S} s: ${streamsDone} of ${STREAMS} streams ended\n${server.log()}`), WATCHDOG_S * 1000)
   .unref();
 
 const outcome = (m, o) => m[`moetier_generation_requests_total{outcome="${o}"}`] ?? 0;

@@ -357,4 +357,34 @@ TEST(CpuIsa, ActiveIsNotAboveHardware) {
 }
 
 }  // namespace
+// The F16 widening of every level (the scalar one computes the three cases side by side
+// and selects): axpy_f16 with a = 1 onto zeros gives every one of the 65536 halves exactly
+// (NaNs stay NaN with their sign), and an F16 dot with a one-hot activation picks each value.
+TEST(CpuSimple, F16WideningExactForEveryHalf) {
+  std::vector<uint16_t> halves(65536);
+  for (uint32_t h = 0; h < 65536; ++h) halves[h] = static_cast<uint16_t>(h);
+  for (Isa isa : isas()) {
+    const KernelTable& t = kernels_for(isa);
+    std::vector<float> y(65536, 0.f);
+    t.axpy_f16(65536, 1.f, halves.data(), y.data());
+    int wrong = 0;
+    for (uint32_t h = 0; h < 65536; ++h) {
+      const float want = fp16_to_fp32(static_cast<uint16_t>(h));
+      const bool same = std::isnan(want) ? (std::isnan(y[h]) && std::signbit(y[h]) == std::signbit(want))
+                                         : y[h] == want;
+      if (!same && ++wrong <= 5) ADD_FAILURE() << isa_name(isa) << ": half 0x" << std::hex << h << " gave " << y[h];
+    }
+    EXPECT_EQ(wrong, 0) << isa_name(isa);
+    // The dot: eight halves (a whole lane group) against a one-hot F16 activation.
+    const uint16_t one = fp32_to_fp16(1.f);
+    for (uint32_t h = 0; h < 65536; h += 7) {
+      if (std::isnan(fp16_to_fp32(static_cast<uint16_t>(h))) || std::isinf(fp16_to_fp32(static_cast<uint16_t>(h)))) continue;
+      uint16_t w[8] = {0, 0, 0, static_cast<uint16_t>(h), 0, 0, 0, 0};
+      uint16_t a[8] = {0, 0, 0, one, 0, 0, 0, 0};
+      ASSERT_EQ(t.vec_dot[static_cast<int>(QuantType::F16)](8, w, a), fp16_to_fp32(static_cast<uint16_t>(h)) + 0.f)
+          << isa_name(isa) << " half 0x" << std::hex << h;
+    }
+  }
+}
+
 }  // namespace mt::cpu

@@ -24,8 +24,8 @@ ExpertGeometry one_layer(uint32_t n_expert) {
   g.layers = {l};
   GeometryGroup grp;
   grp.bytes[0] = grp.bytes[1] = grp.bytes[2] = 512 * 512 * 4;
-  grp.layers = {0};
-  g.groups = {grp};
+  grp.layers.push_back(0);
+  g.groups.push_back(std::move(grp));  // not `= {grp}`: GCC 13 -Warray-bounds false positive
   g.compact_bytes = l.bank_bytes();
   return g;
 }
