@@ -1,8 +1,8 @@
 // Several sequences in one forward pass (CudaModel::eval_batch through CudaBackend): each
 // of 8 sequences of different prompt lengths, decoded together (their prompts in two
 // groups, the second joining while the first decodes, so prompt chunks and decode tokens
-// share passes), gets the logits of decoding it alone within the parity bounds (F32 3e-4,
-// quantized 2e-2 relative), for every family of mixer (grouped-query attention with and
+// share passes), gets the logits of decoding it alone within the parity bounds (F32 1e-4,
+// deepseek2's F32 3e-4, quantized 2e-2 relative), for every family of mixer (grouped-query attention with and
 // without sinks and windows, Gated DeltaNet, latent attention), resident and with tiered
 // experts; a batch larger than a micro-batch is cut into passes; bad batches are Statuses.
 #include <gtest/gtest.h>
@@ -42,10 +42,11 @@ TEST(CudaBatch, EightSequencesTogetherGiveEachSequenceAloneResident) {
       CudaBackend backend(**gpu);
       const Rows alone = run_alone(backend);
       const Rows together = run_together(backend);
-      // F32 3e-4: a row's attention takes the prefill or the decode kernel by what shares its
-      // pass (other summation orders); deepseek2's latent attention measured 1.02e-4 on an H200
-      // (2026-12-05), every other family under 1e-4.
-      expect_same(together, alone, backend.n_vocab(), std::string(quant) == "f32" ? 3e-4 : 2e-2);
+      // F32: 1e-4, except deepseek2 at 3e-4: a row's attention takes the prefill or the decode
+      // kernel by what shares its pass (other summation orders), and the latent attention's
+      // measured 1.02e-4 on an H200 (2026-12-05); every other family passed 1e-4 there.
+      const double f32_bound = arch == Arch::kDeepseek2 ? 3e-4 : 1e-4;
+      expect_same(together, alone, backend.n_vocab(), std::string(quant) == "f32" ? f32_bound : 2e-2);
     }
   }
 }
