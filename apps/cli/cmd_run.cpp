@@ -15,12 +15,14 @@
 #include "apps/cli/common_flags.h"
 #include "apps/cli/engine.h"
 #include "apps/cli/sizes.h"
+#include "apps/cli/spec_flags.h"
 #include "apps/cli/tiering_flags.h"
 #include "core/log.h"
 #include "experts/stats.h"
 #include "model/model.h"
 #include "runtime/chat_prompt.h"
 #include "runtime/sampling.h"
+#include "runtime/speculative.h"
 #include "tokenizer/stream_decoder.h"
 #include "tokenizer/tokenizer.h"
 
@@ -44,6 +46,7 @@ struct RunFlags {
   bool chat = false;
   std::string chat_template_file;  // implies chat
   SamplingParams sampling;
+  SpecFlags spec;  // --draft-model, --lookup, --draft-scripted
 };
 
 // Counts how often each expert of each MoE layer is selected and, with a record file,
@@ -123,6 +126,7 @@ StatusOr<std::vector<int32_t>> encode_prompt(const RunFlags& f, const Model& mod
 
 struct RunReport {
   double load_s = 0, prompt_s = 0, gen_s = 0;
+  std::string spec;  // spec_summary's line, with a drafter
   size_t n_prompt = 0;
   int generated = 0;
   const char* reason = "";
@@ -139,6 +143,7 @@ void print_report(const RunFlags& f, const Engine& engine, const RunReport& r, c
                static_cast<double>(r.n_prompt) / std::max(r.prompt_s, 1e-9));
   std::fprintf(stderr, "generation: %d tokens in %.3f s (%.1f tok/s)\n", r.generated, r.gen_s,
                static_cast<double>(r.generated) / std::max(r.gen_s, 1e-9));
+  if (!r.spec.empty()) std::fprintf(stderr, "%s\n", r.spec.c_str());
   usage.print(hp.n_expert, r.n_prompt + static_cast<uint64_t>(std::max(0, r.generated - 1)));
 }
 
@@ -270,17 +275,28 @@ int run(RunFlags f) {
   if (!s.ok()) return fail("run", s);
   const double prompt_s = seconds_since(t_prompt);
 
+  std::unique_ptr<SpeculativeDecoder> spec;
+  SpecSetup spec_setup;
+  if (f.spec.any()) {
+    if (replay != nullptr || record != nullptr) {
+      return fail("run", invalid_argument("--routing and --record-routing follow one token per step: not with a drafter"));
+    }
+    auto made = make_spec(f.spec, {engine->get(), &*tokenizer, &prompt, f.n_predict, n_ctx, f.sampling, f.threads, f.device});
+    if (!made.ok()) return fail("run", made.status());
+    spec_setup = std::move(*made);
+    spec = std::make_unique<SpeculativeDecoder>((*engine)->backend(), session->id(), *spec_setup.drafter, spec_setup.config);
+  }
+
   const auto t_gen = std::chrono::steady_clock::now();
   int generated = 0;
   bool stopped = false;
   const char* reason = "length";
-  while (generated < f.n_predict && !stopped) {
-    const int32_t next = sampler.sample(logits);
-    sampler.accept(next);
+  // Shows one produced token; true when generation ends with it.
+  auto emit = [&](int32_t next) {
     ++generated;
     if (tokenizer->is_eog(next)) {
       reason = "end of text";
-      break;
+      return true;
     }
     auto out = stops.push(decoder.push(next));
     std::fputs(out.emit.c_str(), stdout);
@@ -288,11 +304,29 @@ int run(RunFlags f) {
     if (out.stopped) {
       reason = "stop string";
       stopped = true;
-      break;
+      return true;
     }
-    if (generated == f.n_predict) break;
-    s = session->feed({&next, 1}, false, &logits, &usage);
-    if (!s.ok()) return fail("run", s);
+    return generated == f.n_predict;
+  };
+  if (spec != nullptr && f.n_predict > 0) {
+    std::vector<int32_t> history = prompt;  // every token but the last is in the session
+    history.push_back(sampler.sample(logits));
+    sampler.accept(history.back());
+    bool done = emit(history.back());
+    while (!done) {
+      const size_t before = history.size();
+      s = spec->step(&history, sampler, f.n_predict - generated, &usage);
+      if (!s.ok()) return fail("run", s);
+      for (size_t i = before; i < history.size() && !done; ++i) done = emit(history[i]);
+    }
+  } else {
+    while (generated < f.n_predict && !stopped) {
+      const int32_t next = sampler.sample(logits);
+      sampler.accept(next);
+      if (emit(next)) break;
+      s = session->feed({&next, 1}, false, &logits, &usage);
+      if (!s.ok()) return fail("run", s);
+    }
   }
   if (!stopped) {
     auto rest = stops.push(decoder.flush());
@@ -303,7 +337,8 @@ int run(RunFlags f) {
   std::fflush(stdout);
   const double gen_s = seconds_since(t_gen);
 
-  const RunReport report{load_s, prompt_s, gen_s, prompt.size(), generated, reason, sampler.seed()};
+  const RunReport report{load_s, prompt_s, gen_s, spec != nullptr ? spec_summary(*spec_setup.drafter, spec->stats()) : "",
+                         prompt.size(), generated, reason, sampler.seed()};
   if (log_level() <= LogLevel::kInfo) print_report(f, **engine, report, usage);
   if (scheduler != nullptr && f.stats) {
     std::fputs(stats_text(*scheduler, tiering.policy, tiering.budget, timing).c_str(), stderr);
@@ -351,6 +386,7 @@ Runner add_run(CLI::App& app) {
   add_device_flags(app, &f->device);
   add_tiering_flags(app, &f->tiering);
   add_bank_flags(app, &f->banks);
+  add_spec_flags(app, &f->spec);
   app.add_flag("--stats", f->stats, "print the expert cache counters per layer (with --expert-cache)");
   app.add_option("--stats-json", f->stats_json, "write the expert cache counters as JSON (with --expert-cache)");
   return [f, prompt] {

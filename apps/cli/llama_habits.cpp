@@ -25,6 +25,8 @@ constexpr std::string_view kAttention =
 const Habit kHabits[] = {
     {{"-ngl"}, Act::kTranslate, Value::kRequired, "--ngl", "", ""},
     {{"-ncmoe"}, Act::kTranslate, Value::kRequired, "--n-cpu-moe", "", ""},
+    {{"-md", "--model-draft"}, Act::kTranslate, Value::kRequired, "--draft-model", "", "run"},
+    {{"--draft", "--draft-n"}, Act::kTranslate, Value::kRequired, "--draft-max", "", "run"},
     {{"-cmoe", "--cpu-moe"}, Act::kRefuse, Value::kNone, "",
      "keeps every expert in host memory; here that is a CPU run (--device cpu), or with --device cuda "
      "--n-cpu-moe N for the experts of the first N layers",

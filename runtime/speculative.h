@@ -1,0 +1,136 @@
+// Speculative decoding: a drafter guesses the next few tokens, the target evaluates the
+// pending token and the guesses in one batched call (Backend::eval: each MoE layer reads a
+// selected expert once for all of them), and keeps the longest prefix its own sampling
+// agrees with, plus the token it sampled where they part (or after the last guess).
+//
+// Invariant: the tokens are distributed exactly as plain decoding's. Greedy (temperature
+// 0): each row's sample() is the argmax plain decoding takes, so the text is plain
+// decoding's wherever the batched rows' logits pick the same argmax (a near tie aside).
+// Sampling: Sampler::sample_given_draft's rejection rule, which is exact for a drafter that
+// proposes its tokens for sure (every drafter here does). After a step the sequence holds
+// the accepted tokens only: the rejected guesses' cache rows are truncated away
+// (Backend::truncate_sequence), never copied.
+//
+// A step's state: `history` is the prompt and every token produced so far; all of it but
+// its last token (the pending one) is in the target's sequence.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "core/status.h"
+#include "runtime/sampling.h"
+
+namespace mt {
+
+class Drafter {
+ public:
+  virtual ~Drafter() = default;
+  // Up to max_n tokens to follow `history` into *draft (cleared first); fewer or none is
+  // allowed (the step then costs what a plain one does).
+  virtual Status propose(std::span<const int32_t> history, int max_n, std::vector<int32_t>* draft) = 0;
+  // "lookup", "draft model", ...: for reports.
+  virtual std::string describe() const = 0;
+};
+
+// Prompt lookup: the most recent earlier occurrence of the history's last n tokens (n from
+// max_ngram down to min_ngram) is taken to continue the same way: the tokens that followed
+// it are proposed. No model; pays on text that repeats its prompt (code, quotes, edits).
+class LookupDrafter final : public Drafter {
+ public:
+  explicit LookupDrafter(int max_ngram = 3, int min_ngram = 1) : max_ngram_(max_ngram), min_ngram_(min_ngram) {}
+  Status propose(std::span<const int32_t> history, int max_n, std::vector<int32_t>* draft) override;
+  std::string describe() const override;
+
+ private:
+  int max_ngram_, min_ngram_;
+};
+
+// A smaller model of the same vocabulary, decoding greedily in its own sequence of its own
+// backend; the sequence follows the history (its rejected guesses truncated away before the
+// next proposal), so each proposal feeds only the tokens it has not seen.
+class ModelDrafter final : public Drafter {
+ public:
+  // backend outlives the drafter; n_ctx as the target's.
+  static StatusOr<std::unique_ptr<ModelDrafter>> create(Backend& backend, uint32_t n_ctx, std::string name);
+  ~ModelDrafter() override;
+  Status propose(std::span<const int32_t> history, int max_n, std::vector<int32_t>* draft) override;
+  std::string describe() const override { return "draft model " + name_; }
+
+ private:
+  ModelDrafter(Backend& backend, SeqId seq, std::string name) : backend_(backend), seq_(seq), name_(std::move(name)) {}
+  Backend& backend_;
+  SeqId seq_;
+  std::string name_;
+  std::vector<int32_t> fed_;  // the tokens in seq_, in order
+  Batch batch_;
+  std::vector<float> logits_;
+};
+
+// The labelled acceptance mode (for measuring the mechanics on models whose drafts could
+// never agree, e.g. random-weight synthetic ones): proposes the target's own continuation,
+// computed beforehand by plain greedy decoding, each token right with probability
+// `acceptance` and otherwise a wrong one. Output is the target's either way; only the
+// acceptance is staged.
+class ScriptedDrafter final : public Drafter {
+ public:
+  // reference: the prompt followed by the plain greedy continuation.
+  ScriptedDrafter(std::vector<int32_t> reference, double acceptance, uint32_t n_vocab, uint64_t seed);
+  Status propose(std::span<const int32_t> history, int max_n, std::vector<int32_t>* draft) override;
+  std::string describe() const override;
+
+ private:
+  std::vector<int32_t> reference_;
+  double acceptance_;
+  uint32_t n_vocab_;
+  std::mt19937_64 rng_;
+};
+
+struct SpecConfig {
+  int draft_max = 8;  // longest proposal asked for
+  int draft_min = 1;  // the adaptive length never drops below this
+  bool adaptive = true;  // grow by one after a fully accepted step, else shrink to accepted + 1
+};
+
+struct SpecStats {
+  uint64_t steps = 0;     // verification calls (plain steps included: a step with no draft)
+  uint64_t drafted = 0;   // guesses evaluated
+  uint64_t accepted = 0;  // guesses kept
+  uint64_t emitted = 0;   // tokens produced (accepted + one per step)
+  double acceptance() const { return drafted > 0 ? static_cast<double>(accepted) / static_cast<double>(drafted) : 0.0; }
+  double tokens_per_step() const { return steps > 0 ? static_cast<double>(emitted) / static_cast<double>(steps) : 0.0; }
+};
+
+// Drives one sequence of the target: each step() evaluates the pending token and a
+// proposal, and appends the tokens it produced (1 to draft length + 1) to the history.
+class SpeculativeDecoder {
+ public:
+  // backend and drafter outlive the decoder; seq holds history minus its last token.
+  SpeculativeDecoder(Backend& backend, SeqId seq, Drafter& drafter, SpecConfig config);
+
+  // Appends the step's tokens to *history and to the sampler's penalty window (the
+  // sampler sees each before the next row is sampled, as in plain decoding); at most
+  // max_new tokens (>= 1). trace sees the verification call.
+  Status step(std::vector<int32_t>* history, Sampler& sampler, int max_new, Trace* trace = nullptr);
+
+  const SpecStats& stats() const { return stats_; }
+  int draft_length() const { return length_; }
+
+ private:
+  Backend& backend_;
+  SeqId seq_;
+  Drafter& drafter_;
+  SpecConfig config_;
+  int length_;
+  SpecStats stats_;
+  Batch batch_;
+  std::vector<int32_t> draft_, rows_;
+  std::vector<float> logits_;
+};
+
+}  // namespace mt

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# spec: `run` with a drafter (runtime/speculative.h) on the demo model. At --temp 0 the text
+# of --lookup, --draft-model (the demo model drafting for itself), --draft-scripted and the
+# llama.cpp spellings (-md, --draft) equals plain decoding's, and stderr reports the drafter's
+# steps, drafted and accepted tokens (the self-draft accepts everything); seeded sampling with
+# a drafter repeats and another seed differs; bad combinations are one-line errors, exit 1:
+# two drafters, a probability outside [0, 1], the scripted mode above temperature 0, a draft
+# of another vocabulary, a Gated DeltaNet target, --record-routing with a drafter.
+# usage: check_spec.sh MOETIER MODEL VOCAB_DIR WORK_DIR
+set -uo pipefail
+MOETIER=$1
+MODEL=$2
+VOCAB=$3
+WORK=$4
+mkdir -p "$WORK"
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+PROMPT="And God said, Let there be light: and there was light. And God saw the light, that it was good: and God divided the light from the darkness. And God said"
+RUN=("$MOETIER" run -m "$MODEL" -t 2 -p "$PROMPT" -n 48)
+
+"${RUN[@]}" --temp 0 >"$WORK/plain.out" 2>"$WORK/plain.err" || fail "plain: $(tail -1 "$WORK/plain.err")"
+check_same() {  # name args...
+  local name=$1
+  shift
+  "${RUN[@]}" --temp 0 "$@" >"$WORK/$name.out" 2>"$WORK/$name.err" || { fail "$name: $(tail -1 "$WORK/$name.err")"; return; }
+  cmp -s "$WORK/plain.out" "$WORK/$name.out" || fail "$name: the text differs from plain decoding's"
+  grep -Eq "^speculative: .*: [0-9]+ steps, [0-9]+ drafted, [0-9]+ accepted \([0-9.]+%\), [0-9.]+ tokens per step$" "$WORK/$name.err" \
+    || fail "$name: no speculative line: $(cat "$WORK/$name.err")"
+  grep -q "generation: 48 tokens" "$WORK/$name.err" || fail "$name: not 48 tokens: $(grep generation "$WORK/$name.err")"
+}
+check_same lookup --lookup 3
+check_same lookup_fixed --lookup 2 --draft-max 5 --draft-fixed
+check_same scripted --draft-scripted 0.7 --draft-max 4
+check_same self --draft-model "$MODEL"
+check_same self_llama -md "$MODEL" --draft 3
+grep -q "accepted (100.0%)" "$WORK/self.err" || fail "the model drafting for itself should accept everything: $(grep speculative "$WORK/self.err")"
+grep -q "prompt lookup" "$WORK/lookup.err" || fail "lookup's line names the drafter"
+grep -q "LABELLED acceptance mode" "$WORK/scripted.err" || fail "the scripted mode must say it is labelled"
+
+# Seeded sampling with a drafter repeats; another seed gives other text.
+"${RUN[@]}" --temp 1 --seed 7 --lookup 3 >"$WORK/s1.out" 2>/dev/null || fail "sampled 1"
+"${RUN[@]}" --temp 1 --seed 7 --lookup 3 >"$WORK/s2.out" 2>/dev/null || fail "sampled 2"
+"${RUN[@]}" --temp 1 --seed 8 --lookup 3 >"$WORK/s3.out" 2>/dev/null || fail "sampled 3"
+cmp -s "$WORK/s1.out" "$WORK/s2.out" || fail "the same seed gave other text with a drafter"
+cmp -s "$WORK/s1.out" "$WORK/s3.out" && fail "another seed gave the same text"
+
+# Errors: one line, exit 1.
+"$MOETIER" synth --arch qwen3moe --vocab "$VOCAB/ggml-vocab-qwen2.gguf" --embd 64 --heads 2 --heads-kv 1 --head-dim 32 \
+  --expert-ff 64 -o "$WORK/other_vocab.gguf" >/dev/null 2>&1 || fail "synth other vocab"
+"$MOETIER" synth --arch qwen35moe -o "$WORK/hybrid.gguf" >/dev/null 2>&1 || fail "synth hybrid"
+expect_error() {  # pattern args...
+  local pattern=$1
+  shift
+  "$@" >/dev/null 2>"$WORK/err.txt"
+  local rc=$?
+  [ "$rc" -eq 1 ] || fail "$* exited $rc, wanted 1"
+  grep -q -- "$pattern" "$WORK/err.txt" || fail "$*: wanted '$pattern', got: $(cat "$WORK/err.txt")"
+  [ "$(wc -l <"$WORK/err.txt")" -eq 1 ] || fail "$*: the error should be one line: $(cat "$WORK/err.txt")"
+}
+expect_error "give one drafter" "${RUN[@]}" --temp 0 --lookup 3 --draft-scripted 0.5
+expect_error "probability in \[0, 1\]" "${RUN[@]}" --temp 0 --draft-scripted 1.5
+expect_error "give --temp 0" "${RUN[@]}" --temp 0.8 --draft-scripted 0.5
+expect_error "draft-max must be in" "${RUN[@]}" --temp 0 --lookup 3 --draft-max 0
+expect_error "same vocabulary" "${RUN[@]}" --temp 0 --draft-model "$WORK/other_vocab.gguf"
+expect_error "cannot be rolled back" "$MOETIER" run -m "$WORK/hybrid.gguf" -t 2 -p "hello" -n 8 --temp 0 --lookup 2
+expect_error "not with a drafter" "${RUN[@]}" --temp 0 --lookup 3 --record-routing "$WORK/r.jsonl"
+
+if [ "$fails" -ne 0 ]; then
+  echo "$fails failure(s)"
+  exit 1
+fi
+echo "ok: run with --lookup, --draft-model, --draft-scripted: the plain text at --temp 0; seeded sampling repeats; errors"

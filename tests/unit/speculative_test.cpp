@@ -1,0 +1,376 @@
+// Speculative decoding (runtime/speculative.h) on the CPU backend: with every drafter
+// (prompt lookup, a draft model, the labelled scripted mode) and draft lengths 1-8, greedy
+// output equals plain greedy decoding for 64 tokens on the demo model and on a synthetic
+// model of every attention architecture, except at a near tie of the plain logits; the
+// sequence holds exactly the accepted tokens after every step; seeded sampling repeats;
+// Sampler::sample_given_draft draws from the target's distribution (chi-square over 10,000
+// draws); the drafters' proposals; a Gated DeltaNet target fails with a Status.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "model/cpu_backend.h"
+#include "model/model.h"
+#include "runtime/sampling.h"
+#include "runtime/speculative.h"
+#include "backend_schedule.h"
+#include "synth/synth.h"
+#include "test_util.h"
+#include "tokenizer/tokenizer.h"
+
+namespace mt::spec_test {
+namespace {
+
+constexpr int kGenerate = 64;
+
+SamplingParams greedy_params() {
+  SamplingParams p;
+  p.temperature = 0;
+  p.seed = 1;
+  return p;
+}
+
+// Plain greedy decoding, with each step's top-2 gap relative to the row's largest |logit|.
+struct Plain {
+  std::vector<int32_t> tokens;
+  std::vector<double> gap;
+};
+
+Plain plain_greedy(Backend& backend, const std::vector<int32_t>& prompt, int n) {
+  Plain out;
+  auto seq = Sequence::create(backend, 512);
+  EXPECT_TRUE(seq.ok());
+  std::vector<float> logits;
+  EXPECT_TRUE(seq->feed(prompt, false, &logits).ok());
+  Sampler sampler(greedy_params(), backend.n_vocab());
+  for (int32_t t : prompt) sampler.accept(t);
+  for (int i = 0; i < n; ++i) {
+    std::vector<float> sorted = logits;
+    std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<>());
+    double scale = 1e-30;
+    for (float v : logits) scale = std::max(scale, static_cast<double>(std::fabs(v)));
+    out.gap.push_back((sorted[0] - sorted[1]) / scale);
+    const int32_t next = sampler.sample(logits);
+    sampler.accept(next);
+    out.tokens.push_back(next);
+    EXPECT_TRUE(seq->feed({&next, 1}, false, &logits).ok());
+  }
+  return out;
+}
+
+// Speculative decoding of n tokens; checks after every step that the sequence holds the
+// history but its pending token.
+std::vector<int32_t> spec_decode(Backend& backend, Drafter& drafter, SpecConfig config, const std::vector<int32_t>& prompt,
+                                 int n, const SamplingParams& params, SpecStats* stats = nullptr) {
+  auto seq = Sequence::create(backend, 512);
+  EXPECT_TRUE(seq.ok());
+  std::vector<float> logits;
+  EXPECT_TRUE(seq->feed(prompt, false, &logits).ok());
+  Sampler sampler(params, backend.n_vocab());
+  for (int32_t t : prompt) sampler.accept(t);
+  std::vector<int32_t> history = prompt;
+  history.push_back(sampler.sample(logits));
+  sampler.accept(history.back());
+  SpeculativeDecoder decoder(backend, seq->id(), drafter, config);
+  while (history.size() < prompt.size() + static_cast<size_t>(n)) {
+    const int left = static_cast<int>(prompt.size()) + n - static_cast<int>(history.size());
+    const size_t before = history.size();
+    const Status s = decoder.step(&history, sampler, left);
+    EXPECT_TRUE(s.ok()) << s.to_string();
+    if (!s.ok()) break;
+    EXPECT_GE(history.size(), before + 1);
+    EXPECT_LE(history.size(), before + static_cast<size_t>(left));
+    EXPECT_EQ(backend.position(seq->id()), history.size() - 1) << "the rejected guesses' rows must be gone";
+  }
+  if (stats != nullptr) *stats = decoder.stats();
+  return {history.begin() + static_cast<ptrdiff_t>(prompt.size()), history.end()};
+}
+
+// The speculative tokens equal the plain ones up to the first difference, which must sit
+// at a near tie of the plain logits (gap under tie). Returns whether they differ.
+bool expect_greedy_parity(const Plain& plain, const std::vector<int32_t>& spec, double tie, const std::string& what) {
+  EXPECT_EQ(spec.size(), plain.tokens.size()) << what;
+  for (size_t i = 0; i < std::min(spec.size(), plain.tokens.size()); ++i) {
+    if (spec[i] == plain.tokens[i]) continue;
+    EXPECT_LT(plain.gap[i], tie) << what << ": token " << i << " is " << spec[i] << ", plain decoding's " << plain.tokens[i]
+                                 << " at a top-2 gap of " << plain.gap[i];
+    return true;
+  }
+  return false;
+}
+
+std::string write_tiny(Arch arch, const char* quant) {
+  synth::SynthConfig c = synth::tiny_for(arch);
+  c.quant = *synth::parse_quant_mix(quant);
+  const std::string path = test::temp_path(std::string(arch_info(arch).name) + "-" + quant + "-spec.gguf");
+  EXPECT_TRUE(synth::write_model(c, {path, false}).ok());
+  return path;
+}
+
+// Drafters and lengths against plain decoding on one model; returns the near-tie count.
+// full: lengths 1-8 with the scripted drafter at p 0.5 and 0.9 and lookup, the model as its
+// own draft at 1, 4 and 8; else (a lighter sweep for the second type of an architecture)
+// the scripted drafter at p 0.7 for lengths 1-8, lookup at 2 and 8, the draft model at 4.
+int check_drafters(const Model& model, const std::vector<int32_t>& prompt, double tie, const std::string& name, bool full) {
+  CpuBackend backend(model);
+  CpuBackend draft_backend(model);  // the model as its own draft: every guess right
+  const Plain plain = plain_greedy(backend, prompt, kGenerate);
+  std::vector<int32_t> reference = prompt;
+  reference.insert(reference.end(), plain.tokens.begin(), plain.tokens.end());
+  int ties = 0;
+  for (int length = 1; length <= 8; ++length) {
+    SpecConfig config;
+    config.draft_max = length;
+    config.adaptive = false;
+    for (double p : full ? std::vector<double>{0.5, 0.9} : std::vector<double>{0.7}) {
+      ScriptedDrafter scripted(reference, p, backend.n_vocab(), 7 + static_cast<uint64_t>(length));
+      ties += expect_greedy_parity(plain, spec_decode(backend, scripted, config, prompt, kGenerate, greedy_params()), tie,
+                                   name + " scripted p " + std::to_string(p) + " length " + std::to_string(length));
+    }
+    if (full || length == 2 || length == 8) {
+      LookupDrafter lookup(3, 1);
+      ties += expect_greedy_parity(plain, spec_decode(backend, lookup, config, prompt, kGenerate, greedy_params()), tie,
+                                   name + " lookup length " + std::to_string(length));
+    }
+    if (full ? (length == 1 || length == 4 || length == 8) : length == 4) {
+      auto drafter = ModelDrafter::create(draft_backend, 512, "self");
+      EXPECT_TRUE(drafter.ok());
+      SpecStats stats;
+      ties += expect_greedy_parity(plain, spec_decode(backend, **drafter, config, prompt, kGenerate, greedy_params(), &stats),
+                                   tie, name + " draft model length " + std::to_string(length));
+      EXPECT_GT(stats.acceptance(), 0.8) << name << ": the model drafting for itself";
+    }
+  }
+  // Adaptive length: the same tokens.
+  LookupDrafter lookup(2, 1);
+  ties += expect_greedy_parity(plain, spec_decode(backend, lookup, SpecConfig{}, prompt, kGenerate, greedy_params()), tie,
+                               name + " lookup adaptive");
+  return ties;
+}
+
+TEST(Speculative, GreedyEqualsPlainDecodingOnTheDemoModel) {
+  auto model = Model::load(test::testdata("models/kjv-moe/kjv-moe-f16.gguf"), {2});
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  auto tokenizer = Tokenizer::from_gguf((*model)->file());
+  ASSERT_TRUE(tokenizer.ok());
+  const std::vector<int32_t> prompt = tokenizer->encode(
+      "And God said, Let there be light: and there was light. And God saw the light, that it was good: and God divided "
+      "the light from the darkness. And God said",
+      true, false);
+  EXPECT_EQ(check_drafters(**model, prompt, 2e-3, "kjv-moe f16", true), 0);
+}
+
+TEST(Speculative, GreedyEqualsPlainDecodingOnEveryAttentionArchitecture) {
+  for (Arch arch : {Arch::kQwen3Moe, Arch::kQwen2Moe, Arch::kLlama, Arch::kOlmoe, Arch::kGlm4Moe, Arch::kDeepseek2,
+                    Arch::kGptOss, Arch::kLaguna}) {
+    for (const char* quant : {"f32", "q4_k_m"}) {
+      const std::string name = std::string(arch_info(arch).name) + " " + quant;
+      SCOPED_TRACE(name);
+      auto model = Model::load(write_tiny(arch, quant), {2});
+      ASSERT_TRUE(model.ok()) << model.status().to_string();
+      const std::vector<int32_t> prompt = test::ids(12, 5, (*model)->hparams().n_vocab);
+      const double tie = std::string(quant) == "f32" ? 2e-4 : 4e-2;
+      const int ties = check_drafters(**model, prompt, tie, name, std::string(quant) == "f32");
+      if (std::string(quant) == "f32") {
+        EXPECT_EQ(ties, 0) << name;
+      }
+    }
+  }
+}
+
+// The scripted drafter at p = 1 proposes the plain continuation: every guess accepted, and
+// each step yields its draft length + 1 tokens.
+TEST(Speculative, ScriptedAtOneAcceptsEveryGuess) {
+  auto model = Model::load(write_tiny(Arch::kQwen3Moe, "f32"), {2});
+  ASSERT_TRUE(model.ok());
+  CpuBackend backend(**model);
+  const std::vector<int32_t> prompt = test::ids(10, 3, backend.n_vocab());
+  const Plain plain = plain_greedy(backend, prompt, 40);
+  std::vector<int32_t> reference = prompt;
+  reference.insert(reference.end(), plain.tokens.begin(), plain.tokens.end());
+  ScriptedDrafter scripted(reference, 1.0, backend.n_vocab(), 3);
+  SpecConfig config;
+  config.draft_max = 4;
+  config.adaptive = false;
+  SpecStats stats;
+  EXPECT_EQ(spec_decode(backend, scripted, config, prompt, 40, greedy_params(), &stats), plain.tokens);
+  EXPECT_EQ(stats.accepted, stats.drafted);
+  EXPECT_EQ(stats.steps, 8u);  // 1 token from the prompt's logits, then 39 = 7 x 5 + 4 (the last step's cap)
+  EXPECT_EQ(stats.emitted, 39u);
+}
+
+// Seeded sampling with a drafter repeats; a different seed gives other text.
+TEST(Speculative, SeededSamplingRepeats) {
+  auto model = Model::load(write_tiny(Arch::kQwen3Moe, "f32"), {2});
+  ASSERT_TRUE(model.ok());
+  CpuBackend backend(**model);
+  const std::vector<int32_t> prompt = test::ids(10, 3, backend.n_vocab());
+  SamplingParams params;
+  params.temperature = 1.5f;
+  params.top_k = 0;
+  params.top_p = 1;
+  params.min_p = 0;
+  params.seed = 11;
+  LookupDrafter a(2, 1), b(2, 1), c(2, 1);
+  const auto first = spec_decode(backend, a, SpecConfig{}, prompt, 48, params);
+  EXPECT_EQ(spec_decode(backend, b, SpecConfig{}, prompt, 48, params), first);
+  params.seed = 12;
+  EXPECT_NE(spec_decode(backend, c, SpecConfig{}, prompt, 48, params), first);
+}
+
+// Upper critical value of chi-square with df degrees of freedom at alpha = 0.001
+// (Wilson-Hilferty, z = 3.09).
+double chi2_critical(int df) {
+  const double k = df, z = 3.09;
+  const double t = 1 - 2 / (9 * k) + z * std::sqrt(2 / (9 * k));
+  return k * t * t * t;
+}
+
+// Chi-square of observed counts against expected probabilities, bins with an expected
+// count under 5 pooled.
+void expect_distribution(const std::map<int32_t, int>& observed, const std::vector<double>& p, int draws,
+                         const std::string& what) {
+  double chi2 = 0, pooled_expected = 0, pooled_observed = 0;
+  int bins = 0;
+  for (size_t t = 0; t < p.size(); ++t) {
+    const double e = p[t] * draws;
+    const auto it = observed.find(static_cast<int32_t>(t));
+    const double o = it == observed.end() ? 0 : it->second;
+    if (e < 5) {
+      pooled_expected += e;
+      pooled_observed += o;
+      continue;
+    }
+    chi2 += (o - e) * (o - e) / e;
+    ++bins;
+  }
+  if (pooled_expected > 0) {
+    chi2 += (pooled_observed - pooled_expected) * (pooled_observed - pooled_expected) / std::max(pooled_expected, 1.0);
+    ++bins;
+  }
+  ASSERT_GE(bins, 3) << what;
+  EXPECT_LT(chi2, chi2_critical(bins - 1)) << what << ": chi-square " << chi2 << " over " << bins << " bins";
+}
+
+// The verification rule draws from the target's distribution, whatever token the draft
+// proposes: 10,000 draws on the demo model's next-token logits, for a likely draft, an
+// unlikely one and one outside the top-k; at temperature 1 without filters against the
+// softmax itself, with the default filters against 100,000 plain draws.
+TEST(Speculative, VerificationDrawsTheTargetsDistribution) {
+  auto model = Model::load(test::testdata("models/kjv-moe/kjv-moe-f16.gguf"), {2});
+  ASSERT_TRUE(model.ok());
+  CpuBackend backend(**model);
+  auto tokenizer = Tokenizer::from_gguf((*model)->file());
+  ASSERT_TRUE(tokenizer.ok());
+  auto seq = Sequence::create(backend, 64);
+  ASSERT_TRUE(seq.ok());
+  std::vector<float> logits;
+  ASSERT_TRUE(seq->feed(tokenizer->encode("In the beginning God created the", true, false), false, &logits).ok());
+  std::vector<int32_t> order(logits.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int32_t>(i);
+  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
+  constexpr int kDraws = 10000;
+
+  SamplingParams raw;
+  raw.temperature = 1;
+  raw.top_k = 0;
+  raw.top_p = 1;
+  raw.min_p = 0;
+  raw.seed = 5;
+  std::vector<double> p(logits.size());
+  double total = 0;
+  for (size_t i = 0; i < p.size(); ++i) total += p[i] = std::exp(static_cast<double>(logits[i]) - logits[order[0]]);
+  for (double& v : p) v /= total;
+  for (int32_t draft : {order[0], order[3], order[order.size() - 1]}) {
+    Sampler sampler(raw, backend.n_vocab());
+    std::map<int32_t, int> counts;
+    for (int i = 0; i < kDraws; ++i) ++counts[sampler.sample_given_draft(logits, draft)];
+    expect_distribution(counts, p, kDraws, "raw softmax, draft " + std::to_string(draft));
+  }
+
+  SamplingParams filtered;  // the defaults: temperature 0.8, top-k 40, top-p 0.95, min-p 0.05
+  filtered.seed = 9;
+  Sampler plain(filtered, backend.n_vocab());
+  std::map<int32_t, int> plain_counts;
+  constexpr int kPlainDraws = 100000;
+  for (int i = 0; i < kPlainDraws; ++i) ++plain_counts[plain.sample(logits)];
+  std::vector<double> q(logits.size(), 0.0);
+  for (const auto& [t, c] : plain_counts) q[static_cast<size_t>(t)] = static_cast<double>(c) / kPlainDraws;
+  for (int32_t draft : {order[0], order[1], order[100]}) {
+    Sampler sampler(filtered, backend.n_vocab());
+    std::map<int32_t, int> counts;
+    for (int i = 0; i < kDraws; ++i) ++counts[sampler.sample_given_draft(logits, draft)];
+    expect_distribution(counts, q, kDraws, "default filters, draft " + std::to_string(draft));
+  }
+}
+
+TEST(Speculative, LookupProposesWhatFollowedTheLastOccurrence) {
+  LookupDrafter lookup(3, 1);
+  std::vector<int32_t> draft;
+  // "1 2 3 4 5 ... 1 2 3": the longest n-gram (3) matches at the start; 4 5 6 follow.
+  const std::vector<int32_t> h = {1, 2, 3, 4, 5, 6, 9, 1, 2, 3};
+  ASSERT_TRUE(lookup.propose(h, 3, &draft).ok());
+  EXPECT_EQ(draft, (std::vector<int32_t>{4, 5, 6}));
+  ASSERT_TRUE(lookup.propose(h, 8, &draft).ok());  // up to the history's end
+  EXPECT_EQ(draft, (std::vector<int32_t>{4, 5, 6, 9, 1, 2, 3}));
+  // The most recent occurrence wins: "7 ... 7 8 ... 7 5 ... 7" proposes 5.
+  ASSERT_TRUE(lookup.propose(std::vector<int32_t>{7, 8, 0, 7, 5, 0, 0, 7}, 1, &draft).ok());
+  EXPECT_EQ(draft, (std::vector<int32_t>{5}));
+  // No earlier occurrence of the last token: nothing.
+  ASSERT_TRUE(lookup.propose(std::vector<int32_t>{1, 2, 3}, 4, &draft).ok());
+  EXPECT_TRUE(draft.empty());
+  ASSERT_TRUE(lookup.propose(std::vector<int32_t>{1}, 4, &draft).ok());
+  EXPECT_TRUE(draft.empty());
+}
+
+TEST(Speculative, ScriptedProposesTheReferenceAtItsRate) {
+  std::vector<int32_t> reference(20000);
+  for (size_t i = 0; i < reference.size(); ++i) reference[i] = static_cast<int32_t>(i % 97);
+  ScriptedDrafter scripted(reference, 0.7, 100, 1);
+  std::vector<int32_t> draft;
+  int right = 0, total = 0;
+  for (size_t at = 1; at + 8 < reference.size(); at += 8) {
+    ASSERT_TRUE(scripted.propose(std::span<const int32_t>(reference.data(), at), 8, &draft).ok());
+    ASSERT_EQ(draft.size(), 8u);
+    for (size_t i = 0; i < 8; ++i) {
+      right += draft[i] == reference[at + i];
+      ++total;
+    }
+  }
+  EXPECT_NEAR(static_cast<double>(right) / total, 0.7, 0.02);
+  // A history that left the script gets no proposal; so does the script's end.
+  std::vector<int32_t> off = {0, 1, 5};
+  ASSERT_TRUE(scripted.propose(off, 4, &draft).ok());
+  EXPECT_TRUE(draft.empty());
+  ASSERT_TRUE(scripted.propose(reference, 4, &draft).ok());
+  EXPECT_TRUE(draft.empty());
+}
+
+// A Gated DeltaNet target cannot roll a rejected guess back: the step says so.
+TEST(Speculative, RecurrentTargetFailsWithAStatus) {
+  auto model = Model::load(write_tiny(Arch::kQwen35Moe, "f32"), {2});
+  ASSERT_TRUE(model.ok());
+  CpuBackend backend(**model);
+  const std::vector<int32_t> prompt = test::ids(8, 3, backend.n_vocab());
+  auto seq = Sequence::create(backend, 64);
+  ASSERT_TRUE(seq.ok());
+  std::vector<float> logits;
+  ASSERT_TRUE(seq->feed(prompt, false, &logits).ok());
+  std::vector<int32_t> reference = prompt;
+  for (int i = 0; i < 16; ++i) reference.push_back(static_cast<int32_t>(i));  // not the model's continuation
+  ScriptedDrafter scripted(reference, 0.0, backend.n_vocab(), 1);             // every guess wrong
+  Sampler sampler(greedy_params(), backend.n_vocab());
+  std::vector<int32_t> history = prompt;
+  history.push_back(reference[prompt.size()]);
+  SpeculativeDecoder decoder(backend, seq->id(), scripted, SpecConfig{});
+  const Status s = decoder.step(&history, sampler, 8);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("recurrent"), std::string::npos) << s.to_string();
+}
+
+}  // namespace
+}  // namespace mt::spec_test
