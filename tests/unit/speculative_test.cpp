@@ -167,10 +167,13 @@ TEST(Speculative, GreedyEqualsPlainDecodingOnTheDemoModel) {
 TEST(Speculative, GreedyEqualsPlainDecodingOnEveryAttentionArchitecture) {
   for (Arch arch : {Arch::kQwen3Moe, Arch::kQwen2Moe, Arch::kLlama, Arch::kOlmoe, Arch::kGlm4Moe, Arch::kDeepseek2,
                     Arch::kGptOss, Arch::kLaguna}) {
+    // Every architecture in F32 (the full sweep), two of them also in q4_k_m (lighter).
+    const bool quantized_too = arch == Arch::kQwen3Moe || arch == Arch::kDeepseek2;
     for (const char* quant : {"f32", "q4_k_m"}) {
+      if (std::string(quant) == "q4_k_m" && !quantized_too) continue;
       const std::string name = std::string(arch_info(arch).name) + " " + quant;
       SCOPED_TRACE(name);
-      auto model = Model::load(write_tiny(arch, quant), {2});
+      auto model = Model::load(write_tiny(arch, quant), {1});
       ASSERT_TRUE(model.ok()) << model.status().to_string();
       const std::vector<int32_t> prompt = test::ids(12, 5, (*model)->hparams().n_vocab);
       const double tie = std::string(quant) == "f32" ? 2e-4 : 4e-2;
