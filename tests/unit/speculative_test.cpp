@@ -13,7 +13,10 @@
 #include <string>
 #include <vector>
 
+#include "experts/geometry.h"
+#include "experts/pools.h"
 #include "model/cpu_backend.h"
+#include "model/offload.h"
 #include "model/model.h"
 #include "runtime/sampling.h"
 #include "runtime/speculative.h"
@@ -183,6 +186,41 @@ TEST(Speculative, GreedyEqualsPlainDecodingOnEveryAttentionArchitecture) {
       }
     }
   }
+}
+
+// Tiered over the simulated device (a quarter of the expert bytes cached): the verification
+// batches go through the cache like any other step, and the text is plain decoding's.
+TEST(Speculative, GreedyEqualsPlainDecodingTiered) {
+  auto model = Model::load(write_tiny(Arch::kQwen3Moe, "q4_k_m"), {1});
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  auto geometry = read_expert_geometry((*model)->file());
+  ASSERT_TRUE(geometry.ok()) << geometry.status().to_string();
+  auto tiering = make_offload(**model, *geometry, plan_pools(*geometry, geometry->compact_bytes / 4), CacheOptions{},
+                              SchedulerOptions{});
+  ASSERT_TRUE(tiering.ok()) << tiering.status().to_string();
+  CpuBackend backend(**model, &(*tiering)->offload);
+  const std::vector<int32_t> prompt = test::ids(12, 5, backend.n_vocab());
+  const Plain plain = plain_greedy(backend, prompt, kGenerate);
+  std::vector<int32_t> reference = prompt;
+  reference.insert(reference.end(), plain.tokens.begin(), plain.tokens.end());
+  for (int length : {1, 3, 8}) {
+    SpecConfig config;
+    config.draft_max = length;
+    config.adaptive = false;
+    ScriptedDrafter scripted(reference, 0.7, backend.n_vocab(), 3);
+    expect_greedy_parity(plain, spec_decode(backend, scripted, config, prompt, kGenerate, greedy_params()), 4e-2,
+                         "tiered scripted length " + std::to_string(length));
+  }
+  LookupDrafter lookup(3, 1);
+  expect_greedy_parity(plain, spec_decode(backend, lookup, SpecConfig{}, prompt, kGenerate, greedy_params()), 4e-2,
+                       "tiered lookup");
+  uint64_t cpu_experts = 0, device_experts = 0;  // both sides of the tiering did work
+  for (uint32_t l = 0; l < (*model)->hparams().n_layer; ++l) {
+    cpu_experts += (*tiering)->offload.scheduler->counters(l).cpu_experts;
+    device_experts += (*tiering)->offload.scheduler->counters(l).device_experts;
+  }
+  EXPECT_GT(cpu_experts, 0u);
+  EXPECT_GT(device_experts, 0u);
 }
 
 // The scripted drafter at p = 1 proposes the plain continuation: every guess accepted, and
