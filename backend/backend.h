@@ -68,8 +68,17 @@ class Backend {
   virtual StatusOr<SeqId> fork_sequence(SeqId from) = 0;
   // Keeps positions [0, n_pos): the sequence's next token goes at n_pos (<= position()).
   // A recurrent (Gated DeltaNet) state cannot go back: such a sequence accepts only 0 (start
-  // over) or its own length.
+  // over), its own length, or (keep_run_rollback) a position inside its last run.
   virtual Status truncate_sequence(SeqId seq, uint32_t n_pos) = 0;
+  // Lets truncate_sequence go back into this sequence's last run when that run had 2 to
+  // max_run tokens (speculative verification), also on a recurrent model: there each such
+  // run keeps its recurrent states from before it and its inputs to them (a fixed-size copy
+  // per run, no cache rows). 0 turns it off. Backends whose sequences always truncate (no
+  // recurrent state) need nothing: the default does nothing.
+  virtual Status keep_run_rollback(SeqId seq, uint32_t max_run) {
+    (void)seq, (void)max_run;
+    return {};
+  }
   virtual void free_sequence(SeqId seq) = 0;  // an unknown id is ignored
   // A live sequence's length (its next position) and context; an unknown id is a broken
   // invariant (MT_CHECK).

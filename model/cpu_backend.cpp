@@ -2,6 +2,8 @@
 
 #include <string>
 
+#include "model/layers.h"
+
 namespace mt {
 
 const CpuBackend::Seq& CpuBackend::get(SeqId seq) const {
@@ -36,11 +38,19 @@ Status CpuBackend::truncate_sequence(SeqId seq, uint32_t n_pos) {
                             " positions: it cannot be truncated to " + std::to_string(n_pos));
   }
   if (s.kv.has_recurrent() && n_pos != 0 && n_pos != s.pos) {
-    return invalid_argument("sequence " + std::to_string(seq) + ": this model's recurrent (Gated DeltaNet) state holds " +
-                            std::to_string(s.pos) + " positions and cannot go back to " + std::to_string(n_pos) +
-                            ": truncate to 0 to start over");
+    if (Status back = rollback_recurrent(model_.hparams(), s.kv, n_pos); !back.ok()) {
+      return invalid_argument("sequence " + std::to_string(seq) + ": " + back.message() +
+                              " (truncate to 0 to start over; keep_run_rollback lets a short run be cut)");
+    }
   }
   s.pos = n_pos;  // rows past n_pos are rewritten by the next tokens; a recurrent state restarts at 0
+  return {};
+}
+
+Status CpuBackend::keep_run_rollback(SeqId seq, uint32_t max_run) {
+  auto it = seqs_.find(seq);
+  if (it == seqs_.end()) return unknown_sequence(seq);
+  it->second->kv.set_log_runs(max_run);
   return {};
 }
 

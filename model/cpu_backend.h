@@ -31,6 +31,7 @@ class CpuBackend final : public Backend {
   StatusOr<SeqId> create_sequence(uint32_t n_ctx, QuantType kv_type = QuantType::F16) override;
   StatusOr<SeqId> fork_sequence(SeqId from) override;
   Status truncate_sequence(SeqId seq, uint32_t n_pos) override;
+  Status keep_run_rollback(SeqId seq, uint32_t max_run) override;
   void free_sequence(SeqId seq) override { seqs_.erase(seq); }
   uint32_t position(SeqId seq) const override { return get(seq).pos; }
   uint32_t n_ctx(SeqId seq) const override { return get(seq).kv.n_ctx(); }

@@ -37,6 +37,11 @@ void causal_conv(const BlockArgs& a, const float* qkv, float* u) {
   const std::vector<float>& wconv = a.v.ssm_conv1d;  // channel c's taps at c * Kc, oldest first
   for (const SeqRows& sq : a.seqs) {
     float* state = sq.kv->conv_state(a.layer);  // (Kc - 1, C), oldest first
+    if (sq.kv->logs_run(sq.n)) {  // for rollback_recurrent
+      RecurrentRunLog& log = sq.kv->run_log(a.layer);
+      log.conv_before.assign(state, state + (Kc - 1) * C);
+      log.conv_rows.assign(&qkv[sq.row0 * C], &qkv[(sq.row0 + sq.n) * C]);
+    }
     auto raw = [&](int64_t i) -> const float* {  // row i of the sequence, i < 0 from the state
       return i >= 0 ? &qkv[(sq.row0 + i) * C] : state + (static_cast<int64_t>(Kc) - 1 + i) * static_cast<int64_t>(C);
     };
@@ -71,6 +76,15 @@ void delta_rule_heads(const BlockArgs& a, const float* u, const float* gdecay, c
   const uint32_t r = nv / nk;
   const int64_t units = static_cast<int64_t>(a.seqs.size()) * nv;
   const uint64_t work = static_cast<uint64_t>(T) * nv * dk * dk;
+  for (const SeqRows& sq : a.seqs) {
+    if (!sq.kv->logs_run(sq.n)) continue;  // for rollback_recurrent: the state before, the run's inputs
+    RecurrentRunLog& log = sq.kv->run_log(a.layer);
+    const float* state = sq.kv->delta_state(a.layer);
+    log.delta_before.assign(state, state + static_cast<size_t>(nv) * dk * dk);
+    log.delta_rows.assign(&u[sq.row0 * C], &u[(sq.row0 + sq.n) * C]);
+    log.gdecay.assign(&gdecay[sq.row0 * nv], &gdecay[(sq.row0 + sq.n) * nv]);
+    log.beta.assign(&beta[sq.row0 * nv], &beta[(sq.row0 + sq.n) * nv]);
+  }
   auto run_unit = [&](int64_t unit) {
     const SeqRows& sq = a.seqs[static_cast<size_t>(unit / nv)];
     const auto hh = static_cast<uint32_t>(unit % nv);
@@ -105,6 +119,57 @@ void delta_rule_heads(const BlockArgs& a, const float* u, const float* gdecay, c
 }
 
 }  // namespace
+
+Status rollback_recurrent(const HParams& hp, KvCache& kv, uint32_t n_pos) {
+  const uint32_t pos0 = kv.logged_pos0(), n = kv.logged_n();
+  if (n == 0 || kv.recurrent_pos() != pos0 + n || n_pos < pos0 || n_pos > pos0 + n) {
+    return invalid_argument("this model's recurrent (Gated DeltaNet) state holds " + std::to_string(kv.recurrent_pos()) +
+                            " positions and cannot go back to " + std::to_string(n_pos) +
+                            (n == 0 ? std::string(": no logged run to cut short") :
+                                      ": only into its last run, positions " + std::to_string(pos0) + " to " + std::to_string(pos0 + n)));
+  }
+  const uint32_t keep = n_pos - pos0;
+  const uint32_t dk = hp.ssm_state, nk = hp.ssm_nk, nv = hp.ssm_nv, Kc = hp.ssm_conv;
+  const size_t C = hp.ssm_conv_dim(), KD = hp.ssm_key_dim();
+  std::vector<float> out(dk);  // the replay's outputs are not needed
+  for (uint32_t l = 0; l < hp.n_layer; ++l) {
+    if (!hp.is_recurrent(l) || keep == n) continue;
+    const RecurrentRunLog& log = kv.run_log(l);
+    // The conv window: the last Kc - 1 rows of [the state before | the first `keep` rows].
+    float* conv = kv.conv_state(l);
+    for (uint32_t j = 0; j + 1 < Kc; ++j) {
+      const int64_t i = static_cast<int64_t>(keep) - static_cast<int64_t>(Kc - 1) + j;
+      const float* row = i >= 0 ? &log.conv_rows[static_cast<size_t>(i) * C]
+                                : &log.conv_before[static_cast<size_t>(static_cast<int64_t>(Kc - 1) + i) * C];
+      std::copy(row, row + C, conv + j * C);
+    }
+    // The delta state: from before the run, then its first `keep` tokens again.
+    float* delta = kv.delta_state(l);
+    std::copy(log.delta_before.begin(), log.delta_before.end(), delta);
+    for (uint32_t hh = 0; hh < nv && keep > 0; ++hh) {
+      const uint32_t kh = hp.ssm_tiled ? hh % nk : hh / (nv / nk);
+      DeltaRun run;
+      run.n = keep;
+      run.dk = dk;
+      run.dv = dk;
+      run.q = &log.delta_rows[kh * dk];
+      run.k = &log.delta_rows[KD + kh * dk];
+      run.qk_stride = C;
+      run.v = &log.delta_rows[2 * KD + hh * dk];
+      run.v_stride = C;
+      run.g = &log.gdecay[hh];
+      run.beta = &log.beta[hh];
+      run.gb_stride = nv;
+      run.scale = 1.0f / std::sqrt(static_cast<float>(dk));
+      run.out = out.data();
+      run.out_stride = 0;
+      delta_rule_recurrent(run, delta + static_cast<size_t>(hh) * dk * dk);
+    }
+  }
+  kv.set_recurrent_pos(n_pos);
+  kv.set_logged_run(0, 0);
+  return {};
+}
 
 void gated_delta_net_block(const BlockArgs& a) {
   const HParams& hp = a.hp;

@@ -31,6 +31,7 @@ StatusOr<KvCache> KvCache::create(uint32_t n_layer, uint32_t n_ctx, uint32_t kv_
   if (!latent) c.v_.resize(n_layer);
   c.conv_.resize(n_layer);
   c.delta_.resize(n_layer);
+  c.log_.resize(n_layer);
   for (uint32_t l = 0; l < n_layer; ++l) {
     if (!recurrent.layers.empty() && recurrent.layers[l] != 0) {
       c.has_recurrent_ = true;
@@ -62,6 +63,7 @@ void KvCache::reset_recurrent() {
   for (auto& s : conv_) std::fill(s.begin(), s.end(), 0.0f);
   for (auto& s : delta_) std::fill(s.begin(), s.end(), 0.0f);
   recurrent_pos_ = 0;
+  logged_n_ = 0;
 }
 
 void KvCache::store(uint32_t layer, uint32_t pos, const float* k, const float* v) {

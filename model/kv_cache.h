@@ -19,6 +19,17 @@
 
 namespace mt {
 
+// What a recurrent layer keeps of the last logged run so that the run can be cut short
+// afterwards (speculative decoding's rejected guesses): its two states from before the run
+// and the run's inputs to them. Fixed-size states, n rows of inputs: no position's cache is
+// copied (model/gated_delta_net.h: rollback_recurrent).
+struct RecurrentRunLog {
+  std::vector<float> conv_before, delta_before;  // the states before the run
+  std::vector<float> conv_rows;                  // (n, C) the conv's raw input rows
+  std::vector<float> delta_rows;                 // (n, C) the conv's output: q | k | v heads
+  std::vector<float> gdecay, beta;               // (n, nv) each
+};
+
 // Which layers are recurrent, and the floats of their two states.
 struct RecurrentShape {
   std::vector<uint8_t> layers;
@@ -45,6 +56,16 @@ class KvCache {
   void set_recurrent_pos(uint32_t pos) { recurrent_pos_ = pos; }
   void reset_recurrent();
 
+  // Logging for rollback: runs of 2..max_run tokens of this sequence keep, per recurrent
+  // layer, a RecurrentRunLog (0: off, the default). logged_run(): the last logged run's
+  // first position and length (length 0: none, or a later run was not logged).
+  void set_log_runs(uint32_t max_run) { log_max_run_ = max_run; }
+  bool logs_run(uint32_t n) const { return has_recurrent_ && n >= 2 && n <= log_max_run_; }
+  RecurrentRunLog& run_log(uint32_t layer) { return log_[layer]; }
+  void set_logged_run(uint32_t pos0, uint32_t n) { logged_pos0_ = pos0, logged_n_ = n; }
+  uint32_t logged_pos0() const { return logged_pos0_; }
+  uint32_t logged_n() const { return logged_n_; }
+
   QuantType type() const { return type_; }
   uint32_t n_ctx() const { return n_ctx_; }
   uint64_t bytes() const;
@@ -68,6 +89,8 @@ class KvCache {
   std::vector<std::vector<float>> conv_, delta_;  // per layer: recurrent state (empty for attention layers)
   bool has_recurrent_ = false;
   uint32_t recurrent_pos_ = 0;
+  uint32_t log_max_run_ = 0, logged_pos0_ = 0, logged_n_ = 0;
+  std::vector<RecurrentRunLog> log_;  // per layer (sized with the states)
 };
 
 }  // namespace mt

@@ -99,6 +99,12 @@ void attention_block(const BlockArgs& a, QkNorm qk_norm, RopeStyle rope_style);
 // normed q / k, the delta rule on the sequence's recurrent state, the z-gated RMSNorm,
 // ssm_out, residual add.
 void gated_delta_net_block(const BlockArgs& a);
+// Puts a sequence's recurrent states where they were after position n_pos - 1, n_pos inside
+// its last run (pos0, pos0 + n], which must have been logged (KvCache::set_log_runs): the
+// conv window rebuilt from the logged rows, the delta state restored and its first
+// n_pos - pos0 tokens replayed (recurrent form). Anything else is a Status naming the
+// recurrent state.
+Status rollback_recurrent(const HParams& hp, KvCache& kv, uint32_t n_pos);
 // Multi-head latent attention (deepseek2, model/attention_mla.cpp): q (low-rank pair or one
 // matrix), the latent row (normed compressed KV + the shared rope key) into the cache, q's
 // nope part absorbed into latent space per head (wk_b), MQA over the latent rows with

@@ -206,7 +206,10 @@ Status Model::eval_batch(std::span<const SeqBatch> seqs, std::vector<float>* log
     if (trace) for (uint32_t t = 0; t < T; ++t) trace->tensor("l_out", l, args.pos(t), {&x[t * E], E});
   }
   for (const SeqRows& r : rows) {
-    if (r.kv->has_recurrent()) r.kv->set_recurrent_pos(r.pos0 + r.n);
+    if (r.kv->has_recurrent()) {
+      r.kv->set_recurrent_pos(r.pos0 + r.n);
+      r.kv->set_logged_run(r.pos0, r.kv->logs_run(r.n) ? r.n : 0);  // gated_delta_net_block logged it
+    }
   }
   std::vector<uint32_t> out_rows;  // rows whose logits are returned, in order
   for (size_t i = 0; i < seqs.size(); ++i) {

@@ -112,6 +112,10 @@ SpeculativeDecoder::SpeculativeDecoder(Backend& backend, SeqId seq, Drafter& dra
 
 Status SpeculativeDecoder::step(std::vector<int32_t>* history, Sampler& sampler, int max_new, Trace* trace) {
   MT_CHECK(history != nullptr && !history->empty() && max_new >= 1);
+  if (!rollback_kept_) {  // a recurrent model must be able to cut a verification run short
+    MT_RETURN_IF_ERROR(backend_.keep_run_rollback(seq_, static_cast<uint32_t>(config_.draft_max) + 1));
+    rollback_kept_ = true;
+  }
   const uint32_t pos0 = backend_.position(seq_);
   MT_CHECK_MSG(pos0 + 1 == history->size(), "the sequence must hold the history but its pending token");
   const uint32_t n_ctx = backend_.n_ctx(seq_);

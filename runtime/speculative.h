@@ -9,7 +9,8 @@
 // Sampling: Sampler::sample_given_draft's rejection rule, which is exact for a drafter that
 // proposes its tokens for sure (every drafter here does). After a step the sequence holds
 // the accepted tokens only: the rejected guesses' cache rows are truncated away
-// (Backend::truncate_sequence), never copied.
+// (Backend::truncate_sequence), never copied; a recurrent (Gated DeltaNet) state goes back
+// through Backend::keep_run_rollback's log of the verification run.
 //
 // A step's state: `history` is the prompt and every token produced so far; all of it but
 // its last token (the pending one) is in the target's sequence.
@@ -127,6 +128,7 @@ class SpeculativeDecoder {
   Drafter& drafter_;
   SpecConfig config_;
   int length_;
+  bool rollback_kept_ = false;  // Backend::keep_run_rollback asked for
   SpecStats stats_;
   Batch batch_;
   std::vector<int32_t> draft_, rows_;

@@ -49,15 +49,6 @@ StatusOr<SpecSetup> make_spec(const SpecFlags& f, const SpecTarget& t) {
   if (f.scripted >= 0 && f.scripted > 1) return invalid_argument("--draft-scripted takes a probability in [0, 1]");
   if (f.draft_max < 1 || f.draft_max > 64) return invalid_argument("--draft-max must be in [1, 64]");
   if (f.draft_min < 0 || f.draft_min > f.draft_max) return invalid_argument("--draft-min must be in [0, --draft-max]");
-  const HParams& hp = t.engine->model().hparams();
-  for (uint32_t l = 0; l < hp.n_layer; ++l) {
-    if (hp.is_recurrent(l)) {
-      return unimplemented(std::string("speculative decoding on ") + std::string(arch_info(hp.arch).name) +
-                           ": a Gated DeltaNet layer's recurrent state cannot be rolled back to the accepted "
-                           "tokens yet; decode without a drafter");
-    }
-  }
-
   SpecSetup setup;
   setup.config.draft_max = f.draft_max;
   setup.config.draft_min = f.draft_min;
@@ -75,6 +66,10 @@ StatusOr<SpecSetup> make_spec(const SpecFlags& f, const SpecTarget& t) {
   } else if (!f.draft_model.empty()) {
     MT_ASSIGN_OR_RETURN(setup.draft_engine, Engine::load(f.draft_model, t.threads, true, t.device));
     const Model& draft = setup.draft_engine->model();
+    const HParams& dhp = draft.hparams();
+    for (uint32_t l = 0; l < dhp.n_layer; ++l) {
+      if (dhp.is_recurrent(l)) return unimplemented("--draft-model: a Gated DeltaNet draft cannot roll back its guesses yet");
+    }
     MT_ASSIGN_OR_RETURN(Tokenizer draft_tokens, Tokenizer::from_gguf(draft.file()));
     if (draft_tokens.n_vocab() != t.tokenizer->n_vocab()) {
       return invalid_argument("--draft-model '" + f.draft_model + "' has " + std::to_string(draft_tokens.n_vocab()) +
@@ -86,10 +81,6 @@ StatusOr<SpecSetup> make_spec(const SpecFlags& f, const SpecTarget& t) {
                                 draft_tokens.token_text(static_cast<int32_t>(id)) + "' there and '" +
                                 t.tokenizer->token_text(static_cast<int32_t>(id)) + "' in the model: a draft needs the same vocabulary");
       }
-    }
-    const HParams& dhp = draft.hparams();
-    for (uint32_t l = 0; l < dhp.n_layer; ++l) {
-      if (dhp.is_recurrent(l)) return unimplemented("--draft-model: a Gated DeltaNet draft cannot roll back its guesses yet");
     }
     MT_ASSIGN_OR_RETURN(setup.drafter, ModelDrafter::create(setup.draft_engine->backend(), t.n_ctx, f.draft_model));
   }

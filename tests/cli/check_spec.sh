@@ -5,7 +5,8 @@
 # steps, drafted and accepted tokens (the self-draft accepts everything); seeded sampling with
 # a drafter repeats and another seed differs; bad combinations are one-line errors, exit 1:
 # two drafters, a probability outside [0, 1], the scripted mode above temperature 0, a draft
-# of another vocabulary, a Gated DeltaNet target, --record-routing with a drafter.
+# of another vocabulary, a Gated DeltaNet draft, --record-routing with a drafter; a Gated
+# DeltaNet target (qwen35moe) gives its plain text with the scripted drafter.
 # usage: check_spec.sh MOETIER MODEL VOCAB_DIR WORK_DIR
 set -uo pipefail
 MOETIER=$1
@@ -62,7 +63,13 @@ expect_error "probability in \[0, 1\]" "${RUN[@]}" --temp 0 --draft-scripted 1.5
 expect_error "give --temp 0" "${RUN[@]}" --temp 0.8 --draft-scripted 0.5
 expect_error "draft-max must be in" "${RUN[@]}" --temp 0 --lookup 3 --draft-max 0
 expect_error "same vocabulary" "${RUN[@]}" --temp 0 --draft-model "$WORK/other_vocab.gguf"
-expect_error "cannot be rolled back" "$MOETIER" run -m "$WORK/hybrid.gguf" -t 2 -p "hello" -n 8 --temp 0 --lookup 2
+expect_error "Gated DeltaNet draft" "${RUN[@]}" --temp 0 --draft-model "$WORK/hybrid.gguf"
+# A Gated DeltaNet target: its verification runs are cut short through the recurrent states.
+HYB=("$MOETIER" run -m "$WORK/hybrid.gguf" -t 2 -p "hello hello hello world hello hello" -n 32 --temp 0)
+"${HYB[@]}" >"$WORK/hyb_plain.out" 2>/dev/null || fail "hybrid plain"
+"${HYB[@]}" --draft-scripted 0.6 >"$WORK/hyb_spec.out" 2>"$WORK/hyb_spec.err" || fail "hybrid scripted: $(tail -1 "$WORK/hyb_spec.err")"
+cmp -s "$WORK/hyb_plain.out" "$WORK/hyb_spec.out" || fail "hybrid: the scripted run's text differs from plain decoding's"
+grep -q "^speculative: " "$WORK/hyb_spec.err" || fail "hybrid: no speculative line"
 expect_error "not with a drafter" "${RUN[@]}" --temp 0 --lookup 3 --record-routing "$WORK/r.jsonl"
 
 if [ "$fails" -ne 0 ]; then
