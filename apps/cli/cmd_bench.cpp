@@ -33,6 +33,7 @@
 #include <nlohmann/json.hpp>
 
 #include <chrono>
+#include <optional>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -44,11 +45,15 @@
 #include "apps/cli/commands.h"
 #include "apps/cli/engine.h"
 #include "apps/cli/sizes.h"
+#include "apps/cli/spec_flags.h"
 #include "apps/cli/tiering_flags.h"
 #include "core/log.h"
 #include "experts/geometry.h"
 #include "experts/stats.h"
 #include "model/model.h"
+#include "runtime/sampling.h"
+#include "runtime/speculative.h"
+#include "tokenizer/tokenizer.h"
 
 namespace mt::cli {
 namespace {
@@ -64,7 +69,11 @@ struct BenchFlags {
   BankFlags banks;
   std::string routing;     // --routing synth:...|trace:FILE
   std::vector<int> batch;  // --batch 1,2,4,8: batched decode tests instead of pp / tg
+  SpecFlags spec;          // a drafter: tg tests decode greedily from a prompt with it
 };
+
+// tg with a drafter: the prompt each repetition decodes from (untimed prefill).
+constexpr int kSpecPrompt = 32;
 
 // The feeds' Trace under --routing: it carries the replay and wants nothing back (a CUDA
 // step then copies no routing to the host).
@@ -97,6 +106,9 @@ struct TestResult {
   double first_ts = 0, steady_ts = 0, cv = 0;
   std::string tiering_json;  // with --expert-cache: experts/stats.h's JSON of this test
   std::string tiering_text;  // its overall line
+  std::string spec_text;     // with a drafter: spec_summary over the timed repetitions
+  std::string draft;         // the drafter's describe()
+  SpecStats spec;
   std::string name() const {
     if (n_batch > 0) {
       return "tg" + std::to_string(n_gen) + " x" + std::to_string(n_batch) +
@@ -164,14 +176,19 @@ class Bench {
     r.n_gen = n_gen;
     r.n_batch = n_batch;
     if (tiering_ != nullptr) MT_RETURN_IF_ERROR(engine_.enable_tiering(*tiering_, banks_));  // a fresh expert cache
+    const bool spec = f_.spec.any() && n_gen > 0 && n_batch == 0;
+    if (spec) MT_RETURN_IF_ERROR(prepare_spec(n_gen));
     Progress progress("bench " + r.name(), static_cast<uint64_t>(f_.reps) + 1, f_.output == "md", "runs");
     progress.update(0);
-    MT_ASSIGN_OR_RETURN(double warm_ns, n_batch > 0 ? run_batched(n_prompt, 1, n_batch)
-                                                    : run_once(n_prompt, n_prompt > 0 ? 0 : 1));
+    MT_ASSIGN_OR_RETURN(double warm_ns, spec          ? run_spec(std::min(n_gen, 8), nullptr)
+                                        : n_batch > 0 ? run_batched(n_prompt, 1, n_batch)
+                                                      : run_once(n_prompt, n_prompt > 0 ? 0 : 1));
     (void)warm_ns;
     for (int i = 0; i < f_.reps; ++i) {
       progress.update(static_cast<uint64_t>(i) + 1);
-      MT_ASSIGN_OR_RETURN(double ns, n_batch > 0 ? run_batched(n_prompt, n_gen, n_batch) : run_once(n_prompt, n_gen));
+      MT_ASSIGN_OR_RETURN(double ns, spec          ? run_spec(n_gen, &r.spec)
+                                     : n_batch > 0 ? run_batched(n_prompt, n_gen, n_batch)
+                                                   : run_once(n_prompt, n_gen));
       r.samples_ns.push_back(static_cast<uint64_t>(ns));
       r.samples_ts.push_back(1e9 * static_cast<double>(r.tokens()) / ns);
     }
@@ -193,6 +210,10 @@ class Bench {
       const std::string text = stats_text(*scheduler, tiering_->policy, tiering_->budget);
       r.tiering_text = text.substr(0, text.find('\n'));
       if (engine_.on_gpu()) r.tiering_text += "; " + engine_.tiering_summary();
+    }
+    if (spec) {
+      r.spec_text = spec_summary(*spec_.drafter, r.spec);
+      r.draft = spec_.drafter->describe();
     }
     return r;
   }
@@ -217,6 +238,53 @@ class Bench {
       token = random_token();
     }
     return std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
+  }
+
+  // A drafter for tg tests of n_gen tokens: the prompt (kSpecPrompt random tokens) and, for
+  // the labelled mode, its plain greedy continuation (make_spec decodes it here, untimed).
+  Status prepare_spec(int n_gen) {
+    spec_prompt_.resize(kSpecPrompt);
+    for (int32_t& t : spec_prompt_) t = random_token();
+    const uint32_t n_ctx = static_cast<uint32_t>(kSpecPrompt + n_gen + f_.spec.draft_max + 2);
+    SamplingParams greedy;
+    greedy.temperature = 0;
+    greedy.seed = 1;
+    spec_ = {};
+    MT_ASSIGN_OR_RETURN(spec_, make_spec(f_.spec, {&engine_, tokenizer_, &spec_prompt_, n_gen + 1, n_ctx, greedy,
+                                                   f_.threads, f_.device}));
+    return {};
+  }
+
+  // Nanoseconds for n_gen tokens decoded greedily with the drafter after the prompt's first
+  // one (the prompt's prefill untimed); the steps' counts are added to *stats.
+  StatusOr<double> run_spec(int n_gen, SpecStats* stats) {
+    Backend& backend = engine_.backend();
+    const uint32_t n_ctx = static_cast<uint32_t>(kSpecPrompt + n_gen + f_.spec.draft_max + 2);
+    MT_ASSIGN_OR_RETURN(Sequence session, Sequence::create(backend, n_ctx));
+    Trace* trace = replay_.routing_override() != nullptr ? &replay_ : nullptr;
+    MT_RETURN_IF_ERROR(session.feed(spec_prompt_, false, &logits_, trace));
+    SamplingParams greedy;
+    greedy.temperature = 0;
+    greedy.seed = 1;
+    Sampler sampler(greedy, backend.n_vocab());
+    for (int32_t t : spec_prompt_) sampler.accept(t);
+    std::vector<int32_t> history = spec_prompt_;
+    history.push_back(sampler.sample(logits_));
+    sampler.accept(history.back());
+    SpeculativeDecoder decoder(backend, session.id(), *spec_.drafter, spec_.config);
+    const size_t end = history.size() + static_cast<size_t>(n_gen);
+    const auto t0 = std::chrono::steady_clock::now();
+    while (history.size() < end) {
+      MT_RETURN_IF_ERROR(decoder.step(&history, sampler, static_cast<int>(end - history.size()), trace));
+    }
+    const double ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
+    if (stats != nullptr) {
+      stats->steps += decoder.stats().steps;
+      stats->drafted += decoder.stats().drafted;
+      stats->accepted += decoder.stats().accepted;
+      stats->emitted += decoder.stats().emitted;
+    }
+    return ns;
   }
 
   // Nanoseconds for n_gen steps of one token from each of n_batch sequences (each first
@@ -250,6 +318,12 @@ class Bench {
   std::mt19937 rng_;
   ReplayTrace replay_;  // carries --routing's stream (null: the router's own routing)
   std::vector<float> logits_;
+  const Tokenizer* tokenizer_ = nullptr;  // set with a drafter (the draft model's vocabulary check)
+  std::vector<int32_t> spec_prompt_;
+  SpecSetup spec_;
+
+ public:
+  void set_tokenizer(const Tokenizer* tokenizer) { tokenizer_ = tokenizer; }
 };
 
 double gb_per_s(const ModelFacts& m, const TestResult& r) {
@@ -286,6 +360,14 @@ std::vector<nlohmann::ordered_json> result_rows(const ModelFacts& m, const Bench
     j["steady_ts"] = r.steady_ts;
     j["cv"] = r.cv;
     if (!r.tiering_json.empty()) j["tiering"] = nlohmann::ordered_json::parse(r.tiering_json);
+    if (!r.spec_text.empty()) {
+      j["draft"] = r.draft;
+      j["draft_steps"] = r.spec.steps;
+      j["draft_tokens"] = r.spec.drafted;
+      j["draft_accepted"] = r.spec.accepted;
+      j["acceptance"] = r.spec.acceptance();
+      j["tokens_per_step"] = r.spec.tokens_per_step();
+    }
     if (r.n_gen > 0 && r.n_batch <= 1) {
       j["gb_per_s"] = gb_per_s(m, r);
       if (f.membw_gbps > 0) {
@@ -367,6 +449,7 @@ void print_markdown(const ModelFacts& m, const BenchFlags& f, int threads, const
   }
   for (const TestResult& r : results) {
     if (!r.tiering_text.empty()) std::printf("%s tiering: %s\n", r.name().c_str(), r.tiering_text.c_str());
+    if (!r.spec_text.empty()) std::printf("%s %s (greedy from a %d-token prompt)\n", r.name().c_str(), r.spec_text.c_str(), kSpecPrompt);
   }
 }
 
@@ -422,6 +505,14 @@ int run(const BenchFlags& f) {
     replay = std::move(*r);
   }
   Bench bench(**engine, f, tiered ? &tiering : nullptr, banks, replay.get());
+  std::optional<Tokenizer> tokenizer;
+  if (f.spec.any()) {
+    if (!f.batch.empty()) return fail("bench", invalid_argument("--batch and a drafter: give one"));
+    auto t = Tokenizer::from_gguf(model->file());
+    if (!t.ok()) return fail("bench", t.status());
+    tokenizer.emplace(std::move(*t));
+    bench.set_tokenizer(&*tokenizer);
+  }
   std::vector<TestResult> results;
   std::vector<std::pair<int, int>> tests;  // llama-bench's order: every pp, then every tg
   if (f.batch.empty()) {
@@ -481,6 +572,7 @@ Runner add_bench(CLI::App& app) {
   app.add_option("--membw", f->membw_gbps, "host memory read bandwidth in GB/s (moetier_membw): adds tg's roofline fraction");
   add_tiering_flags(app, &f->tiering);
   add_bank_flags(app, &f->banks);
+  add_spec_flags(app, &f->spec);
   app.add_option("--routing", f->routing,
                  "compute the experts of a routing stream instead of the router's: synth:KEY=VALUE,... (simulate's "
                  "generator, e.g. synth:preset=qwen3-30b) or trace:FILE (a run --record-routing record)");

@@ -3,7 +3,8 @@
 # of --lookup, --draft-model (the demo model drafting for itself), --draft-scripted and the
 # llama.cpp spellings (-md, --draft) equals plain decoding's, and stderr reports the drafter's
 # steps, drafted and accepted tokens (the self-draft accepts everything); seeded sampling with
-# a drafter repeats and another seed differs; bad combinations are one-line errors, exit 1:
+# a drafter repeats and another seed differs; bench tg with a drafter reports its counts
+# (JSON, markdown); bad combinations are one-line errors, exit 1 (bench: with --batch):
 # two drafters, a probability outside [0, 1], the scripted mode above temperature 0, a draft
 # of another vocabulary, a Gated DeltaNet draft, --record-routing with a drafter; a Gated
 # DeltaNet target (qwen35moe) gives its plain text with the scripted drafter.
@@ -45,6 +46,23 @@ grep -q "LABELLED acceptance mode" "$WORK/scripted.err" || fail "the scripted mo
 cmp -s "$WORK/s1.out" "$WORK/s2.out" || fail "the same seed gave other text with a drafter"
 cmp -s "$WORK/s1.out" "$WORK/s3.out" && fail "another seed gave the same text"
 
+# bench: tg with a drafter decodes greedily from a prompt; the JSON has the drafter's counts.
+"$MOETIER" bench -m "$MODEL" -t 2 -p 0 -n 24 -r 2 --draft-scripted 1 --draft-max 3 --draft-fixed -o json >"$WORK/bench.json" 2>"$WORK/bench.err" \
+  || fail "bench: $(tail -1 "$WORK/bench.err")"
+"${PYTHON3:-python3}" - "$WORK/bench.json" <<'PY' || fail "bench JSON"
+import json, sys
+rows = json.load(open(sys.argv[1]))
+assert len(rows) == 1 and rows[0]["test"] == "tg24", rows
+r = rows[0]
+assert r["draft"].startswith("LABELLED acceptance mode"), r["draft"]
+# p = 1, 3 guesses a step: every guess kept, 4 tokens a step; 24 tokens a repetition, 2 timed repetitions.
+assert r["acceptance"] == 1.0 and r["draft_accepted"] == r["draft_tokens"], r
+assert r["draft_steps"] == 12 and abs(r["tokens_per_step"] - 4.0) < 1e-9, r
+assert len(r["samples_ts"]) == 2 and all(v > 0 for v in r["samples_ts"]), r
+PY
+"$MOETIER" bench -m "$MODEL" -t 2 -p 0 -n 16 -r 1 --lookup 2 >"$WORK/bench.md" 2>&1 || fail "bench md"
+grep -q "^tg16 speculative: prompt lookup" "$WORK/bench.md" || fail "bench markdown: no speculative line: $(cat "$WORK/bench.md")"
+
 # Errors: one line, exit 1.
 "$MOETIER" synth --arch qwen3moe --vocab "$VOCAB/ggml-vocab-qwen2.gguf" --embd 64 --heads 2 --heads-kv 1 --head-dim 32 \
   --expert-ff 64 -o "$WORK/other_vocab.gguf" >/dev/null 2>&1 || fail "synth other vocab"
@@ -58,6 +76,7 @@ expect_error() {  # pattern args...
   grep -q -- "$pattern" "$WORK/err.txt" || fail "$*: wanted '$pattern', got: $(cat "$WORK/err.txt")"
   [ "$(wc -l <"$WORK/err.txt")" -eq 1 ] || fail "$*: the error should be one line: $(cat "$WORK/err.txt")"
 }
+expect_error "give one" "$MOETIER" bench -m "$MODEL" -t 2 -p 0 -n 8 --batch 2 --lookup 2
 expect_error "give one drafter" "${RUN[@]}" --temp 0 --lookup 3 --draft-scripted 0.5
 expect_error "probability in \[0, 1\]" "${RUN[@]}" --temp 0 --draft-scripted 1.5
 expect_error "give --temp 0" "${RUN[@]}" --temp 0.8 --draft-scripted 0.5
