@@ -159,6 +159,10 @@ std::string ServerMetrics::render(const SchedulerMetrics& s) const {
          "Bytes of KV cache (and recurrent state) reserved by running requests: the reserved tokens times the "
          "bytes per token of the KV type.",
          static_cast<double>(s.kv_bytes_used));
+  single(&out, "moetier_speculative_draft_tokens_total", "counter",
+         "Speculative guesses evaluated (serve --lookup).", static_cast<double>(s.draft_tokens));
+  single(&out, "moetier_speculative_accepted_tokens_total", "counter",
+         "Speculative guesses kept: the sampling agreed with them (serve --lookup).", static_cast<double>(s.draft_accepted));
   write_steps(&out, "moetier_batch_sequences_per_step", "Sequences evaluated together in one forward pass.",
               s.step_sequences);
   write_steps(&out, "moetier_batch_tokens_per_step",

@@ -10,8 +10,10 @@
 #include <unordered_map>
 
 #include "core/check.h"
+#include "core/log.h"
 #include "experts/scheduler.h"
 #include "runtime/grammar_tokens.h"
+#include "runtime/speculative.h"
 #include "tokenizer/stream_decoder.h"
 
 namespace mt {
@@ -34,6 +36,8 @@ struct Choice {
   uint32_t completion = 0;  // tokens generated
   int32_t next = -1;        // the sampled token to feed next (decode); -2: ended
   std::vector<TokenLogprobs> logprobs;  // sampled since the last event
+  std::vector<int32_t> history;  // with prompt lookup: the prompt and every token sampled
+  std::vector<int32_t> draft;    // this step's guesses after `next`
 
   Choice(uint32_t i, const GenerationRequest& req, uint32_t n_vocab, const Tokenizer& tok)
       : index(i), sampler(choice_params(req.sampling, i), n_vocab),
@@ -41,6 +45,7 @@ struct Choice {
         stops(req.stops) {
     for (int32_t t0 : req.prompt) sampler.accept(t0);
   }
+  void keep_history(const GenerationRequest& req) { history = req.prompt; }
   bool ended() const { return next == -2; }
   // Choice i draws from seed + i (a fixed seed stays reproducible; 0 stays random).
   static SamplingParams choice_params(SamplingParams p, uint32_t i) {
@@ -139,10 +144,13 @@ struct Scheduler::Impl {
   std::shared_ptr<const TokenVocab> vocab;  // token bytes, built at the first grammar
   std::unordered_map<std::string, std::shared_ptr<TokenGrammar>> grammars;  // by grammar_key
   std::vector<TokenLogprob> top;  // scratch
+  std::unique_ptr<LookupDrafter> lookup;  // with o.lookup_ngram > 0
+  std::vector<int32_t> rows;              // scratch: a choice's token and guesses
   std::thread thread;
 
   Impl(Backend& b, const Tokenizer& tk, const ServingOptions& opt) : backend(b), tokenizer(tk), o(opt) {
     m.kv_tokens_budget = o.kv_budget_tokens;
+    if (o.lookup_ngram > 0) lookup = std::make_unique<LookupDrafter>(static_cast<int>(o.lookup_ngram), 1);
     thread = std::thread([this] { loop(); });
   }
 
@@ -250,6 +258,10 @@ struct Scheduler::Impl {
       auto r = std::make_unique<Running>(q.id, std::move(q.req), q.cancelled, q.submitted, backend, std::move(*seq),
                                          tokenizer);
       queue.pop_front();
+      if (lookup) {  // the guesses' rows must be able to go (a recurrent state: through a log)
+        for (Choice& c : r->choices) c.keep_history(r->req);
+        if (Status k = backend.keep_run_rollback(r->seq.id(), o.draft_max + 1); !k.ok()) log_warn(k.to_string());
+      }
       if (r->req.choices.grammar) {
         lock.unlock();  // the first grammar builds the token table
         r->grammar = token_grammar(r->req);
@@ -272,7 +284,9 @@ struct Scheduler::Impl {
 
   // Samples choice c's next token from its row of logits (the grammar's mask and the
   // request's bias applied; the logprobs from the raw row).
-  void sample(Running& r, Choice& c, std::span<const float> row, Clock::time_point now) {
+  // With a draft token (>= 0, a speculative guess), the rejection rule of
+  // Sampler::sample_given_draft. Returns the token, or -1 when the choice ended without one.
+  int32_t sample(Running& r, Choice& c, std::span<const float> row, Clock::time_point now, int32_t draft = -1) {
     std::span<const float> lg = row;
     if (r.grammar) {
       masked.assign(row.begin(), row.end());
@@ -284,10 +298,13 @@ struct Scheduler::Impl {
           --allowed;
         }
       }
-      if (allowed == 0) return finish_choice(r, c, "stop");  // the grammar cannot go on
+      if (allowed == 0) {  // the grammar cannot go on
+        finish_choice(r, c, "stop");
+        return -1;
+      }
       lg = masked;
     }
-    const int32_t tok = c.sampler.sample(lg);
+    const int32_t tok = draft >= 0 ? c.sampler.sample_given_draft(lg, draft) : c.sampler.sample(lg);
     if (r.req.choices.top_logprobs >= 0 && !tokenizer.is_eog(tok)) {
       TokenLogprobs lp;
       lp.chosen = {tok, tokenizer.token_to_piece(tok, true),
@@ -296,12 +313,14 @@ struct Scheduler::Impl {
       c.logprobs.push_back(std::move(lp));
     }
     on_token(r, c, tok, now);
+    return tok;
   }
 
   // A sampled token: the text it adds (stop strings cut) and whether the choice is done.
   void on_token(Running& r, Choice& c, int32_t tok, Clock::time_point now) {
     c.sampler.accept(tok);
     ++c.completion;
+    if (o.lookup_ngram > 0) c.history.push_back(tok);
     {
       std::lock_guard<std::mutex> lock(mu);
       if (r.first_text) keep_last(m.ttft_seconds, seconds(now - r.submitted), 1024);
@@ -325,6 +344,30 @@ struct Scheduler::Impl {
     if (r.grammar && (c.grammar_state < 0 || r.grammar->done(c.grammar_state))) return finish_choice(r, c, "stop");
     if (c.completion >= r.req.max_tokens) return finish_choice(r, c, "length");
     c.next = tok;
+  }
+
+  // A decoding choice's rows from `first`: each guess kept while the sampling agrees, the
+  // token sampled where they part (or after the last guess); the rejected guesses' cache
+  // rows truncated away.
+  void verify(Running& r, Choice& c, size_t first, Clock::time_point now) {
+    const uint32_t V = backend.n_vocab();
+    const size_t guesses = c.draft.size();
+    size_t accepted = 0;
+    for (size_t i = 0; i <= guesses; ++i) {
+      const std::span<const float> lg(&logits[(first + i) * V], V);
+      const int32_t draft = i < guesses ? c.draft[i] : -1;
+      const int32_t tok = sample(r, c, lg, now, draft);
+      if (tok < 0 || draft < 0 || tok != draft || c.ended() || r.done) break;
+      ++accepted;
+    }
+    if (guesses > 0) {
+      std::lock_guard<std::mutex> lock(mu);
+      m.draft_tokens += guesses;
+      m.draft_accepted += accepted;
+    }
+    if (c.ended() || r.done || accepted == guesses) return;
+    const uint32_t keep = static_cast<uint32_t>(r.req.prompt.size()) + c.completion - 1;  // all but c.next
+    if (Status t = backend.truncate_sequence(c.seq, keep); !t.ok()) fail(r, t.to_string());
   }
 
   void drop_finished() {
@@ -351,8 +394,14 @@ struct Scheduler::Impl {
       }
       for (Choice& c : r->choices) {
         if (c.ended()) continue;
-        batch.add(c.seq, P + c.completion - 1, c.next, true);
-        parts.push_back({r.get(), &c, 1, true});
+        const uint32_t pos = P + c.completion - 1;  // c.next's
+        c.draft.clear();
+        const int want = std::min<int>(static_cast<int>(o.draft_max), static_cast<int>(r->req.max_tokens - c.completion) - 1);
+        if (lookup && want > 0) (void)lookup->propose(c.history, want, &c.draft);  // lookup cannot fail
+        rows.assign(1, c.next);
+        rows.insert(rows.end(), c.draft.begin(), c.draft.end());
+        batch.add(c.seq, pos, rows, Logits::kAll);
+        parts.push_back({r.get(), &c, static_cast<uint32_t>(rows.size()), true});
       }
     }
   }
@@ -400,13 +449,15 @@ struct Scheduler::Impl {
       Running& r = *p.r;
       if (p.c == nullptr) r.prefilled += p.n;
       if (!p.logits) continue;
+      if (p.c != nullptr) {  // a decoding choice: its token's row and its guesses' rows
+        const size_t first = row;
+        row += p.n;
+        if (!r.done) verify(r, *p.c, first, done_at);
+        continue;
+      }
       const std::span<const float> lg(&logits[row * V], V);
       ++row;
       if (r.done) continue;
-      if (p.c != nullptr) {
-        sample(r, *p.c, lg, done_at);
-        continue;
-      }
       if (Status f = fork_choices(r); !f.ok()) {
         fail(r, f.to_string());
         continue;

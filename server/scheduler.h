@@ -92,6 +92,12 @@ struct ServingOptions {
   uint32_t n_ctx = 4096;            // per request: prompt + max_tokens must fit
   uint64_t kv_budget_tokens = 0;    // all running requests' contexts together; 0: max_running * n_ctx
   uint32_t prefill_chunk = 256;     // prompt tokens per step per request
+  // Speculative decoding by prompt lookup (runtime/speculative.h): each decoding choice's
+  // step also evaluates up to draft_max guesses (what followed the most recent earlier
+  // occurrence of its last lookup_ngram..1 tokens) and keeps those its sampling agrees
+  // with. 0: off.
+  uint32_t lookup_ngram = 0;
+  uint32_t draft_max = 8;
   QuantType kv_type = QuantType::F16;
   // The KV cache's bytes per position of one sequence at kv_type and a sequence's fixed
   // state (recurrent layers), for /metrics' bytes in use; 0: unknown (not reported).
@@ -121,6 +127,7 @@ struct StepHistogram {
 struct SchedulerMetrics {
   uint64_t requests_total = 0, requests_finished = 0, requests_cancelled = 0, requests_failed = 0;
   uint64_t prompt_tokens = 0, completion_tokens = 0, steps = 0;
+  uint64_t draft_tokens = 0, draft_accepted = 0;  // speculative guesses evaluated and kept (--lookup)
   uint32_t running = 0, queued = 0;
   uint64_t kv_tokens_used = 0, kv_tokens_budget = 0;  // used: the contexts reserved by running requests
   // After each step: the positions written in running requests' caches, their sequences

@@ -47,6 +47,7 @@ struct ServeFlags {
   std::string api_key_file, cors;
   int port = 8080, threads = 0;
   uint32_t max_running = 8, n_ctx = 0, http_threads = 0;
+  uint32_t lookup = 0, draft_max = 8;  // speculative decoding by prompt lookup
   bool no_interleave = false;
   double request_timeout_s = 0, shutdown_timeout_s = 10;
   TieringFlags tiering;
@@ -143,6 +144,7 @@ Status check_flags(const ServeFlags& f, QuantType* kv_type) {
   }
   *kv_type = *kv;
   if (f.max_running == 0) return invalid_argument("--max-running must be >= 1");
+  if (f.draft_max < 1 || f.draft_max > 64) return invalid_argument("--draft-max must be in [1, 64]");
   if (f.cors.find_first_of(" \t\r\n,") != std::string::npos) {
     return invalid_argument("--cors: one origin (https://example.com) or *");
   }
@@ -182,6 +184,8 @@ int serve(const ServeFlags& f) {
   options.max_running = f.max_running;
   options.n_ctx = f.n_ctx ? f.n_ctx : std::min<uint32_t>(hp.n_ctx_train ? hp.n_ctx_train : 4096, 4096);
   options.kv_type = kv_type;
+  options.lookup_ngram = f.lookup;
+  options.draft_max = f.draft_max;
   if (auto sizes = read_model_sizes(model.file()); sizes.ok()) {  // /metrics' KV bytes in use
     options.kv_bytes_per_token = kv_type == QuantType::Q8_0 ? sizes->kv_bytes_per_token_q8_0
                                                             : sizes->kv_bytes_per_token_f16 * (kv_type == QuantType::F32 ? 2 : 1);
@@ -233,6 +237,10 @@ int serve(const ServeFlags& f) {
                http_options.model_name.c_str(), std::string(arch_info(hp.arch).name).c_str(), hp.n_layer, hp.n_expert,
                hp.n_expert_used, (*engine)->describe().c_str(), options.n_ctx, options.max_running,
                chat.description().c_str(), tiering_note.c_str());
+  if (f.lookup > 0) {
+    std::fprintf(stderr, "moetier serve: speculative decoding by prompt lookup (n-grams %u down to 1, up to %u guesses a step)\n",
+                 f.lookup, f.draft_max);
+  }
   std::fprintf(stderr, "moetier serve: listening on http://%s:%d\n", f.host.c_str(), *port);
   std::fflush(stderr);
   http.run();
@@ -249,6 +257,10 @@ Runner add_serve(CLI::App& app) {
   app.add_option("--port", f->port, "port (default 8080; 0 = any free port, printed at start)")
       ->check(CLI::Range(0, 65535));
   app.add_option("--max-running", f->max_running, "requests decoded together (default 8)");
+  app.add_option("--lookup", f->lookup,
+                 "speculative decoding by prompt lookup: each step also evaluates up to --draft-max guesses (what "
+                 "followed the last earlier occurrence of the text's last N, down to 1, tokens); 0 = off");
+  app.add_option("--draft-max", f->draft_max, "most guesses per choice and step with --lookup (default 8)");
   app.add_option("-c,--ctx,--ctx-size", f->n_ctx, "context per request (default: min(training context, 4096))");
   app.add_option("--api-key", f->api_key,
                  "require 'Authorization: Bearer KEY' (all routes but /health); default $MOETIER_API_KEY");
