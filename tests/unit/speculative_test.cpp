@@ -22,6 +22,7 @@
 #include "runtime/sampling.h"
 #include "runtime/speculative.h"
 #include "backend_schedule.h"
+#include "spec_check.h"
 #include "synth/synth.h"
 #include "test_util.h"
 #include "tokenizer/tokenizer.h"
@@ -29,83 +30,9 @@
 namespace mt::spec_test {
 namespace {
 
+using namespace mt::test::spec;
+
 constexpr int kGenerate = 64;
-
-SamplingParams greedy_params() {
-  SamplingParams p;
-  p.temperature = 0;
-  p.seed = 1;
-  return p;
-}
-
-// Plain greedy decoding, with each step's top-2 gap relative to the row's largest |logit|.
-struct Plain {
-  std::vector<int32_t> tokens;
-  std::vector<double> gap;
-};
-
-Plain plain_greedy(Backend& backend, const std::vector<int32_t>& prompt, int n) {
-  Plain out;
-  auto seq = Sequence::create(backend, 512);
-  EXPECT_TRUE(seq.ok());
-  std::vector<float> logits;
-  EXPECT_TRUE(seq->feed(prompt, false, &logits).ok());
-  Sampler sampler(greedy_params(), backend.n_vocab());
-  for (int32_t t : prompt) sampler.accept(t);
-  for (int i = 0; i < n; ++i) {
-    std::vector<float> sorted = logits;
-    std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<>());
-    double scale = 1e-30;
-    for (float v : logits) scale = std::max(scale, static_cast<double>(std::fabs(v)));
-    out.gap.push_back((sorted[0] - sorted[1]) / scale);
-    const int32_t next = sampler.sample(logits);
-    sampler.accept(next);
-    out.tokens.push_back(next);
-    EXPECT_TRUE(seq->feed({&next, 1}, false, &logits).ok());
-  }
-  return out;
-}
-
-// Speculative decoding of n tokens; checks after every step that the sequence holds the
-// history but its pending token.
-std::vector<int32_t> spec_decode(Backend& backend, Drafter& drafter, SpecConfig config, const std::vector<int32_t>& prompt,
-                                 int n, const SamplingParams& params, SpecStats* stats = nullptr) {
-  auto seq = Sequence::create(backend, 512);
-  EXPECT_TRUE(seq.ok());
-  std::vector<float> logits;
-  EXPECT_TRUE(seq->feed(prompt, false, &logits).ok());
-  Sampler sampler(params, backend.n_vocab());
-  for (int32_t t : prompt) sampler.accept(t);
-  std::vector<int32_t> history = prompt;
-  history.push_back(sampler.sample(logits));
-  sampler.accept(history.back());
-  SpeculativeDecoder decoder(backend, seq->id(), drafter, config);
-  while (history.size() < prompt.size() + static_cast<size_t>(n)) {
-    const int left = static_cast<int>(prompt.size()) + n - static_cast<int>(history.size());
-    const size_t before = history.size();
-    const Status s = decoder.step(&history, sampler, left);
-    EXPECT_TRUE(s.ok()) << s.to_string();
-    if (!s.ok()) break;
-    EXPECT_GE(history.size(), before + 1);
-    EXPECT_LE(history.size(), before + static_cast<size_t>(left));
-    EXPECT_EQ(backend.position(seq->id()), history.size() - 1) << "the rejected guesses' rows must be gone";
-  }
-  if (stats != nullptr) *stats = decoder.stats();
-  return {history.begin() + static_cast<ptrdiff_t>(prompt.size()), history.end()};
-}
-
-// The speculative tokens equal the plain ones up to the first difference, which must sit
-// at a near tie of the plain logits (gap under tie). Returns whether they differ.
-bool expect_greedy_parity(const Plain& plain, const std::vector<int32_t>& spec, double tie, const std::string& what) {
-  EXPECT_EQ(spec.size(), plain.tokens.size()) << what;
-  for (size_t i = 0; i < std::min(spec.size(), plain.tokens.size()); ++i) {
-    if (spec[i] == plain.tokens[i]) continue;
-    EXPECT_LT(plain.gap[i], tie) << what << ": token " << i << " is " << spec[i] << ", plain decoding's " << plain.tokens[i]
-                                 << " at a top-2 gap of " << plain.gap[i];
-    return true;
-  }
-  return false;
-}
 
 std::string write_tiny(Arch arch, const char* quant) {
   synth::SynthConfig c = synth::tiny_for(arch);
