@@ -1,6 +1,7 @@
 #include "runtime/speculative.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 
 #include "core/check.h"
@@ -103,6 +104,35 @@ std::string ScriptedDrafter::describe() const {
   return text;
 }
 
+// ---- when drafting pays
+
+bool SpecThrottle::draft(uint64_t step) const {
+  if (step < off_until_) return false;  // backed off
+  if (plain_s_ == 0) return step > 0;   // the first step measures a plain one
+  return step % kPlainEvery != 0;
+}
+
+void SpecThrottle::observe(uint64_t step, int guesses, int emitted, double seconds) {
+  constexpr double kWeight = 0.25;  // moving averages: the last few steps count most
+  if (step < off_until_) ++off_steps_;
+  if (guesses == 0) {
+    plain_s_ = plain_s_ == 0 ? seconds : plain_s_ + kWeight * (seconds - plain_s_);
+    return;
+  }
+  const double per_token = seconds / std::max(emitted, 1);
+  drafted_s_ = drafted_s_ == 0 ? per_token : drafted_s_ + kWeight * (per_token - drafted_s_);
+  ++drafted_n_;
+  if (plain_s_ == 0 || drafted_n_ < kMinDrafted) return;
+  if (drafted_s_ > plain_s_) {  // losing: plain steps for a while, longer each time
+    off_until_ = step + 1 + backoff_;
+    backoff_ = std::min<uint64_t>(backoff_ * 2, 256);
+    drafted_s_ = 0;  // the next try measures afresh
+    drafted_n_ = 0;
+  } else {
+    backoff_ = 8;
+  }
+}
+
 // ---- verification
 
 SpeculativeDecoder::SpeculativeDecoder(Backend& backend, SeqId seq, Drafter& drafter, SpecConfig config)
@@ -120,8 +150,10 @@ Status SpeculativeDecoder::step(std::vector<int32_t>* history, Sampler& sampler,
   MT_CHECK_MSG(pos0 + 1 == history->size(), "the sequence must hold the history but its pending token");
   const uint32_t n_ctx = backend_.n_ctx(seq_);
   const int room = pos0 + 1 < n_ctx ? static_cast<int>(n_ctx - pos0 - 1) : 0;  // positions after the pending token
-  const int want = std::min({length_, max_new - 1, room});
+  const bool throttled = config_.adaptive && config_.throttle && !throttle_.draft(stats_.steps);
+  const int want = throttled ? 0 : std::min({length_, max_new - 1, room});
   draft_.clear();
+  const auto t0 = std::chrono::steady_clock::now();  // the step's time: the proposal and the verification
   if (want > 0) MT_RETURN_IF_ERROR(drafter_.propose(*history, want, &draft_));
   if (draft_.size() > static_cast<size_t>(std::max(want, 0))) draft_.resize(static_cast<size_t>(std::max(want, 0)));
   const uint32_t n_vocab = backend_.n_vocab();
@@ -134,6 +166,7 @@ Status SpeculativeDecoder::step(std::vector<int32_t>* history, Sampler& sampler,
   batch_.clear();
   batch_.add(seq_, pos0, rows_, Logits::kAll);
   MT_RETURN_IF_ERROR(backend_.eval(batch_, &logits_, trace));
+  const double eval_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
   size_t accepted = 0;
   for (size_t i = 0; i <= draft_.size(); ++i) {
@@ -149,7 +182,11 @@ Status SpeculativeDecoder::step(std::vector<int32_t>* history, Sampler& sampler,
     MT_RETURN_IF_ERROR(backend_.truncate_sequence(seq_, pos0 + 1 + static_cast<uint32_t>(accepted)));
   }
 
+  if (config_.adaptive && config_.throttle) {
+    throttle_.observe(stats_.steps, static_cast<int>(draft_.size()), static_cast<int>(accepted) + 1, eval_s);
+  }
   ++stats_.steps;
+  stats_.backed_off = throttle_.off_steps();
   stats_.drafted += draft_.size();
   stats_.accepted += accepted;
   stats_.emitted += accepted + 1;

@@ -283,6 +283,7 @@ class Bench {
       stats->drafted += decoder.stats().drafted;
       stats->accepted += decoder.stats().accepted;
       stats->emitted += decoder.stats().emitted;
+      stats->backed_off += decoder.stats().backed_off;
     }
     return ns;
   }
@@ -367,6 +368,7 @@ std::vector<nlohmann::ordered_json> result_rows(const ModelFacts& m, const Bench
       j["draft_accepted"] = r.spec.accepted;
       j["acceptance"] = r.spec.acceptance();
       j["tokens_per_step"] = r.spec.tokens_per_step();
+      j["draft_backed_off_steps"] = r.spec.backed_off;
     }
     if (r.n_gen > 0 && r.n_batch <= 1) {
       j["gb_per_s"] = gb_per_s(m, r);

@@ -92,7 +92,9 @@ std::string spec_summary(const Drafter& drafter, const SpecStats& s) {
   std::snprintf(text, sizeof(text), "%llu steps, %llu drafted, %llu accepted (%.1f%%), %.2f tokens per step",
                 static_cast<unsigned long long>(s.steps), static_cast<unsigned long long>(s.drafted),
                 static_cast<unsigned long long>(s.accepted), 100.0 * s.acceptance(), s.tokens_per_step());
-  return "speculative: " + drafter.describe() + ": " + text;
+  std::string line = "speculative: " + drafter.describe() + ": " + text;
+  if (s.backed_off > 0) line += ", " + std::to_string(s.backed_off) + " plain steps while drafting did not pay";
+  return line;
 }
 
 }  // namespace mt::cli
