@@ -31,7 +31,27 @@
 #                              built, the tests of FILTER (gtest filter), the parity test on
 #                              the architectures of PARITY, ornith-35b q4_k_m resident bench
 #                              (NO_BENCH=1: none; BUILD_TARGETS overrides what is built)
-#   tools/gpu/check.sh cpuexp  the CPU's share of hybrid decode alone (moetier_hybrid_cpu)
+#   tools/gpu/check.sh cpuexp  the CPU's share of hybrid decode alone (moetier_hybrid_spec)  # issue 30: speculative decoding on the GPU (one call from a bare machine)
+  BUILD_TARGETS="mt_cuda_tests moetier" build
+  run cuda_spec_tests ./build-gpu/mt_cuda_tests --gtest_filter='CudaSpeculative.*:CudaSequenceFork*'
+  grep -E "OK \]|FAILED|near tie|Failure" "$OUT/cuda_spec_tests.log" | tail -20
+  F=$(qfile "${SPEC_SKEW:-1}")
+  [ -f "$F" ] || { run spec_synth $M synth --preset qwen3-30b-a3b --quant q4_k_m --router-skew "${SPEC_SKEW:-1}" --fast -o "$F"; sync; }
+  for where in resident 25; do
+    tier=()
+    [ "$where" = resident ] || tier=(--expert-cache "$where%")
+    for proc in 1 2 3; do
+      for p in none 0.3 0.7 0.9; do
+        draft=()
+        [ "$p" = none ] || draft=(--draft-scripted "$p" --draft-max "${SPEC_MAX:-4}")
+        name="spec_${where}_p${p}_$proc"
+        run "$name" $M bench -m "$F" --device cuda "${tier[@]}" -p 0 -n 128 -r 3 "${draft[@]}"
+        grep -E "^tg128" "$OUT/$name.log" | sed "s/^/$name: /"
+      done
+    done
+  done
+  ;;
+cpu)
 #                              over threads x pool spin, with moetier_membw and the topology
 #   tools/gpu/check.sh split   hybrid decode with and without the split of misses (VARIANTS,
 #                              BUDGETS, SKEWS), after the tiering tests (NO_TESTS=1: none)
@@ -48,6 +68,11 @@
 #   tools/gpu/check.sh kprof   (after prep) each decode kernel's time from ncu, moetier vs llama-bench
 #                              (QUANTS, default q4_0; KPROF_N tokens)
 #   tools/gpu/check.sh kdetail (after prep) ncu's warp states of the decode step's small kernels
+#   tools/gpu/check.sh spec    issue 30 on one bare machine: the CUDA speculative tests, then
+#                              on the qwen3-30b-a3b q4_k_m timing file tg128 plain and with
+#                              the labelled acceptance mode (--draft-scripted 0.3 / 0.7 / 0.9,
+#                              SPEC_MAX guesses, default 4), resident and at --expert-cache 25%
+#                              (router skew SPEC_SKEW, default 1), 3 fresh processes each
 #   tools/gpu/check.sh cpu     the whole CPU test suite with this machine's compiler
 #   tools/gpu/check.sh all     test, then bench
 # Carry .gpu-carry (made here by tools/gpu/prepare.sh): the Debian packages of the header
