@@ -31,27 +31,7 @@
 #                              built, the tests of FILTER (gtest filter), the parity test on
 #                              the architectures of PARITY, ornith-35b q4_k_m resident bench
 #                              (NO_BENCH=1: none; BUILD_TARGETS overrides what is built)
-#   tools/gpu/check.sh cpuexp  the CPU's share of hybrid decode alone (moetier_hybrid_spec)  # issue 30: speculative decoding on the GPU (one call from a bare machine)
-  BUILD_TARGETS="mt_cuda_tests moetier" build
-  run cuda_spec_tests ./build-gpu/mt_cuda_tests --gtest_filter='CudaSpeculative.*:CudaSequenceFork*'
-  grep -E "OK \]|FAILED|near tie|Failure" "$OUT/cuda_spec_tests.log" | tail -20
-  F=$(qfile "${SPEC_SKEW:-1}")
-  [ -f "$F" ] || { run spec_synth $M synth --preset qwen3-30b-a3b --quant q4_k_m --router-skew "${SPEC_SKEW:-1}" --fast -o "$F"; sync; }
-  for where in resident 25; do
-    tier=()
-    [ "$where" = resident ] || tier=(--expert-cache "$where%")
-    for proc in 1 2 3; do
-      for p in none 0.3 0.7 0.9; do
-        draft=()
-        [ "$p" = none ] || draft=(--draft-scripted "$p" --draft-max "${SPEC_MAX:-4}")
-        name="spec_${where}_p${p}_$proc"
-        run "$name" $M bench -m "$F" --device cuda "${tier[@]}" -p 0 -n 128 -r 3 "${draft[@]}"
-        grep -E "^tg128" "$OUT/$name.log" | sed "s/^/$name: /"
-      done
-    done
-  done
-  ;;
-cpu)
+#   tools/gpu/check.sh cpuexp  the CPU's share of hybrid decode alone (moetier_hybrid_cpu)
 #                              over threads x pool spin, with moetier_membw and the topology
 #   tools/gpu/check.sh split   hybrid decode with and without the split of misses (VARIANTS,
 #                              BUDGETS, SKEWS), after the tiering tests (NO_TESTS=1: none)
@@ -502,6 +482,26 @@ kdetail)  # (machine warm after prep) ncu's warp-state sections of the decode st
     -k "regex:${KDETAIL_KERNELS:-add_rms_norm_quant|router_topk|attn_prep|swiglu_pairs_quant|attn_decode_warps}" \
     -c "${KDETAIL_N:-10}" $M bench -m /tmp/q30-q4_k_m.gguf --device cuda -p 0 -n 2 -r 1
   grep -E "^  [a-z_]+.*\(|Duration|Stall|Warp Cycles Per|Issued Warp|Active Warps|Achieved Occ|Registers|Block Size|Grid Size|Memory Throughput|DRAM Through|L2 Hit" "$OUT/kdetail.log" | head -400
+  ;;
+spec)  # issue 30: speculative decoding on the GPU (one call from a bare machine)
+  BUILD_TARGETS="mt_cuda_tests moetier" build
+  run cuda_spec_tests ./build-gpu/mt_cuda_tests --gtest_filter='CudaSpeculative.*:CudaSequenceFork*'
+  grep -E "OK \]|FAILED|near tie|Failure" "$OUT/cuda_spec_tests.log" | tail -20
+  F=$(qfile "${SPEC_SKEW:-1}")
+  [ -f "$F" ] || { run spec_synth $M synth --preset qwen3-30b-a3b --quant q4_k_m --router-skew "${SPEC_SKEW:-1}" --fast -o "$F"; sync; }
+  for where in resident 25; do
+    tier=()
+    [ "$where" = resident ] || tier=(--expert-cache "$where%")
+    for proc in 1 2 3; do
+      for p in none 0.3 0.7 0.9; do
+        draft=()
+        [ "$p" = none ] || draft=(--draft-scripted "$p" --draft-max "${SPEC_MAX:-4}")
+        name="spec_${where}_p${p}_$proc"
+        run "$name" $M bench -m "$F" --device cuda "${tier[@]}" -p 0 -n 128 -r 3 "${draft[@]}"
+        grep -E "^tg128" "$OUT/$name.log" | sed "s/^/$name: /"
+      done
+    done
+  done
   ;;
 cpu)
   build
