@@ -31,6 +31,7 @@ Runner add_simulate(CLI::App& app);
 Runner add_analyze_routing(CLI::App& app);
 Runner add_serve(CLI::App& app);
 Runner add_tune(CLI::App& app);
+Runner add_slice(CLI::App& app);
 
 // A subcommand's reported error: "moetier <command>: <status>" on stderr; returns 1.
 int fail(const char* command, const Status& s);

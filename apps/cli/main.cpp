@@ -93,6 +93,7 @@ int main(int argc, char** argv) {
   };
   add("synth", "write a synthetic GGUF of a real MoE architecture and checkpoint geometry", mt::cli::add_synth);
   add("inspect", "print a GGUF's metadata, tensors and per-layer expert geometry", mt::cli::add_inspect);
+  add("slice", "write a GGUF of a model's first N blocks (an early-exit draft for --draft-model)", mt::cli::add_slice);
   add("run", "generate text from a prompt (default: the embedded demo model)", mt::cli::add_run);
   add("logits", "raw float32 logits at every position and the routing, for given token ids", mt::cli::add_logits);
   add("info", "print the build's features (CPU, CUDA)", mt::cli::add_info);

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # spec: `run` with a drafter (runtime/speculative.h) on the demo model. At --temp 0 the text
 # of --lookup, --draft-model (the demo model drafting for itself), --draft-scripted and the
-# llama.cpp spellings (-md, --draft) equals plain decoding's, and stderr reports the drafter's
+# llama.cpp spellings (-md, --draft), and an early-exit draft of the model's first 3 blocks
+# (`moetier slice`) equals plain decoding's, and stderr reports the drafter's
 # steps, drafted and accepted tokens (the self-draft accepts everything); seeded sampling with
 # a drafter repeats and another seed differs; bench tg with a drafter reports its counts
 # (JSON, markdown); bad combinations are one-line errors, exit 1 (bench: with --batch):
@@ -35,6 +36,10 @@ check_same lookup_fixed --lookup 2 --draft-max 5 --draft-fixed
 check_same scripted --draft-scripted 0.7 --draft-max 4
 check_same self --draft-model "$MODEL"
 check_same self_llama -md "$MODEL" --draft 3
+# An early-exit draft: the model's first 3 blocks (moetier slice), its own head.
+"$MOETIER" slice -m "$MODEL" --layers 3 -o "$WORK/first3.gguf" 2>"$WORK/slice.err" || fail "slice: $(cat "$WORK/slice.err")"
+"$MOETIER" inspect "$WORK/first3.gguf" | grep -Eq "block_count +u32 +3$" || fail "slice: block_count is not 3"
+check_same sliced --draft-model "$WORK/first3.gguf" --draft-max 4
 grep -q "accepted (100.0%)" "$WORK/self.err" || fail "the model drafting for itself should accept everything: $(grep speculative "$WORK/self.err")"
 grep -q "prompt lookup" "$WORK/lookup.err" || fail "lookup's line names the drafter"
 grep -q "LABELLED acceptance mode" "$WORK/scripted.err" || fail "the scripted mode must say it is labelled"
@@ -77,6 +82,8 @@ expect_error() {  # pattern args...
   [ "$(wc -l <"$WORK/err.txt")" -eq 1 ] || fail "$*: the error should be one line: $(cat "$WORK/err.txt")"
 }
 expect_error "give one" "$MOETIER" bench -m "$MODEL" -t 2 -p 0 -n 8 --batch 2 --lookup 2
+expect_error "--layers must be in \[1, 6)" "$MOETIER" slice -m "$MODEL" --layers 6 -o "$WORK/x.gguf"
+expect_error "--layers must be in \[1, 6)" "$MOETIER" slice -m "$MODEL" --layers 0 -o "$WORK/x.gguf"
 expect_error "give one drafter" "${RUN[@]}" --temp 0 --lookup 3 --draft-scripted 0.5
 expect_error "probability in \[0, 1\]" "${RUN[@]}" --temp 0 --draft-scripted 1.5
 expect_error "give --temp 0" "${RUN[@]}" --temp 0.8 --draft-scripted 0.5
