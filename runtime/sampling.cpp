@@ -139,27 +139,6 @@ int32_t Sampler::sample(std::span<const float> logits) {
   return draw(kept);
 }
 
-int32_t Sampler::sample_given_draft(std::span<const float> logits, int32_t draft) {
-  MT_CHECK(draft >= 0 && static_cast<uint32_t>(draft) < n_vocab_);
-  build_candidates(logits);
-  apply_bias();
-  apply_penalties();
-  if (params_.temperature == 0) return argmax();
-  top_k();
-  const float max = max_logit();
-  min_p_by_logit(max);
-  const double total = softmax(max);
-  const double kept = top_p(total, min_p(total));
-  Candidate* proposed = nullptr;  // the draft among the survivors (filters reorder them)
-  for (Candidate& c : candidates_) {
-    if (c.id == draft && c.weight > 0) proposed = &c;
-  }
-  const double draft_weight = proposed != nullptr ? proposed->weight : 0.0;
-  if (uniform01(rng_) * kept < draft_weight) return draft;  // accepted with probability p(draft)
-  if (proposed != nullptr) proposed->weight = 0;           // rejected: p without the draft
-  return draw(kept - draft_weight);
-}
-
 void Sampler::build_candidates(std::span<const float> logits) {
   MT_CHECK(logits.size() == n_vocab_);
   candidates_.resize(n_vocab_);

@@ -64,13 +64,6 @@ class Sampler {
   // a token). Does not add the token to the history: call accept() for that.
   int32_t sample(std::span<const float> logits);
 
-  // Speculative verification of a proposed token (runtime/speculative.h). Returns `draft`
-  // with probability p(draft), p being the distribution sample() draws from, else a draw
-  // from p without `draft`, renormalised: the result is distributed as sample()'s for any
-  // draft (the standard rule for a draft that proposes one token for sure). At temperature
-  // 0 it is sample(): the argmax, which the draft matches or not.
-  int32_t sample_given_draft(std::span<const float> logits, int32_t draft);
-
   // Adds a token (prompt or generated) to the penalty history.
   void accept(int32_t token);
 

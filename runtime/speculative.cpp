@@ -172,7 +172,7 @@ Status SpeculativeDecoder::step(std::vector<int32_t>* history, Sampler& sampler,
   for (size_t i = 0; i <= draft_.size(); ++i) {
     const std::span<const float> row(logits_.data() + i * n_vocab, n_vocab);
     const bool guessed = i < draft_.size();
-    const int32_t token = guessed ? sampler.sample_given_draft(row, draft_[i]) : sampler.sample(row);
+    const int32_t token = sampler.sample(row);  // plain decoding's draw; a guess is kept when it equals it
     sampler.accept(token);
     history->push_back(token);
     if (!guessed || token != draft_[i]) break;

@@ -3,11 +3,13 @@
 // selected expert once for all of them), and keeps the longest prefix its own sampling
 // agrees with, plus the token it sampled where they part (or after the last guess).
 //
-// Invariant: the tokens are distributed exactly as plain decoding's. Greedy (temperature
-// 0): each row's sample() is the argmax plain decoding takes, so the text is plain
-// decoding's wherever the batched rows' logits pick the same argmax (a near tie aside).
-// Sampling: Sampler::sample_given_draft's rejection rule, which is exact for a drafter that
-// proposes its tokens for sure (every drafter here does). After a step the sequence holds
+// Invariant: the tokens are plain decoding's, token for token and seed for seed. Each row's
+// token is Sampler::sample's draw, the same random numbers in the same order as plain
+// decoding, and a guess is kept only when it equals that draw. For a drafter that proposes
+// its tokens for sure (every drafter here does) a guess is then kept with the probability
+// the target gives it, as the textbook rejection rule keeps it, and the output needs no
+// resampling: at any temperature the text equals plain decoding's wherever the batched rows'
+// logits equal the one-token rows' (a near tie aside). After a step the sequence holds
 // the accepted tokens only: the rejected guesses' cache rows are truncated away
 // (Backend::truncate_sequence), never copied; a recurrent (Gated DeltaNet) state goes back
 // through Backend::keep_run_rollback's log of the verification run.

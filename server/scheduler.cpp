@@ -284,9 +284,9 @@ struct Scheduler::Impl {
 
   // Samples choice c's next token from its row of logits (the grammar's mask and the
   // request's bias applied; the logprobs from the raw row).
-  // With a draft token (>= 0, a speculative guess), the rejection rule of
-  // Sampler::sample_given_draft. Returns the token, or -1 when the choice ended without one.
-  int32_t sample(Running& r, Choice& c, std::span<const float> row, Clock::time_point now, int32_t draft = -1) {
+  // Returns the token, or -1 when the choice ended without one (a speculative guess is kept
+  // by the caller when it equals the token: runtime/speculative.h).
+  int32_t sample(Running& r, Choice& c, std::span<const float> row, Clock::time_point now) {
     std::span<const float> lg = row;
     if (r.grammar) {
       masked.assign(row.begin(), row.end());
@@ -304,7 +304,7 @@ struct Scheduler::Impl {
       }
       lg = masked;
     }
-    const int32_t tok = draft >= 0 ? c.sampler.sample_given_draft(lg, draft) : c.sampler.sample(lg);
+    const int32_t tok = c.sampler.sample(lg);
     if (r.req.choices.top_logprobs >= 0 && !tokenizer.is_eog(tok)) {
       TokenLogprobs lp;
       lp.chosen = {tok, tokenizer.token_to_piece(tok, true),
@@ -356,7 +356,7 @@ struct Scheduler::Impl {
     for (size_t i = 0; i <= guesses; ++i) {
       const std::span<const float> lg(&logits[(first + i) * V], V);
       const int32_t draft = i < guesses ? c.draft[i] : -1;
-      const int32_t tok = sample(r, c, lg, now, draft);
+      const int32_t tok = sample(r, c, lg, now);
       if (tok < 0 || draft < 0 || tok != draft || c.ended() || r.done) break;
       ++accepted;
     }

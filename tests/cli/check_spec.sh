@@ -3,8 +3,8 @@
 # of --lookup, --draft-model (the demo model drafting for itself), --draft-scripted and the
 # llama.cpp spellings (-md, --draft), and an early-exit draft of the model's first 3 blocks
 # (`moetier slice`) equals plain decoding's, and stderr reports the drafter's
-# steps, drafted and accepted tokens (the self-draft accepts everything); seeded sampling with
-# a drafter repeats and another seed differs; bench tg with a drafter reports its counts
+# steps, drafted and accepted tokens (the self-draft accepts everything); sampling with a
+# drafter gives plain sampling's text seed for seed, another seed differs; bench tg with a drafter reports its counts
 # (JSON, markdown); bad combinations are one-line errors, exit 1 (bench: with --batch):
 # two drafters, a probability outside [0, 1], the scripted mode above temperature 0, a draft
 # of another vocabulary, a Gated DeltaNet draft, --record-routing with a drafter; a Gated
@@ -44,11 +44,14 @@ grep -q "accepted (100.0%)" "$WORK/self.err" || fail "the model drafting for its
 grep -q "prompt lookup" "$WORK/lookup.err" || fail "lookup's line names the drafter"
 grep -q "LABELLED acceptance mode" "$WORK/scripted.err" || fail "the scripted mode must say it is labelled"
 
-# Seeded sampling with a drafter repeats; another seed gives other text.
+# Sampling with a drafter gives plain sampling's text seed for seed (each row's token is the
+# plain draw; the throttle's timing-dependent choices cannot change it); another seed differs.
+"${RUN[@]}" --temp 1 --seed 7 >"$WORK/s0.out" 2>/dev/null || fail "sampled plain"
 "${RUN[@]}" --temp 1 --seed 7 --lookup 3 >"$WORK/s1.out" 2>/dev/null || fail "sampled 1"
-"${RUN[@]}" --temp 1 --seed 7 --lookup 3 >"$WORK/s2.out" 2>/dev/null || fail "sampled 2"
+"${RUN[@]}" --temp 1 --seed 7 --draft-model "$MODEL" >"$WORK/s2.out" 2>/dev/null || fail "sampled 2"
 "${RUN[@]}" --temp 1 --seed 8 --lookup 3 >"$WORK/s3.out" 2>/dev/null || fail "sampled 3"
-cmp -s "$WORK/s1.out" "$WORK/s2.out" || fail "the same seed gave other text with a drafter"
+cmp -s "$WORK/s0.out" "$WORK/s1.out" || fail "seed 7 with --lookup gave other text than plain sampling"
+cmp -s "$WORK/s0.out" "$WORK/s2.out" || fail "seed 7 with --draft-model gave other text than plain sampling"
 cmp -s "$WORK/s1.out" "$WORK/s3.out" && fail "another seed gave the same text"
 
 # bench: tg with a drafter decodes greedily from a prompt; the JSON has the drafter's counts.
@@ -102,4 +105,4 @@ if [ "$fails" -ne 0 ]; then
   echo "$fails failure(s)"
   exit 1
 fi
-echo "ok: run with --lookup, --draft-model, --draft-scripted: the plain text at --temp 0; seeded sampling repeats; errors"
+echo "ok: run with --lookup, --draft-model, --draft-scripted: the plain text at --temp 0 and plain sampling's text seed for seed; errors"
