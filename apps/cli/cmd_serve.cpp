@@ -185,6 +185,14 @@ int serve(const ServeFlags& f) {
   options.n_ctx = f.n_ctx ? f.n_ctx : std::min<uint32_t>(hp.n_ctx_train ? hp.n_ctx_train : 4096, 4096);
   options.kv_type = kv_type;
   options.lookup_ngram = f.lookup;
+  if (f.lookup > 0 && (*engine)->on_gpu()) {
+    for (uint32_t l = 0; l < hp.n_layer; ++l) {
+      if (hp.is_recurrent(l)) {
+        return fail("serve", unimplemented("--lookup with a Gated DeltaNet model on --device cuda: its recurrent state "
+                                           "cannot cut a verification run short there yet (it can on the CPU)"));
+      }
+    }
+  }
   options.draft_max = f.draft_max;
   if (auto sizes = read_model_sizes(model.file()); sizes.ok()) {  // /metrics' KV bytes in use
     options.kv_bytes_per_token = kv_type == QuantType::Q8_0 ? sizes->kv_bytes_per_token_q8_0
