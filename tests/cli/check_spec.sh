@@ -38,7 +38,8 @@ check_same self --draft-model "$MODEL"
 check_same self_llama -md "$MODEL" --draft 3
 # An early-exit draft: the model's first 3 blocks (moetier slice), its own head.
 "$MOETIER" slice -m "$MODEL" --layers 3 -o "$WORK/first3.gguf" 2>"$WORK/slice.err" || fail "slice: $(cat "$WORK/slice.err")"
-"$MOETIER" inspect "$WORK/first3.gguf" | grep -Eq "block_count +u32 +3$" || fail "slice: block_count is not 3"
+"$MOETIER" inspect "$WORK/first3.gguf" >"$WORK/first3.txt" 2>&1 || fail "inspect the slice"
+grep -Eq "block_count +u32 +3$" "$WORK/first3.txt" || fail "slice: block_count is not 3"
 check_same sliced --draft-model "$WORK/first3.gguf" --draft-max 4
 grep -q "accepted (100.0%)" "$WORK/self.err" || fail "the model drafting for itself should accept everything: $(grep speculative "$WORK/self.err")"
 grep -q "prompt lookup" "$WORK/lookup.err" || fail "lookup's line names the drafter"
