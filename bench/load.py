@@ -31,6 +31,11 @@ What it does:
      token (last text chunk - first) / (output tokens - 1) per request counts every token.
      Output tokens come from the usage chunk, else the chunks carrying text are counted
      ("output_tokens_source" per request).
+  5. --long-prompt N (chunked prefill under load): --long-prompt-after seconds into the run, one
+     more request with an N-token prompt and max_tokens 1 is sent while the streams decode;
+     "long_prompt" in the JSON holds its prefill time and the streams' inter-token latency
+     while it was being admitted (gaps that overlap its send .. first token) beside the
+     latency outside that window (the server needs a free slot for it: --max-running N+1).
 
 Exit status: 0; 1 when a request failed (HTTP error, broken stream, error event), or with
 --require-exact when a request got another number of output tokens than asked, unless
@@ -389,6 +394,7 @@ def measure(rec, stream, index, prompt_tokens_alone):
          "tpot_s": (times[-1] - times[0]) / (out_tokens - 1) if times and out_tokens > 1 else None,
          "start_s": rec["sent"], "end_s": rec["ended"]}
     r["itl_s"] = [b - a for a, b in zip(times, times[1:])]
+    r["itl_spans"] = list(zip(times, times[1:]))
     return r
 
 
@@ -411,6 +417,38 @@ async def client(server, args, model, prompts, stream, deadline, results):
         prompt = prompts[(stream + i * args.streams) % len(prompts)]
         results.append(await one(server, args, model, prompt, stream, i))
         i += 1
+
+
+async def long_prompt(server, args, model, prompt, start, box):
+    """The --long-prompt request: sent --long-prompt-after seconds after start, max_tokens 1."""
+    await asyncio.sleep(max(0.0, start + args.long_prompt_after - time.perf_counter()))
+    body = request_body(args, model, prompt[0])
+    body["max_tokens"] = 1
+    try:
+        rec = await stream_chat(server, body, ROUTES[args.endpoint])
+    except LoadError as e:
+        box["error"] = str(e)
+        return
+    times = rec["chunk_times"]
+    box.update(sent=rec["sent"], first=times[0] if times else rec["ended"], ended=rec["ended"],
+               prompt_tokens=(rec["usage"] or {}).get("prompt_tokens"), prompt_tokens_alone=prompt[1])
+
+
+def long_prompt_report(args, ok, box, start):
+    """The streams' inter-token gaps during the long prompt's admission vs outside it."""
+    if not box or "error" in box:
+        return {"tokens": args.long_prompt, "error": (box or {}).get("error", "not sent")}
+    lo, hi = box["sent"], box["first"]
+    during = [b - a for r in ok for a, b in r["itl_spans"] if b > lo and a < hi]
+    outside = [b - a for r in ok for a, b in r["itl_spans"] if not (b > lo and a < hi)]
+    d, o = summary(during), summary(outside)
+    return {"tokens": args.long_prompt, "prompt_tokens": box["prompt_tokens"],
+            "prompt_tokens_alone": box["prompt_tokens_alone"], "sent_after_s": lo - start,
+            "admission_s": hi - lo, "itl_during_s": d, "itl_outside_s": o,
+            "p99_during_over_p50_outside": d["p99"] / o["p50"] if d["p99"] and o["p50"] else None,
+            "max_during_over_p50_outside": max(during) / o["p50"] if during and o["p50"] else None,
+            "note": "gaps between a running stream's text chunks that overlap [long request sent, its first "
+                    "token]; outside: every other gap of the measured requests"}
 
 
 async def prepare(server, args):
@@ -441,16 +479,20 @@ async def prepare(server, args):
         raise Unreachable(f"--prompt-tokens {args.prompt_tokens}: the chat template alone takes {overhead} tokens")
     count = args.streams * (args.requests if args.duration is None else args.prompt_pool)
     prompts = [await builder.build(i, content) for i in range(count)]
+    if args.long_prompt:
+        if args.long_prompt - overhead < 8:
+            raise Unreachable(f"--long-prompt {args.long_prompt}: the chat template alone takes {overhead} tokens")
+        args.long_prompt_text = await builder.build(10**6, args.long_prompt - overhead)
     return model, ("tokenize" if builder.exact else "approx_words"), prompts, overhead, warm
 
 
-def report(args, model, method, overhead, results, wall, memory):
+def report(args, model, method, overhead, results, wall, memory, long_info=None):
     ok = [r for r in results if r["ok"]]
     failed = [r for r in results if not r["ok"]]
     short = [r for r in ok if r["output_tokens"] != args.output_tokens]
     out_tokens = sum(r["output_tokens"] for r in ok)
     itl = [g for r in ok for g in r["itl_s"]]
-    per_request = [{k: v for k, v in r.items() if k not in ("itl_s", "start_s", "end_s")}
+    per_request = [{k: v for k, v in r.items() if k not in ("itl_s", "itl_spans", "start_s", "end_s")}
                    for r in sorted(results, key=lambda r: (r["stream"], r["index"]))]
     return {
         "tool": "bench/load.py", "version": VERSION, "label": args.label, "url": args.url, "model": model,
@@ -480,6 +522,7 @@ def report(args, model, method, overhead, results, wall, memory):
             "output_tokens": "usage.completion_tokens of the stream's usage chunk, else chunks carrying text"},
         "errors": sorted({r["error"] for r in failed})[:10],
         "server_memory": memory,
+        "long_prompt": long_info,
         "per_request": per_request,
     }
 
@@ -495,13 +538,18 @@ async def run(args):
     results = []
     start = time.perf_counter()
     deadline = start + args.duration if args.duration is not None else None
-    await asyncio.gather(*(client(server, args, model, prompts, s, deadline, results) for s in range(args.streams)))
+    box = {}
+    tasks = [client(server, args, model, prompts, s, deadline, results) for s in range(args.streams)]
+    if args.long_prompt:
+        tasks.append(long_prompt(server, args, model, args.long_prompt_text, start, box))
+    await asyncio.gather(*tasks)
     ok = [r for r in results if r["ok"]]
     wall = (max(r["end_s"] for r in ok) - min(r["start_s"] for r in ok)) if ok else time.perf_counter() - start
     stop.set()
     if sampling:
         await sampling
-    return report(args, model, method, overhead, results, wall, sampler.report() if sampler else None)
+    long_info = long_prompt_report(args, ok, box, start) if args.long_prompt else None
+    return report(args, model, method, overhead, results, wall, sampler.report() if sampler else None, long_info)
 
 
 async def wait_health(server, seconds):
@@ -545,6 +593,10 @@ def parse_args(argv):
     ap.add_argument("--pid", type=int, help="the server's process id: report its peak RSS (and GPU memory)")
     ap.add_argument("--wait", type=float, default=0, help="wait up to S seconds for GET /health to answer 200")
     ap.add_argument("--timeout", type=float, default=300, help="seconds without data before a request fails")
+    ap.add_argument("--long-prompt", type=int, default=0, metavar="N",
+                    help="also send one N-token prompt (max_tokens 1) while the streams decode (chunked prefill)")
+    ap.add_argument("--long-prompt-after", type=float, default=1.0, metavar="S",
+                    help="seconds after the start that the --long-prompt request is sent (default %(default)s)")
     ap.add_argument("--label", default="", help="free text copied into the JSON")
     ap.add_argument("-o", "--out", help="write the JSON here (default: stdout)")
     ap.add_argument("--require-exact", action="store_true",
@@ -556,6 +608,8 @@ def parse_args(argv):
             ap.error(f"--{name.replace('_', '-')} must be at least 1")
     if args.warmup < 0 or (args.duration is not None and args.duration <= 0) or args.timeout <= 0:
         ap.error("--warmup must be >= 0, --duration and --timeout > 0")
+    if args.long_prompt and (args.long_prompt < 16 or args.long_prompt_after < 0):
+        ap.error("--long-prompt must be at least 16 and --long-prompt-after >= 0")
     if args.prompt_tokens < 16:
         ap.error("--prompt-tokens must be at least 16 (the chat template takes some)")
     if args.pid is not None and not os.path.exists(f"/proc/{args.pid}"):
@@ -589,6 +643,15 @@ def main(argv=None):
           f"{rep['requests_other_length']} of another length; {rep['output_tok_s'] or 0:.2f} output tok/s; "
           f"ttft p50 {fmt(t['p50'])} p99 {fmt(t['p99'])} ms; itl p50 {fmt(i['p50'])} p99 {fmt(i['p99'])} ms",
           file=sys.stderr)
+    lp = rep.get("long_prompt")
+    if lp and "error" not in lp:
+        d, o = lp["itl_during_s"], lp["itl_outside_s"]
+        print(f"load.py: long prompt {lp['prompt_tokens']} tokens admitted in {lp['admission_s'] * 1000:.0f} ms; "
+              f"streams' itl during it p50 {fmt(d['p50'])} p99 {fmt(d['p99'])} ms (n {d['n']}), outside p50 "
+              f"{fmt(o['p50'])} ms: p99 during / p50 outside {lp['p99_during_over_p50_outside'] or 0:.2f}", file=sys.stderr)
+    elif lp:
+        print(f"load.py: long prompt failed: {lp['error']}", file=sys.stderr)
+        bad = bad + 1
     for e in rep["errors"]:
         print(f"load.py: request error: {e}", file=sys.stderr)
     return 1 if bad and not args.allow_failures else 0

@@ -17,6 +17,9 @@
 #   --gpu                llama-server -ngl 99 -fa on; moetier --device cuda
 #   --n-cpu-moe N        llama-server --n-cpu-moe N (experts of the first N layers on the CPU)
 #   --expert-cache X     moetier --expert-cache X (SIZE or N%)
+#   --long-prompt N      load.py --long-prompt N (one N-token prompt sent 1 s into each run while
+#                        the streams decode: their latency while it is admitted); each server
+#                        gets one slot more and a context of at least N + 64 per slot
 #   --endpoint chat|completions  load.py's route (default chat; completions for random-weight
 #                        models, whose text llama-server's chat-reply parser rejects)
 #   --no-ban-invalid-utf8  by default load.py bans the vocabulary's tokens that are not valid
@@ -37,7 +40,7 @@ die() { printf 'serve_compare: error: %s\n' "$*" >&2; exit 1; }
 
 [ $# -ge 1 ] || die "usage: $0 MODEL [--out DIR] [--streams \"1 8 32\"] [--prompt-tokens N] [--output-tokens N] ..."
 MODEL=$1; shift
-OUT="" STREAMS="1 8 32" PROMPT=128 OUTPUT=256 REQUESTS=4 DURATION="" CTX="" THREADS="" GPU=0 NCPUMOE="" ECACHE=""
+LONG="" OUT="" STREAMS="1 8 32" PROMPT=128 OUTPUT=256 REQUESTS=4 DURATION="" CTX="" THREADS="" GPU=0 NCPUMOE="" ECACHE=""
 ENGINES="moetier llama" ENDPOINT=chat BAN=1
 MOETIER=$REPO/build/moetier
 LLAMA=$REPO/.bench/llama.cpp/build/bin/llama-server
@@ -55,6 +58,7 @@ while [ $# -gt 0 ]; do
     --gpu) GPU=1; shift ;;
     --n-cpu-moe) NCPUMOE=$2; shift 2 ;;
     --expert-cache) ECACHE=$2; shift 2 ;;
+    --long-prompt) LONG=$2; shift 2 ;;
     --engines) ENGINES=$2; shift 2 ;;
     --endpoint) ENDPOINT=$2; shift 2 ;;
     --no-ban-invalid-utf8) BAN=0; shift ;;
@@ -64,7 +68,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 [ -f "$MODEL" ] || die "no model file $MODEL"
-for n in $STREAMS $PROMPT $OUTPUT $REQUESTS ${CTX:-1} ${THREADS:-1} ${NCPUMOE:-0}; do
+for n in $STREAMS $PROMPT $OUTPUT $REQUESTS ${CTX:-1} ${THREADS:-1} ${NCPUMOE:-0} ${LONG:-0}; do
   [[ $n =~ ^[0-9]+$ ]] || die "not a whole number: $n"
 done
 for e in $ENGINES; do
@@ -76,10 +80,12 @@ for e in $ENGINES; do
 done
 command -v python3 >/dev/null || die "python3 not found"
 CTX=${CTX:-$((PROMPT + OUTPUT + 64))}
+[ -n "$LONG" ] && [ "$CTX" -lt $((LONG + 64)) ] && CTX=$((LONG + 64))
 OUT=${OUT:-$REPO/.bench/serve/$(basename "$MODEL" .gguf)-$(date +%Y%m%d-%H%M%S)}
 mkdir -p "$OUT"
 LOAD_ARGS=(--prompt-tokens "$PROMPT" --output-tokens "$OUTPUT" --endpoint "$ENDPOINT" --wait 600 --timeout 600)
 [ "$BAN" = 1 ] && LOAD_ARGS+=(--ban-invalid-utf8 "$MODEL")
+[ -n "$LONG" ] && LOAD_ARGS+=(--long-prompt "$LONG")
 if [ -n "$DURATION" ]; then LOAD_ARGS+=(--duration "$DURATION"); else LOAD_ARGS+=(--requests "$REQUESTS"); fi
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
@@ -98,6 +104,7 @@ trap stop_server EXIT
 # start ENGINE STREAMS PORT LOG: the server in the background (SERVER_PID).
 start_server() {
   local engine=$1 n=$2 port=$3 log=$4 cmd
+  [ -n "$LONG" ] && n=$((n + 1))
   if [ "$engine" = moetier ]; then
     cmd=("$MOETIER" serve -m "$MODEL" --host 127.0.0.1 --port "$port" -c "$CTX" --max-running "$n")
     [ -n "$THREADS" ] && cmd+=(-t "$THREADS")

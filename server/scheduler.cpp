@@ -14,6 +14,7 @@
 #include "experts/scheduler.h"
 #include "runtime/grammar_tokens.h"
 #include "runtime/speculative.h"
+#include "server/prefill_pacer.h"
 #include "tokenizer/stream_decoder.h"
 
 namespace mt {
@@ -146,9 +147,14 @@ struct Scheduler::Impl {
   std::vector<TokenLogprob> top;  // scratch
   std::unique_ptr<LookupDrafter> lookup;  // with o.lookup_ngram > 0
   std::vector<int32_t> rows;              // scratch: a choice's token and guesses
+  PrefillPacer pacer;                     // the step's prompt-token budget beside decoders
+  uint32_t step_decode_rows = 0, step_prompt_tokens = 0;
   std::thread thread;
 
-  Impl(Backend& b, const Tokenizer& tk, const ServingOptions& opt) : backend(b), tokenizer(tk), o(opt) {
+  Impl(Backend& b, const Tokenizer& tk, const ServingOptions& opt)
+      : backend(b), tokenizer(tk), o(opt),
+        pacer(PrefillPacer::Options{std::max(1u, opt.prefill_chunk), std::max(1u, opt.prefill_min_chunk),
+                                    opt.prefill_pace}) {
     m.kv_tokens_budget = o.kv_budget_tokens;
     if (o.lookup_ngram > 0) lookup = std::make_unique<LookupDrafter>(static_cast<int>(o.lookup_ngram), 1);
     thread = std::thread([this] { loop(); });
@@ -374,18 +380,31 @@ struct Scheduler::Impl {
     std::erase_if(running, [](const std::unique_ptr<Running>& r) { return r->done; });
   }
 
-  // The step's batch: every decoding choice's next token, and prompt chunks up to
-  // prefill_chunk tokens in all (so a long prompt never stalls the decoders).
+  bool any_decoding() const {
+    for (const auto& r : running) {
+      if (r->prefilled < r->req.prompt.size()) continue;
+      for (const Choice& c : r->choices) {
+        if (!c.ended()) return true;
+      }
+    }
+    return false;
+  }
+
+  // The step's batch: every decoding choice's next token, and prompt chunks up to the
+  // pacer's budget in all (prefill_chunk, less beside decoders: a long prompt never
+  // stalls them).
   void build_batch() {
     batch.clear();
     parts.clear();
-    uint32_t prefill_left = std::max(1u, o.prefill_chunk);
+    step_decode_rows = step_prompt_tokens = 0;
+    uint32_t prefill_left = pacer.budget(any_decoding());
     for (auto& r : running) {
       const auto P = static_cast<uint32_t>(r->req.prompt.size());
       if (r->prefilled < P) {
         if (prefill_left == 0) continue;
         const uint32_t n = std::min(prefill_left, P - r->prefilled);
         prefill_left -= n;
+        step_prompt_tokens += n;
         const bool last = r->prefilled + n == P;
         batch.add(r->seq.id(), r->prefilled, std::span<const int32_t>(r->req.prompt).subspan(r->prefilled, n),
                   last ? Logits::kLast : Logits::kNone);
@@ -401,6 +420,7 @@ struct Scheduler::Impl {
         rows.assign(1, c.next);
         rows.insert(rows.end(), c.draft.begin(), c.draft.end());
         batch.add(c.seq, pos, rows, Logits::kAll);
+        step_decode_rows += static_cast<uint32_t>(rows.size());
         parts.push_back({r.get(), &c, static_cast<uint32_t>(rows.size()), true});
       }
     }
@@ -436,7 +456,10 @@ struct Scheduler::Impl {
     if (running.empty()) return;
     build_batch();
     if (batch.empty()) return;
+    const Clock::time_point eval_start = Clock::now();
     const Status s = backend.eval(batch, &logits);
+    pacer.observe(step_decode_rows, step_prompt_tokens,
+                  std::chrono::duration<double>(Clock::now() - eval_start).count());
     publish_experts();
     if (!s.ok()) {
       for (const StepPart& p : parts) fail(*p.r, s.to_string());

@@ -91,7 +91,12 @@ struct ServingOptions {
   uint32_t max_running = 8;         // requests decoded together
   uint32_t n_ctx = 4096;            // per request: prompt + max_tokens must fit
   uint64_t kv_budget_tokens = 0;    // all running requests' contexts together; 0: max_running * n_ctx
-  uint32_t prefill_chunk = 256;     // prompt tokens per step per request
+  // Chunked prefill (server/prefill_pacer.h): at most prefill_chunk prompt tokens per step;
+  // beside decoding sequences, as many as keep a step within prefill_pace x a plain decode
+  // step (measured), at least prefill_min_chunk. prefill_pace 0: always prefill_chunk.
+  uint32_t prefill_chunk = 256;
+  uint32_t prefill_min_chunk = 16;
+  double prefill_pace = 2.0;
   // Speculative decoding by prompt lookup (runtime/speculative.h): each decoding choice's
   // step also evaluates up to draft_max guesses (what followed the most recent earlier
   // occurrence of its last lookup_ngram..1 tokens) and keeps those its sampling agrees

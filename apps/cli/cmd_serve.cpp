@@ -48,6 +48,8 @@ struct ServeFlags {
   int port = 8080, threads = 0;
   uint32_t max_running = 8, n_ctx = 0, http_threads = 0;
   uint32_t lookup = 0, draft_max = 8;  // speculative decoding by prompt lookup
+  uint32_t prefill_chunk = 256;
+  double prefill_pace = 2.0;
   bool no_interleave = false;
   double request_timeout_s = 0, shutdown_timeout_s = 10;
   TieringFlags tiering;
@@ -145,6 +147,10 @@ Status check_flags(const ServeFlags& f, QuantType* kv_type) {
   *kv_type = *kv;
   if (f.max_running == 0) return invalid_argument("--max-running must be >= 1");
   if (f.draft_max < 1 || f.draft_max > 64) return invalid_argument("--draft-max must be in [1, 64]");
+  if (f.prefill_chunk < 1 || f.prefill_chunk > 65536) return invalid_argument("--prefill-chunk must be in [1, 65536]");
+  if (!(f.prefill_pace == 0 || (f.prefill_pace >= 1.1 && f.prefill_pace <= 100))) {
+    return invalid_argument("--prefill-pace must be 0 (off) or in [1.1, 100]");
+  }
   if (f.cors.find_first_of(" \t\r\n,") != std::string::npos) {
     return invalid_argument("--cors: one origin (https://example.com) or *");
   }
@@ -185,6 +191,8 @@ int serve(const ServeFlags& f) {
   options.n_ctx = f.n_ctx ? f.n_ctx : std::min<uint32_t>(hp.n_ctx_train ? hp.n_ctx_train : 4096, 4096);
   options.kv_type = kv_type;
   options.lookup_ngram = f.lookup;
+  options.prefill_chunk = f.prefill_chunk;
+  options.prefill_pace = f.prefill_pace;
   if (f.lookup > 0 && (*engine)->on_gpu()) {
     for (uint32_t l = 0; l < hp.n_layer; ++l) {
       if (hp.is_recurrent(l)) {
@@ -269,6 +277,11 @@ Runner add_serve(CLI::App& app) {
                  "speculative decoding by prompt lookup: each step also evaluates up to --draft-max guesses (what "
                  "followed the last earlier occurrence of the text's last N, down to 1, tokens); 0 = off");
   app.add_option("--draft-max", f->draft_max, "most guesses per choice and step with --lookup (default 8)");
+  app.add_option("--prefill-chunk", f->prefill_chunk,
+                 "most prompt tokens evaluated per step, all prompts together (default 256)");
+  app.add_option("--prefill-pace", f->prefill_pace,
+                 "beside decoding requests, prompt chunks sized so a step lasts about R x a plain decode step "
+                 "(measured; default 2; 0 = always --prefill-chunk)");
   app.add_option("-c,--ctx,--ctx-size", f->n_ctx, "context per request (default: min(training context, 4096))");
   app.add_option("--api-key", f->api_key,
                  "require 'Authorization: Bearer KEY' (all routes but /health); default $MOETIER_API_KEY");

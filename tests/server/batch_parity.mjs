@@ -19,7 +19,8 @@
 // usage: node batch_parity.mjs MOETIER MODEL WORK_DIR
 // env: SERVE_MODEL (a GGUF instead of MODEL), SERVE_ARGS (extra `serve` flags, e.g.
 //      "--device cuda"; they replace the defaults of the same name), SERVE_START_S,
-//      PARITY_REL (the relative bound), PARITY_LOGIT_SCALE (L, skips `moetier logits`)
+//      PARITY_REL (the relative bound), PARITY_LOGIT_SCALE (L, skips `moetier logits`),
+//      PARITY_LOGITS_ARGS (more `moetier logits` flags, e.g. "--device cuda")
 import { spawnSync } from 'node:child_process';
 import { mkdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
@@ -52,7 +53,8 @@ function relativeBound() {
 function logitScale() {
   if (process.env.PARITY_LOGIT_SCALE) return Number(process.env.PARITY_LOGIT_SCALE);
   const out = path.join(work, 'logits.f32');
-  const r = spawnSync(moetier, ['logits', '-m', model, '-p', PROMPTS[0], '-o', out, '--no-interleave', '-t', '2'],
+  const extra = (process.env.PARITY_LOGITS_ARGS ?? '').split(/\s+/).filter((x) => x !== '');
+  const r = spawnSync(moetier, ['logits', '-m', model, '-p', PROMPTS[0], '-o', out, '--no-interleave', '-t', '2', ...extra],
     { encoding: 'utf8', timeout: 300000 });
   check(r.status === 0, `moetier logits: ${r.stderr}`);
   const buf = readFileSync(out);
