@@ -53,6 +53,11 @@
 #                              the labelled acceptance mode (--draft-scripted 0.3 / 0.7 / 0.9,
 #                              SPEC_MAX guesses, default 4), resident and at --expert-cache 25%
 #                              (router skew SPEC_SKEW, default 1), 3 fresh processes each
+#   tools/gpu/check.sh warm    a bare machine for issues 27 and 30: moetier (with serve) and
+#                              mt_cuda_tests built beside llama-bench and llama-server, then
+#                              the whole CUDA test suite (FILTER) while the qwen3-30b-a3b
+#                              q4_k_m timing file with the Qwen2 vocabulary (serve.sh's and
+#                              spec's file) is synthesized
 #   tools/gpu/check.sh cpu     the whole CPU test suite with this machine's compiler
 #   tools/gpu/check.sh all     test, then bench
 # Carry .gpu-carry (made here by tools/gpu/prepare.sh): the Debian packages of the header
@@ -78,7 +83,7 @@ run() {  # name command...
 }
 build() {  # WERROR off: the device's GCC 13 warns falsely (-Warray-bounds) where GCC 12 here and in CI does not
   [ -f build-gpu/build.ninja ] || cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOETIER_CUDA=ON \
-    -DCMAKE_CUDA_ARCHITECTURES=90 -DMOETIER_WERROR=OFF -DMOETIER_SERVER=OFF -DCMAKE_PREFIX_PATH="$SYSROOT/usr" \
+    -DCMAKE_CUDA_ARCHITECTURES=90 -DMOETIER_WERROR=OFF -DMOETIER_SERVER=ON -DCMAKE_PREFIX_PATH="$SYSROOT/usr" \
     -DMOETIER_TESTDATA_DIR="$TESTDATA" >"$OUT/configure.log" 2>&1
   local t
   if [ -n "${BUILD_TARGETS:-}" ]; then
@@ -485,9 +490,9 @@ kdetail)  # (machine warm after prep) ncu's warp-state sections of the decode st
   ;;
 spec)  # issue 30: speculative decoding on the GPU (one call from a bare machine)
   BUILD_TARGETS="mt_cuda_tests moetier" build
-  run cuda_spec_tests ./build-gpu/mt_cuda_tests --gtest_filter='CudaSpeculative.*:CudaSequenceFork*'
+  [ -n "${NO_TESTS:-}" ] || run cuda_spec_tests ./build-gpu/mt_cuda_tests --gtest_filter='CudaSpeculative.*:CudaSequenceFork*'
   grep -E "OK \]|FAILED|near tie|Failure" "$OUT/cuda_spec_tests.log" | tail -20
-  F=$(qfile "${SPEC_SKEW:-1}")
+  F=${SPEC_FILE:-$(qfile "${SPEC_SKEW:-1}")}
   [ -f "$F" ] || { run spec_synth $M synth --preset qwen3-30b-a3b --quant q4_k_m --router-skew "${SPEC_SKEW:-1}" --fast -o "$F"; sync; }
   for where in resident 25; do
     tier=()
@@ -502,6 +507,18 @@ spec)  # issue 30: speculative decoding on the GPU (one call from a bare machine
       done
     done
   done
+  ;;
+warm)
+  BUILD_TARGETS=${BUILD_TARGETS:-mt_cuda_tests moetier} build &
+  [ -n "${NO_LLAMA:-}" ] || (OUT=$OUT/llama && mkdir -p "$OUT" && llama_build) &
+  wait
+  F=/tmp/q30v-q4_k_m.gguf
+  [ -f "$F" ] || (run synth_q30v $M synth --preset qwen3-30b-a3b --quant q4_k_m --fast \
+    --vocab .gpu-carry/testdata/vocab/ggml-vocab-qwen2.gguf -o "$F"; sync) &
+  run cuda_tests ./build-gpu/mt_cuda_tests ${FILTER:+--gtest_filter=$FILTER}
+  grep -E "FAILED|OK \]" "$OUT/cuda_tests.log" | tail -80
+  wait
+  ls -la /tmp/*.gguf /tmp/llama.cpp/build/bin/llama-server "$M"
   ;;
 cpu)
   build

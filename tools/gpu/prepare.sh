@@ -28,4 +28,7 @@ tar -C "$LLAMA_DIR" --exclude='ggml/src/ggml-vulkan' --exclude='ggml/src/ggml-sy
   --exclude='tools/ui/src' --exclude='tools/ui/tests' --exclude='tools/ui/static' --exclude='tools/server/tests' \
   -cJf "$CARRY/llama-src.tar.xz" CMakeLists.txt app cmake common ggml include src tools vendor licenses LICENSE \
   scripts/ui-assets.cmake
+# Debian's node (one static-enough binary: libstdc++ and libc only), xz-packed (~24 MB), for
+# the server tests against the GPU server (tools/gpu/serve.sh NODE_CHECKS=1).
+[ -f "$CARRY/node.xz" ] || xz -T2 -6 -c "$(command -v node)" >"$CARRY/node.xz"
 du -sh "$CARRY"

@@ -25,7 +25,7 @@ step() {  # name command...: logged to $OUT/name.log
   if "$@" >"$OUT/$name.log" 2>&1; then echo ok; else echo "FAILED ($name.log)"; tail -20 "$OUT/$name.log"; fi
   pack
 }
-B=/tmp/build-serve
+B=${SERVE_BUILD:-/tmp/build-serve}
 [ -f $B/build.ninja ] || cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOETIER_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
   -DMOETIER_TESTS=OFF -DCMAKE_PREFIX_PATH="$SYSROOT/usr" >"$OUT/configure.log" 2>&1
 step build cmake --build $B -j "$JOBS" --target moetier
@@ -44,10 +44,39 @@ sync
 COMMON=(--gpu --engines "${ENGINES:-moetier}" --streams "${STREAMS:-1 8 32}" --prompt-tokens "${PROMPT:-128}"
         --output-tokens "${OUTPUT:-256}" --requests "${REQUESTS:-2}" --endpoint completions --moetier $B/moetier
         --llama-server $LLAMA)
-step resident bash bench/serve_compare.sh $F "${COMMON[@]}" --out "$OUT/resident"
+# NODE_CHECKS=1 (carry .gpu-carry/node.xz, Debian's node packed by tools/gpu/prepare.sh): the
+# server tests on the GPU server and this file: batch parity (16 requests alone vs together
+# at temperature 0) and churn (64 streams + 200 dropped connections), resident and at 25%.
+if [ -n "${NODE_CHECKS:-}" ] && [ -f .gpu-carry/node.xz ]; then
+  [ -x /tmp/node ] || { xz -dc .gpu-carry/node.xz >/tmp/node && chmod +x /tmp/node; }
+  for where in resident 25; do
+    a="--device cuda -t $JOBS"
+    [ "$where" = resident ] || a="$a --expert-cache $where%"
+    step "parity_$where" env SERVE_MODEL=$F SERVE_ARGS="$a" PARITY_LOGITS_ARGS="--device cuda" SERVE_START_S=300 \
+      /tmp/node tests/server/batch_parity.mjs $B/moetier $F /tmp/parity
+    grep -E "^ok|near tie|PASS|FAIL|bound" "$OUT/parity_$where.log"
+    step "churn_$where" env SERVE_MODEL=$F SERVE_ARGS="$a" SERVE_START_S=300 \
+      /tmp/node tests/server/churn.mjs $B/moetier none /tmp/churn
+    grep -E "^ok|PASS|FAIL" "$OUT/churn_$where.log"
+  done
+fi
+# LONG_PROMPT=N: chunked prefill under load: LONG_STREAMS (8) streams of 512 tokens, one
+# N-token prompt sent 1 s in; the streams' inter-token latency while it is admitted.
+if [ -n "${LONG_PROMPT:-}" ]; then
+  step long bash bench/serve_compare.sh $F "${COMMON[@]}" --streams "${LONG_STREAMS:-8}" --output-tokens 512 \
+    --requests 1 --long-prompt "$LONG_PROMPT" --out "$OUT/long"
+  grep -h "long prompt" "$OUT"/long/*.log "$OUT/long.log" 2>/dev/null
+fi
+[ -n "${NO_RESIDENT:-}" ] || step resident bash bench/serve_compare.sh $F "${COMMON[@]}" --out "$OUT/resident"
 cat "$OUT/resident/summary.md" 2>/dev/null
+# llama-server's anchor for each budget: --n-cpu-moe 35 beside 25%, 43 beside 10% (about the
+# same device memory; NCPUMOE_<budget> overrides)
+NCPUMOE_25=${NCPUMOE_25:-35}
+NCPUMOE_10=${NCPUMOE_10:-43}
 for ec in ${EXPERT_CACHES-25%}; do
-  step "tier${ec%\%}" bash bench/serve_compare.sh $F "${COMMON[@]}" --expert-cache "$ec" --out "$OUT/tier${ec%\%}"
+  v=NCPUMOE_${ec%\%}
+  step "tier${ec%\%}" bash bench/serve_compare.sh $F "${COMMON[@]}" --expert-cache "$ec" ${!v:+--n-cpu-moe ${!v}} \
+    --out "$OUT/tier${ec%\%}"
   cat "$OUT/tier${ec%\%}/summary.md" 2>/dev/null
 done
 nvidia-smi --query-gpu=name,memory.used --format=csv >"$OUT/nvidia-smi.txt" 2>&1
