@@ -10,14 +10,48 @@ namespace mt {
 PrefillPacer::PrefillPacer(Options o) : o_(o) {
   MT_CHECK(o_.max_chunk >= 1 && o_.min_chunk >= 1 && o_.ratio >= 0 && o_.alpha > 0 && o_.alpha <= 1);
   o_.min_chunk = std::min(o_.min_chunk, o_.max_chunk);
+  size_t n = 1;
+  while (size_of(n - 1) < o_.max_chunk) ++n;
+  extra_s_.assign(n, 0.0);
 }
 
-uint32_t PrefillPacer::budget(bool decoders) const {
+uint32_t PrefillPacer::size_of(size_t bucket) const {
+  const uint64_t s = static_cast<uint64_t>(o_.min_chunk) << std::min<size_t>(bucket, 32);
+  return static_cast<uint32_t>(std::min<uint64_t>(s, o_.max_chunk));
+}
+
+size_t PrefillPacer::bucket_of(uint32_t tokens) const {
+  size_t b = 0;
+  while (b + 1 < extra_s_.size() && size_of(b + 1) <= tokens) ++b;
+  return b;
+}
+
+double PrefillPacer::chunk_extra_s(uint32_t bucket_tokens) const { return extra_s_[bucket_of(bucket_tokens)]; }
+
+uint32_t PrefillPacer::budget(bool decoders) {
   if (!decoders || o_.ratio <= 1) return o_.max_chunk;
-  if (decode_s_ <= 0 || token_s_ <= 0) return o_.min_chunk;
-  const double n = (o_.ratio - 1) * decode_s_ / token_s_;
-  if (!(n < o_.max_chunk)) return o_.max_chunk;  // NaN-safe
-  return std::max(o_.min_chunk, static_cast<uint32_t>(n));
+  if (decode_s_ <= 0) return o_.min_chunk;
+  const double target = (o_.ratio - 1) * decode_s_;
+  // The largest measured bucket within the target; where even the smallest measured one
+  // is over it (a fixed cost: MoE experts read for any chunk), the largest within twice
+  // the smallest's extra time: the stall at most doubles what cannot be avoided, and the
+  // prompt is not admitted min_chunk tokens at a time at nearly a full chunk's cost.
+  size_t first = extra_s_.size();
+  for (size_t b = 0; b < extra_s_.size() && first == extra_s_.size(); ++b) {
+    if (extra_s_[b] > 0) first = b;
+  }
+  if (first == extra_s_.size()) return o_.min_chunk;  // nothing measured yet
+  const double limit = std::max(target, 2 * extra_s_[first]);
+  size_t pick = first;
+  for (size_t b = first; b < extra_s_.size(); ++b) {
+    if (extra_s_[b] > 0 && extra_s_[b] <= limit) pick = b;
+  }
+  // Try the next bucket up: once when unmeasured, then every `reprobe` prompt steps.
+  const size_t up = pick + 1;
+  if (up < extra_s_.size() && (extra_s_[up] <= 0 || (o_.reprobe > 0 && prompt_steps_ % o_.reprobe == o_.reprobe - 1))) {
+    return size_of(up);
+  }
+  return size_of(pick);
 }
 
 void PrefillPacer::observe(uint32_t decode_rows, uint32_t prompt_tokens, double seconds) {
@@ -27,9 +61,10 @@ void PrefillPacer::observe(uint32_t decode_rows, uint32_t prompt_tokens, double 
     if (decode_rows > 0) blend(decode_s_, seconds);
     return;
   }
-  if (decode_rows == 0 || decode_s_ <= 0) return;  // a prompt-only step says nothing of the marginal cost
-  const double extra = std::max(seconds - decode_s_, 0.0) / prompt_tokens;
-  if (extra > 0) blend(token_s_, extra);
+  if (decode_rows == 0 || decode_s_ <= 0) return;  // a prompt-only step says nothing of the extra time
+  ++prompt_steps_;
+  // A floor keeps a measured bucket distinguishable from an unmeasured one (0).
+  blend(extra_s_[bucket_of(prompt_tokens)], std::max(seconds - decode_s_, 1e-9));
 }
 
 }  // namespace mt

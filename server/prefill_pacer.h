@@ -1,15 +1,21 @@
 // PrefillPacer: how many prompt tokens one serving step may carry beside the sequences
-// that are decoding, so that admitting a long prompt does not stall the running streams
-// (chunked prefill). Two moving averages of measured step times: d, a step without prompt
-// tokens, and c, the marginal time of one prompt token ((step time - d) / n over steps
-// with n prompt tokens). The budget n = (ratio - 1) * d / c makes a step with a prompt
-// chunk last about ratio x a plain decode step; as c falls with larger chunks (fixed
-// costs spread), the budget grows to that fixed point step after step. It stays within
-// [min_chunk, max_chunk]: min_chunk beside decoders until both averages exist, max_chunk
-// when nothing decodes (no one waits). ratio 0 turns pacing off: always max_chunk.
+// that are decoding, so that admitting a long prompt neither stalls the running streams
+// nor crawls (chunked prefill). It measures what a prompt chunk adds to a step, per chunk
+// size: chunk sizes are buckets min_chunk * 2^k up to max_chunk, each with a moving
+// average of (step time - d) over steps that carried a chunk of that bucket, d being the
+// moving average of plain decode steps. The extra time is far from linear in the chunk:
+// with MoE weights a few prompt tokens already read most experts (a fixed cost), so small
+// chunks are slow per token and big ones nearly free per token. The budget is the largest
+// measured bucket whose extra time stays within (ratio - 1) * d; when even the smallest
+// measured chunk is over that (a fixed cost), the largest within twice the smallest's
+// extra time (the stall at most doubles the unavoidable one, and a prompt is not admitted
+// 16 tokens at a time at nearly a full chunk's cost). The next bucket up is tried once
+// when unmeasured and again every `reprobe` prompt steps (costs drift with the number of
+// decoders). Nothing decoding: max_chunk (no one waits). ratio 0 turns pacing off.
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 namespace mt {
 
@@ -20,20 +26,27 @@ class PrefillPacer {
     uint32_t min_chunk = 16;
     double ratio = 2.0;        // a prompt step's time over a plain decode step's; 0: off
     double alpha = 0.25;       // the moving averages' weight of the newest step
+    uint32_t reprobe = 32;     // prompt steps between tries of the next bucket up
   };
   explicit PrefillPacer(Options o);
 
   // The prompt tokens the next step may carry; decoders: some sequence decodes in it.
-  uint32_t budget(bool decoders) const;
+  uint32_t budget(bool decoders);
   // A step's measured time with its decoding rows and prompt tokens.
   void observe(uint32_t decode_rows, uint32_t prompt_tokens, double seconds);
 
   double decode_step_s() const { return decode_s_; }  // 0 until measured
-  double prompt_token_s() const { return token_s_; }  // 0 until measured
+  // The measured extra time of a chunk of `bucket_tokens` (a bucket's size); 0: unmeasured.
+  double chunk_extra_s(uint32_t bucket_tokens) const;
 
  private:
+  size_t bucket_of(uint32_t tokens) const;
+  uint32_t size_of(size_t bucket) const;
+
   Options o_;
-  double decode_s_ = 0, token_s_ = 0;
+  double decode_s_ = 0;
+  std::vector<double> extra_s_;  // per bucket; 0: unmeasured
+  uint32_t prompt_steps_ = 0;
 };
 
 }  // namespace mt

@@ -1,55 +1,97 @@
-// PrefillPacer (server/prefill_pacer.h): the prompt budget beside decoders converges to the
-// chunk that keeps a step at `ratio` x a decode step, on a step cost with a fixed part.
+// PrefillPacer (server/prefill_pacer.h): the prompt budget beside decoders settles on the
+// largest chunk whose measured extra time keeps a step within `ratio` x a decode step, and
+// on the cheapest chunk per token when a fixed cost puts every chunk over (MoE prefill).
 #include "server/prefill_pacer.h"
 
 #include <gtest/gtest.h>
 
+#include <functional>
+#include <map>
+
 namespace mt {
 namespace {
+
+// Runs `steps` prompt steps beside decoders (each followed by a plain decode step of d
+// seconds) with a chunk's extra time extra(n); returns how often each budget was given in
+// the last half.
+std::map<uint32_t, int> settle(PrefillPacer& p, double d, const std::function<double(uint32_t)>& extra, int steps) {
+  std::map<uint32_t, int> seen;
+  p.observe(8, 0, d);
+  for (int s = 0; s < steps; ++s) {
+    const uint32_t n = p.budget(true);
+    if (s >= steps / 2) ++seen[n];
+    p.observe(8, n, d + extra(n));
+    p.observe(8, 0, d);
+  }
+  return seen;
+}
+
+uint32_t most_given(const std::map<uint32_t, int>& seen) {
+  uint32_t best = 0;
+  int count = -1;
+  for (const auto& [n, c] : seen) {
+    if (c > count) best = n, count = c;
+  }
+  return best;
+}
 
 TEST(PrefillPacer, FullChunkWithoutDecodersMinChunkUntilMeasured) {
   PrefillPacer p({.max_chunk = 256, .min_chunk = 16, .ratio = 2.0});
   EXPECT_EQ(p.budget(false), 256u);
   EXPECT_EQ(p.budget(true), 16u);
-  p.observe(4, 0, 0.010);  // a decode step alone: still no marginal cost
+  p.observe(0, 64, 0.050);  // a prompt-only step tells nothing of the extra time
   EXPECT_EQ(p.budget(true), 16u);
-  p.observe(0, 64, 0.050);  // a prompt-only step tells nothing of the marginal cost
+  p.observe(4, 0, 0.010);
   EXPECT_EQ(p.budget(true), 16u);
-  EXPECT_EQ(p.prompt_token_s(), 0);
+  EXPECT_EQ(p.chunk_extra_s(16), 0);
+  p.observe(4, 16, 0.012);  // 2 ms for 16 tokens: within 10 ms; 32 is tried next
+  EXPECT_NEAR(p.chunk_extra_s(16), 0.002, 1e-9);
+  EXPECT_EQ(p.budget(true), 32u);
+  EXPECT_EQ(p.budget(false), 256u);
 }
 
-// Steps cost d + a + b * n with prompt tokens (d: the decoders', a: a prompt's fixed part).
-// The fixed point of n' = (ratio - 1) * d / ((a + b n) / n) is a + b n = (ratio - 1) d.
-TEST(PrefillPacer, ConvergesToTheRatioOnAStepWithAFixedCost) {
-  const double d = 0.005, a = 0.001, b = 0.00004;  // (2 - 1) * d = a + b n  ->  n = 100
-  PrefillPacer p({.max_chunk = 512, .min_chunk = 8, .ratio = 2.0, .alpha = 0.5});
-  p.observe(8, 0, d);
-  uint32_t n = p.budget(true);
-  for (int step = 0; step < 60; ++step) {
-    p.observe(8, n, d + a + b * n);
-    p.observe(8, 0, d);
-    n = p.budget(true);
-  }
-  EXPECT_NEAR(static_cast<double>(n), 100.0, 3.0);
-  EXPECT_NEAR(d + a + b * n, 2.0 * d, 0.0002);
-  EXPECT_EQ(p.budget(false), 512u);
+// Linear with a small fixed part: 1 ms + 40 us per token beside a 5 ms decode step. Within
+// (2 - 1) * 5 ms: 64 tokens (3.56 ms); 128 (6.12 ms) is over, tried again now and then.
+TEST(PrefillPacer, SettlesOnTheLargestChunkWithinTheRatio) {
+  PrefillPacer p({.max_chunk = 256, .min_chunk = 16, .ratio = 2.0, .alpha = 0.5, .reprobe = 16});
+  const auto seen = settle(p, 0.005, [](uint32_t n) { return 0.001 + 0.00004 * n; }, 200);
+  EXPECT_EQ(most_given(seen), 64u);
+  EXPECT_LE(seen.count(128) ? seen.at(128) : 0, 100 / 16 + 1);
+  EXPECT_EQ(seen.count(256), 0u);
 }
 
-TEST(PrefillPacer, ClampedAndOff) {
-  PrefillPacer slow({.max_chunk = 256, .min_chunk = 16, .ratio = 3.0});
-  slow.observe(2, 0, 0.001);
-  slow.observe(2, 16, 0.101);  // 6 ms per prompt token: the formula says 0
-  EXPECT_EQ(slow.budget(true), 16u);
-  PrefillPacer fast({.max_chunk = 256, .min_chunk = 16, .ratio = 3.0});
-  fast.observe(2, 0, 0.010);
-  fast.observe(2, 16, 0.0101);  // nearly free prompt tokens
-  EXPECT_EQ(fast.budget(true), 256u);
+// MoE prefill beside a 14.5 ms decode step (the H100's 8 streams): any chunk reads most
+// experts, 18 ms + 30 us per token. No chunk fits 2x; 256 tokens (25.7 ms) stay within
+// twice 16 tokens' 18.5 ms.
+TEST(PrefillPacer, AFixedCostOverTheTargetTakesChunksWithinTwiceTheSmallest) {
+  PrefillPacer p({.max_chunk = 256, .min_chunk = 16, .ratio = 2.0});
+  const auto seen = settle(p, 0.0145, [](uint32_t n) { return 0.018 + 0.00003 * n; }, 100);
+  EXPECT_EQ(most_given(seen), 256u);
+  EXPECT_EQ(seen.size(), 1u);
+}
+
+// A CPU: 1.5 ms decode steps, 0.1 ms + 0.5 ms per prompt token. Every chunk is over 2x;
+// 32 tokens (16.1 ms) are within twice 16's (8.1 ms), 64 (32.1 ms) are not.
+TEST(PrefillPacer, ALinearCostOverTheTargetKeepsSmallChunks) {
+  PrefillPacer p({.max_chunk = 256, .min_chunk = 16, .ratio = 2.0, .alpha = 0.25, .reprobe = 32});
+  const auto seen = settle(p, 0.0015, [](uint32_t n) { return 0.0001 + 0.0005 * n; }, 128);
+  EXPECT_EQ(most_given(seen), 32u);
+  EXPECT_LE(seen.count(64) ? seen.at(64) : 0, 64 / 32 + 1);
+  EXPECT_EQ(seen.count(128), 0u);
+  EXPECT_EQ(seen.count(256), 0u);
+}
+
+TEST(PrefillPacer, OffAndBadReadings) {
   PrefillPacer off({.max_chunk = 128, .min_chunk = 16, .ratio = 0});
   off.observe(2, 0, 0.010);
   off.observe(2, 128, 1.0);
   EXPECT_EQ(off.budget(true), 128u);
-  fast.observe(2, 16, -1.0);  // a bad clock reading is ignored
-  EXPECT_EQ(fast.budget(true), 256u);
+  PrefillPacer p({.max_chunk = 100, .min_chunk = 16, .ratio = 3.0});  // buckets 16, 32, 64, 100
+  p.observe(2, 0, 0.010);
+  p.observe(2, 16, -1.0);  // a bad clock reading is ignored
+  EXPECT_EQ(p.chunk_extra_s(16), 0);
+  const auto seen = settle(p, 0.010, [](uint32_t n) { return 0.0001 * n; }, 40);  // all within 20 ms
+  EXPECT_EQ(most_given(seen), 100u);
 }
 
 }  // namespace
