@@ -79,6 +79,19 @@ class Backend {
     (void)seq, (void)max_run;
     return {};
   }
+  // NextN (MTP) drafting, for a model whose file carries a NextN block: enable_nextn on a
+  // sequence still at position 0 keeps its final hidden states from then on; propose_nextn
+  // guesses up to max_n tokens to follow `history` (the sequence's tokens, then the pending
+  // one not yet evaluated) with the NextN block, each further guess chained on the block's
+  // own output. Backends or models without it say so (the default).
+  virtual Status enable_nextn(SeqId seq) {
+    (void)seq;
+    return unimplemented("NextN (MTP) drafting is not available on this device");
+  }
+  virtual Status propose_nextn(SeqId seq, std::span<const int32_t> history, int max_n, std::vector<int32_t>* draft) {
+    (void)seq, (void)history, (void)max_n, (void)draft;
+    return unimplemented("NextN (MTP) drafting is not available on this device");
+  }
   virtual void free_sequence(SeqId seq) = 0;  // an unknown id is ignored
   // A live sequence's length (its next position) and context; an unknown id is a broken
   // invariant (MT_CHECK).

@@ -1,5 +1,6 @@
 #include "model/cpu_backend.h"
 
+#include <algorithm>
 #include <string>
 
 #include "model/layers.h"
@@ -20,7 +21,7 @@ SeqId CpuBackend::add(std::unique_ptr<Seq> seq) {
 
 StatusOr<SeqId> CpuBackend::create_sequence(uint32_t n_ctx, QuantType kv_type) {
   MT_ASSIGN_OR_RETURN(KvCache kv, model_.new_kv_cache(n_ctx, kv_type));
-  return add(std::make_unique<Seq>(Seq{std::move(kv), 0}));
+  return add(std::make_unique<Seq>(Seq{std::move(kv), 0, std::nullopt}));
 }
 
 StatusOr<SeqId> CpuBackend::fork_sequence(SeqId from) {
@@ -43,6 +44,7 @@ Status CpuBackend::truncate_sequence(SeqId seq, uint32_t n_pos) {
                               " (truncate to 0 to start over; keep_run_rollback lets a short run be cut)");
     }
   }
+  if (s.nextn && n_pos < s.nextn->fed + 1) s.nextn->fed = n_pos > 0 ? n_pos - 1 : 0;  // entry p needs token p + 1
   s.pos = n_pos;  // rows past n_pos are rewritten by the next tokens; a recurrent state restarts at 0
   return {};
 }
@@ -51,6 +53,54 @@ Status CpuBackend::keep_run_rollback(SeqId seq, uint32_t max_run) {
   auto it = seqs_.find(seq);
   if (it == seqs_.end()) return unknown_sequence(seq);
   it->second->kv.set_log_runs(max_run);
+  return {};
+}
+
+Status CpuBackend::enable_nextn(SeqId seq) {
+  auto it = seqs_.find(seq);
+  if (it == seqs_.end()) return unknown_sequence(seq);
+  Seq& s = *it->second;
+  if (s.nextn) return {};
+  if (s.pos != 0) {
+    return invalid_argument("NextN drafting must be enabled before a sequence's first token (sequence " +
+                            std::to_string(seq) + " holds " + std::to_string(s.pos) + ")");
+  }
+  MT_ASSIGN_OR_RETURN(KvCache kv, model_.new_nextn_cache(s.kv.n_ctx(), s.kv.type()));
+  s.nextn = Nextn{std::vector<float>(static_cast<size_t>(s.kv.n_ctx()) * model_.hparams().n_embd), std::move(kv), 0};
+  return {};
+}
+
+Status CpuBackend::propose_nextn(SeqId seq, std::span<const int32_t> history, int max_n, std::vector<int32_t>* draft) {
+  draft->clear();
+  auto it = seqs_.find(seq);
+  if (it == seqs_.end()) return unknown_sequence(seq);
+  Seq& s = *it->second;
+  if (!s.nextn) return invalid_argument("sequence " + std::to_string(seq) + ": enable_nextn first");
+  if (history.size() != static_cast<size_t>(s.pos) + 1) {
+    return invalid_argument("NextN proposal: the history has " + std::to_string(history.size()) + " tokens, the sequence " +
+                            std::to_string(s.pos) + " and one pending");
+  }
+  Nextn& n = *s.nextn;
+  const size_t E = model_.hparams().n_embd, V = model_.hparams().n_vocab;
+  // Entries fed .. pos - 1 pair each evaluated position with the token after it (the last
+  // one with the pending token); the last one's output guesses the token after the pending.
+  const uint32_t P = s.pos;
+  if (P == 0 || max_n <= 0) return {};
+  std::vector<float> logits(V), out(E);
+  const uint32_t first = std::min(n.fed, P - 1);
+  MT_RETURN_IF_ERROR(model_.eval_nextn(history.subspan(first + 1, P - first), &n.hidden[first * E], first, n.kv,
+                                       logits.data(), out.data()));
+  n.fed = P;  // entries up to P - 1 hold verified pairs (the pending token is the history's)
+  // Guesses chained on the block's own output at positions P, P + 1, ...
+  std::vector<float> h(E);
+  for (int k = 0; k < max_n; ++k) {
+    const auto guess = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    draft->push_back(guess);
+    if (k + 1 == max_n || P + static_cast<uint32_t>(k) + 1 >= n.kv.n_ctx()) break;
+    h = out;
+    MT_RETURN_IF_ERROR(model_.eval_nextn({&draft->back(), 1}, h.data(), P + static_cast<uint32_t>(k), n.kv, logits.data(),
+                                         out.data()));
+  }
   return {};
 }
 
@@ -71,6 +121,7 @@ Status CpuBackend::eval(const Batch& batch, std::vector<float>* logits, Trace* t
     sb.pos0 = r.pos0;
     sb.kv = &s.kv;
     sb.rows = batch.logits().subspan(r.first, r.n);
+    if (s.nextn) sb.hidden = &s.nextn->hidden[static_cast<size_t>(r.pos0) * model_.hparams().n_embd];
     step_.push_back(sb);
   }
   MT_RETURN_IF_ERROR(model_.eval_batch(step_, logits, trace, offload_));

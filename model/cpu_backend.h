@@ -9,6 +9,8 @@
 #pragma once
 
 #include <memory>
+#include <optional>
+#include <span>
 #include <unordered_map>
 #include <vector>
 
@@ -32,15 +34,26 @@ class CpuBackend final : public Backend {
   StatusOr<SeqId> fork_sequence(SeqId from) override;
   Status truncate_sequence(SeqId seq, uint32_t n_pos) override;
   Status keep_run_rollback(SeqId seq, uint32_t max_run) override;
+  Status enable_nextn(SeqId seq) override;
+  Status propose_nextn(SeqId seq, std::span<const int32_t> history, int max_n, std::vector<int32_t>* draft) override;
   void free_sequence(SeqId seq) override { seqs_.erase(seq); }
   uint32_t position(SeqId seq) const override { return get(seq).pos; }
   uint32_t n_ctx(SeqId seq) const override { return get(seq).kv.n_ctx(); }
   Status eval(const Batch& batch, std::vector<float>* logits, Trace* trace = nullptr) override;
 
  private:
+  // A sequence's NextN drafting state: the trunk's hidden state per position, the NextN
+  // block's cache and how many of its entries hold verified pairs (entry p: hidden p with
+  // token p + 1); entries past that are a proposal's chain, rewritten by the next one.
+  struct Nextn {
+    std::vector<float> hidden;  // (n_ctx, n_embd)
+    KvCache kv;
+    uint32_t fed = 0;
+  };
   struct Seq {
     KvCache kv;
     uint32_t pos = 0;
+    std::optional<Nextn> nextn;
   };
   const Seq& get(SeqId seq) const;
   SeqId add(std::unique_ptr<Seq> seq);

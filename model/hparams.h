@@ -77,7 +77,7 @@ struct HParams {
   std::vector<uint32_t> n_head_per_layer;
   HParams for_layer(uint32_t layer) const {
     HParams h = *this;
-    if (!n_head_per_layer.empty()) h.n_head = n_head_per_layer[layer];
+    if (layer < n_head_per_layer.size()) h.n_head = n_head_per_layer[layer];
     if (is_swa(layer)) {
       h.n_rot = n_rot_swa;
       h.rope_freq_base = rope_freq_base_swa;

@@ -75,6 +75,30 @@ uint64_t available_memory_bytes() {
   return ~0ull;
 }
 
+// A block's norms, biases and small vectors as floats.
+LayerVectors layer_vectors(const LayerWeights& w) {
+  LayerVectors v;
+  v.attn_norm = to_floats(w.attn_norm);
+  v.ffn_norm = to_floats(w.ffn_norm);
+  v.q_norm = to_floats(w.q_norm);
+  v.k_norm = to_floats(w.k_norm);
+  v.bq = to_floats(w.bq);
+  v.bk = to_floats(w.bk);
+  v.bv = to_floats(w.bv);
+  v.shexp_gate_inp = to_floats(w.shexp_gate_inp);
+  v.exp_probs_b = to_floats(w.exp_probs_b);
+  v.q_a_norm = to_floats(w.q_a_norm);
+  v.kv_a_norm = to_floats(w.kv_a_norm);
+  v.bo = to_floats(w.bo);
+  v.sinks = to_floats(w.sinks);
+  v.router_b = to_floats(w.router_b);
+  v.ssm_conv1d = to_floats(w.ssm_conv1d);
+  v.ssm_dt = to_floats(w.ssm_dt);
+  v.ssm_a = to_floats(w.ssm_a);
+  v.ssm_norm = to_floats(w.ssm_norm);
+  return v;
+}
+
 }  // namespace
 
 StatusOr<std::unique_ptr<Model>> Model::load(const std::string& path, const LoadOptions& options) {
@@ -82,27 +106,16 @@ StatusOr<std::unique_ptr<Model>> Model::load(const std::string& path, const Load
   MT_ASSIGN_OR_RETURN(m->file_, gguf::GgufFile::open(path));
   MT_ASSIGN_OR_RETURN(m->hp_, read_hparams(m->file_));
   MT_ASSIGN_OR_RETURN(m->weights_, bind_weights(m->file_, m->hp_));
-  for (const LayerWeights& w : m->weights_.layers) {
-    LayerVectors v;
-    v.attn_norm = to_floats(w.attn_norm);
-    v.ffn_norm = to_floats(w.ffn_norm);
-    v.q_norm = to_floats(w.q_norm);
-    v.k_norm = to_floats(w.k_norm);
-    v.bq = to_floats(w.bq);
-    v.bk = to_floats(w.bk);
-    v.bv = to_floats(w.bv);
-    v.shexp_gate_inp = to_floats(w.shexp_gate_inp);
-    v.exp_probs_b = to_floats(w.exp_probs_b);
-    v.q_a_norm = to_floats(w.q_a_norm);
-    v.kv_a_norm = to_floats(w.kv_a_norm);
-    v.bo = to_floats(w.bo);
-    v.sinks = to_floats(w.sinks);
-    v.router_b = to_floats(w.router_b);
-    v.ssm_conv1d = to_floats(w.ssm_conv1d);
-    v.ssm_dt = to_floats(w.ssm_dt);
-    v.ssm_a = to_floats(w.ssm_a);
-    v.ssm_norm = to_floats(w.ssm_norm);
-    m->vectors_.push_back(std::move(v));
+  for (const LayerWeights& w : m->weights_.layers) m->vectors_.push_back(layer_vectors(w));
+  if (m->has_nextn()) {
+    const NextnWeights& n = m->weights_.nextn.front();
+    m->nextn_hp_ = m->hp_.for_layer(m->hp_.n_layer);
+    m->nextn_hp_.n_layer = 1;
+    m->nextn_hp_.recurrent.clear();
+    m->nextn_vectors_ = layer_vectors(n.block);
+    m->nextn_enorm_ = to_floats(n.enorm);
+    m->nextn_hnorm_ = to_floats(n.hnorm);
+    m->nextn_head_norm_ = to_floats(n.shared_head_norm.present() ? n.shared_head_norm : m->weights_.output_norm);
   }
   for (uint32_t l = 0; l < m->hp_.n_layer; ++l) m->layer_hp_.push_back(m->hp_.for_layer(l));
   m->output_norm_ = to_floats(m->weights_.output_norm);
@@ -209,6 +222,12 @@ Status Model::eval_batch(std::span<const SeqBatch> seqs, std::vector<float>* log
     if (r.kv->has_recurrent()) {
       r.kv->set_recurrent_pos(r.pos0 + r.n);
       r.kv->set_logged_run(r.pos0, r.kv->logs_run(r.n) ? r.n : 0);  // gated_delta_net_block logged it
+    }
+  }
+  for (size_t i = 0; i < seqs.size(); ++i) {  // the final hidden states asked for (NextN drafting)
+    if (seqs[i].hidden == nullptr) continue;
+    for (uint32_t k = 0; k < rows[i].n; ++k) {
+      rms_norm(&x[(rows[i].row0 + k) * E], output_norm_, hp_.rms_eps, static_cast<int64_t>(E), &seqs[i].hidden[k * E]);
     }
   }
   std::vector<uint32_t> out_rows;  // rows whose logits are returned, in order

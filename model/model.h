@@ -65,6 +65,7 @@ class Model {
     KvCache* kv = nullptr;
     bool all_logits = false, last_logits = true;
     std::span<const uint8_t> rows;  // empty, or per token 1 where its logits are returned
+    float* hidden = nullptr;        // (n, n_embd) when given: each token's final hidden state (after output_norm)
   };
   Status eval_batch(std::span<const SeqBatch> seqs, std::vector<float>* logits, Trace* trace = nullptr,
                     MoeOffload* offload = nullptr) const;
@@ -72,6 +73,20 @@ class Model {
   // A KV cache for one sequence of n_ctx positions. Errors: n_ctx 0, a cache type whose
   // blocks do not divide the head size.
   StatusOr<KvCache> new_kv_cache(uint32_t n_ctx, QuantType type) const;
+
+  // NextN (MTP) drafting (model/nextn.cpp; the block and its head: weights.h NextnWeights).
+  // Entry p of a NextN cache pairs the trunk's hidden state at p (SeqBatch::hidden) with
+  // the token at p + 1 and guesses the token at p + 2; it is stored at position p (RoPE is
+  // relative, so the shift by one the reference describes changes nothing).
+  bool has_nextn() const { return !weights_.nextn.empty(); }
+  Status nextn_status() const;  // ok with a NextN block; else what is missing
+  // A one-layer cache for the NextN block's attention.
+  StatusOr<KvCache> new_nextn_cache(uint32_t n_ctx, QuantType type) const;
+  // Evaluates entries [pos0, pos0 + n): tokens (n) are the tokens at p + 1, hidden (n,
+  // n_embd) the hidden states at p. Writes the last entry's logits (n_vocab) and its
+  // normed output (n_embd, the hidden state a chained guess pairs with its token).
+  Status eval_nextn(std::span<const int32_t> tokens, const float* hidden, uint32_t pos0, KvCache& kv, float* logits,
+                    float* hidden_out) const;
 
  private:
   Model() = default;
@@ -83,6 +98,9 @@ class Model {
   std::vector<float> output_norm_;
   std::unique_ptr<ThreadPool> pool_;
   std::vector<MallocPtr<uint8_t>> interleaved_;  // storage of interleaved matrices
+  HParams nextn_hp_;                             // the NextN block's view: one full-attention layer
+  LayerVectors nextn_vectors_;
+  std::vector<float> nextn_enorm_, nextn_hnorm_, nextn_head_norm_;
 };
 
 // One sequence on the CPU: its KV cache and the next position.

@@ -112,6 +112,90 @@ Status bind_gated_delta_net(const gguf::GgufFile& file, Binder& b, const HParams
   return b.bind(&L.ssm_out, blk(l, "ssm_out.weight"), {V, E});
 }
 
+// One block's attention (or Gated DeltaNet) and FFN tensors; l is its index in the file.
+Status bind_layer(const gguf::GgufFile& file, Binder& b, const HParams& hp, const ArchInfo& a, uint32_t l, LayerWeights& L) {
+  const uint64_t E = hp.n_embd;
+  const uint64_t q = hp.for_layer(l).q_dim();  // laguna: this layer's query heads
+  MT_RETURN_IF_ERROR(b.bind(&L.attn_norm, blk(l, "attn_norm.weight"), {E}));
+  if (hp.is_recurrent(l)) {
+    MT_RETURN_IF_ERROR(bind_gated_delta_net(file, b, hp, l, L));
+  } else {
+    MT_RETURN_IF_ERROR(hp.mla ? bind_mla_attention(b, hp, l, L) : bind_attention(b, hp, a, l, q, L));
+  }
+  if (hp.arch == Arch::kLaguna) {
+    // The gate's width says its form: one scalar per head, or one per q element.
+    const gguf::TensorInfo* g = file.find_tensor(blk(l, "attn_gate.weight"));
+    const uint64_t heads = q / hp.head_dim;
+    const uint64_t width = g != nullptr && g->ne[1] == heads ? heads : q;
+    MT_RETURN_IF_ERROR(b.bind(&L.attn_gate, blk(l, "attn_gate.weight"), {E, width}));
+  }
+  if (a.oai) {
+    MT_RETURN_IF_ERROR(b.bind(&L.bo, blk(l, "attn_output.bias"), {E}));
+    MT_RETURN_IF_ERROR(b.bind(&L.sinks, blk(l, "attn_sinks.weight"), {hp.n_head}));
+  }
+  MT_RETURN_IF_ERROR(b.bind(&L.ffn_norm, blk(l, (std::string(a.ffn_norm) + ".weight").c_str()), {E}));
+
+  // A layer with a router is MoE; one without is a dense FFN (leading dense blocks). Where
+  // the file declares leading_dense_block_count, the layers below it are dense and the
+  // rest must be MoE.
+  bool moe = hp.n_expert > 0 && file.find_tensor(blk(l, "ffn_gate_inp.weight")) != nullptr;
+  if (a.routing_keys && hp.n_expert > 0) {
+    moe = l >= hp.n_dense_lead;
+    if (!moe && file.find_tensor(blk(l, "ffn_gate_inp.weight")) != nullptr) {
+      return data_loss(blk(l, "ffn_gate_inp.weight") + " in a leading dense layer (leading_dense_block_count " +
+                       std::to_string(hp.n_dense_lead) + ")");
+    }
+  }
+  if (moe) {
+    const uint64_t X = hp.n_expert, F = hp.n_ff_exp;
+    MT_RETURN_IF_ERROR(b.bind(&L.router, blk(l, "ffn_gate_inp.weight"), {E, X}));
+    // glm4moe requires the selection bias; deepseek2 may have it.
+    MT_RETURN_IF_ERROR(b.bind(&L.exp_probs_b, blk(l, "exp_probs_b.bias"), {X}, hp.arch == Arch::kGlm4Moe));
+    MT_RETURN_IF_ERROR(b.bind(&L.gate_exps, blk(l, "ffn_gate_exps.weight"), {E, F, X}, hp.arch != Arch::kLlama));
+    MT_RETURN_IF_ERROR(b.bind(&L.up_exps, blk(l, "ffn_up_exps.weight"), {E, F, X}));
+    MT_RETURN_IF_ERROR(b.bind(&L.down_exps, blk(l, "ffn_down_exps.weight"), {F, E, X}));
+    if (a.oai) {
+      MT_RETURN_IF_ERROR(b.bind(&L.router_b, blk(l, "ffn_gate_inp.bias"), {X}));
+      MT_RETURN_IF_ERROR(b.bind(&L.gate_exps_b, blk(l, "ffn_gate_exps.bias"), {F, X}));
+      MT_RETURN_IF_ERROR(b.bind(&L.up_exps_b, blk(l, "ffn_up_exps.bias"), {F, X}));
+      MT_RETURN_IF_ERROR(b.bind(&L.down_exps_b, blk(l, "ffn_down_exps.bias"), {E, X}));
+      L.swiglu_oai = true;
+      for (const Tensor* t : {&L.router_b, &L.gate_exps_b, &L.up_exps_b, &L.down_exps_b}) {
+        if (t->type != QuantType::F32) return unimplemented(t->name + " must be F32 (is " + std::string(type_name(t->type)) + ")");
+      }
+    }
+    if (a.shared_expert != SharedExpert::kNone && hp.n_ff_shexp > 0) {
+      const uint64_t S = hp.n_ff_shexp;
+      if (a.shared_expert == SharedExpert::kGated) {
+        MT_RETURN_IF_ERROR(b.bind(&L.shexp_gate_inp, blk(l, "ffn_gate_inp_shexp.weight"), {E}));
+      }
+      MT_RETURN_IF_ERROR(b.bind(&L.shexp_gate, blk(l, "ffn_gate_shexp.weight"), {E, S}));
+      MT_RETURN_IF_ERROR(b.bind(&L.shexp_up, blk(l, "ffn_up_shexp.weight"), {E, S}));
+      MT_RETURN_IF_ERROR(b.bind(&L.shexp_down, blk(l, "ffn_down_shexp.weight"), {S, E}));
+    }
+  } else {
+    if (hp.n_ff == 0) return data_loss("layer " + std::to_string(l) + " is dense but feed_forward_length is 0");
+    const uint64_t F = hp.n_ff;
+    MT_RETURN_IF_ERROR(b.bind(&L.ffn_gate, blk(l, "ffn_gate.weight"), {E, F}));
+    MT_RETURN_IF_ERROR(b.bind(&L.ffn_up, blk(l, "ffn_up.weight"), {E, F}));
+    MT_RETURN_IF_ERROR(b.bind(&L.ffn_down, blk(l, "ffn_down.weight"), {F, E}));
+  }
+  return {};
+}
+
+// The first NextN block (file index n_layer): a full-attention block and its head.
+Status bind_nextn(const gguf::GgufFile& file, Binder& b, const HParams& hp, const ArchInfo& a, NextnWeights& n) {
+  const uint32_t l = hp.n_layer;
+  const uint64_t E = hp.n_embd, V = hp.n_vocab;
+  MT_RETURN_IF_ERROR(bind_layer(file, b, hp, a, l, n.block));
+  MT_RETURN_IF_ERROR(b.bind(&n.eh_proj, blk(l, "nextn.eh_proj.weight"), {2 * E, E}));
+  MT_RETURN_IF_ERROR(b.bind(&n.enorm, blk(l, "nextn.enorm.weight"), {E}));
+  MT_RETURN_IF_ERROR(b.bind(&n.hnorm, blk(l, "nextn.hnorm.weight"), {E}));
+  MT_RETURN_IF_ERROR(b.bind(&n.shared_head_norm, blk(l, "nextn.shared_head_norm.weight"), {E}, false));
+  MT_RETURN_IF_ERROR(b.bind(&n.shared_head_head, blk(l, "nextn.shared_head_head.weight"), {E, V}, false));
+  return b.bind(&n.embed_tokens, blk(l, "nextn.embed_tokens.weight"), {E, V}, false);
+}
+
 }  // namespace
 
 StatusOr<ModelWeights> bind_weights(const gguf::GgufFile& file, const HParams& hp) {
@@ -125,73 +209,11 @@ StatusOr<ModelWeights> bind_weights(const gguf::GgufFile& file, const HParams& h
   if (!w.output.present()) w.output = w.token_embd;
 
   w.layers.resize(hp.n_layer);
-  for (uint32_t l = 0; l < hp.n_layer; ++l) {
-    LayerWeights& L = w.layers[l];
-    const uint64_t q = hp.for_layer(l).q_dim();  // laguna: this layer's query heads
-    MT_RETURN_IF_ERROR(b.bind(&L.attn_norm, blk(l, "attn_norm.weight"), {E}));
-    if (hp.is_recurrent(l)) {
-      MT_RETURN_IF_ERROR(bind_gated_delta_net(file, b, hp, l, L));
-    } else {
-      MT_RETURN_IF_ERROR(hp.mla ? bind_mla_attention(b, hp, l, L) : bind_attention(b, hp, a, l, q, L));
-    }
-    if (hp.arch == Arch::kLaguna) {
-      // The gate's width says its form: one scalar per head, or one per q element.
-      const gguf::TensorInfo* g = file.find_tensor(blk(l, "attn_gate.weight"));
-      const uint64_t heads = q / hp.head_dim;
-      const uint64_t width = g != nullptr && g->ne[1] == heads ? heads : q;
-      MT_RETURN_IF_ERROR(b.bind(&L.attn_gate, blk(l, "attn_gate.weight"), {E, width}));
-    }
-    if (a.oai) {
-      MT_RETURN_IF_ERROR(b.bind(&L.bo, blk(l, "attn_output.bias"), {E}));
-      MT_RETURN_IF_ERROR(b.bind(&L.sinks, blk(l, "attn_sinks.weight"), {hp.n_head}));
-    }
-    MT_RETURN_IF_ERROR(b.bind(&L.ffn_norm, blk(l, (std::string(a.ffn_norm) + ".weight").c_str()), {E}));
-
-    // A layer with a router is MoE; one without is a dense FFN (leading dense blocks). Where
-    // the file declares leading_dense_block_count, the layers below it are dense and the
-    // rest must be MoE.
-    bool moe = hp.n_expert > 0 && file.find_tensor(blk(l, "ffn_gate_inp.weight")) != nullptr;
-    if (a.routing_keys && hp.n_expert > 0) {
-      moe = l >= hp.n_dense_lead;
-      if (!moe && file.find_tensor(blk(l, "ffn_gate_inp.weight")) != nullptr) {
-        return data_loss(blk(l, "ffn_gate_inp.weight") + " in a leading dense layer (leading_dense_block_count " +
-                         std::to_string(hp.n_dense_lead) + ")");
-      }
-    }
-    if (moe) {
-      const uint64_t X = hp.n_expert, F = hp.n_ff_exp;
-      MT_RETURN_IF_ERROR(b.bind(&L.router, blk(l, "ffn_gate_inp.weight"), {E, X}));
-      // glm4moe requires the selection bias; deepseek2 may have it.
-      MT_RETURN_IF_ERROR(b.bind(&L.exp_probs_b, blk(l, "exp_probs_b.bias"), {X}, hp.arch == Arch::kGlm4Moe));
-      MT_RETURN_IF_ERROR(b.bind(&L.gate_exps, blk(l, "ffn_gate_exps.weight"), {E, F, X}, hp.arch != Arch::kLlama));
-      MT_RETURN_IF_ERROR(b.bind(&L.up_exps, blk(l, "ffn_up_exps.weight"), {E, F, X}));
-      MT_RETURN_IF_ERROR(b.bind(&L.down_exps, blk(l, "ffn_down_exps.weight"), {F, E, X}));
-      if (a.oai) {
-        MT_RETURN_IF_ERROR(b.bind(&L.router_b, blk(l, "ffn_gate_inp.bias"), {X}));
-        MT_RETURN_IF_ERROR(b.bind(&L.gate_exps_b, blk(l, "ffn_gate_exps.bias"), {F, X}));
-        MT_RETURN_IF_ERROR(b.bind(&L.up_exps_b, blk(l, "ffn_up_exps.bias"), {F, X}));
-        MT_RETURN_IF_ERROR(b.bind(&L.down_exps_b, blk(l, "ffn_down_exps.bias"), {E, X}));
-        L.swiglu_oai = true;
-        for (const Tensor* t : {&L.router_b, &L.gate_exps_b, &L.up_exps_b, &L.down_exps_b}) {
-          if (t->type != QuantType::F32) return unimplemented(t->name + " must be F32 (is " + std::string(type_name(t->type)) + ")");
-        }
-      }
-      if (a.shared_expert != SharedExpert::kNone && hp.n_ff_shexp > 0) {
-        const uint64_t S = hp.n_ff_shexp;
-        if (a.shared_expert == SharedExpert::kGated) {
-          MT_RETURN_IF_ERROR(b.bind(&L.shexp_gate_inp, blk(l, "ffn_gate_inp_shexp.weight"), {E}));
-        }
-        MT_RETURN_IF_ERROR(b.bind(&L.shexp_gate, blk(l, "ffn_gate_shexp.weight"), {E, S}));
-        MT_RETURN_IF_ERROR(b.bind(&L.shexp_up, blk(l, "ffn_up_shexp.weight"), {E, S}));
-        MT_RETURN_IF_ERROR(b.bind(&L.shexp_down, blk(l, "ffn_down_shexp.weight"), {S, E}));
-      }
-    } else {
-      if (hp.n_ff == 0) return data_loss("layer " + std::to_string(l) + " is dense but feed_forward_length is 0");
-      const uint64_t F = hp.n_ff;
-      MT_RETURN_IF_ERROR(b.bind(&L.ffn_gate, blk(l, "ffn_gate.weight"), {E, F}));
-      MT_RETURN_IF_ERROR(b.bind(&L.ffn_up, blk(l, "ffn_up.weight"), {E, F}));
-      MT_RETURN_IF_ERROR(b.bind(&L.ffn_down, blk(l, "ffn_down.weight"), {F, E}));
-    }
+  for (uint32_t l = 0; l < hp.n_layer; ++l) MT_RETURN_IF_ERROR(bind_layer(file, b, hp, a, l, w.layers[l]));
+  if (hp.n_nextn > 0) {  // a NextN block that does not bind leaves plain decoding alone
+    NextnWeights n;
+    w.nextn_status = bind_nextn(file, b, hp, a, n);
+    if (w.nextn_status.ok()) w.nextn.push_back(std::move(n));
   }
   return w;
 }

@@ -79,11 +79,29 @@ struct LayerWeights {
   bool is_moe() const { return router.present(); }
 };
 
+// A NextN (MTP) block after the main stack (blk.N, N = block_count - nextn_predict_layers):
+// a full-attention block with the trunk's FFN, and its head: the guess for position p + 2
+// from the trunk's final hidden state at p (after output_norm) and the token at p + 1 is
+// (shared_head_head or output) . norm(block(eh_proj . [enorm(embed(tok)) | hnorm(h)]))
+// with shared_head_norm (or output_norm). ../shared/reference/moe_arch_facts_hybrid.md §1.11.
+struct NextnWeights {
+  LayerWeights block;
+  Tensor eh_proj;                          // (2 n_embd, n_embd): [embedding | hidden] -> n_embd
+  Tensor enorm, hnorm;                     // (n_embd)
+  Tensor shared_head_norm;                 // (n_embd) optional: output_norm
+  Tensor shared_head_head;                 // (n_embd, n_vocab) optional: output
+  Tensor embed_tokens;                     // (n_embd, n_vocab) optional: token_embd
+};
+
 struct ModelWeights {
   Tensor token_embd;                       // (n_embd, n_vocab)
   Tensor output_norm;                      // (n_embd)
   Tensor output;                           // (n_embd, n_vocab); token_embd when tied
   std::vector<LayerWeights> layers;
+  // The file's first NextN block, when it has one that binds (plain decoding never reads
+  // it); nextn_status says why not where the file declares one that does not bind.
+  std::vector<NextnWeights> nextn;
+  Status nextn_status;
 };
 
 // Binds every tensor the architecture needs; errors name the tensor and what is wrong

@@ -35,6 +35,19 @@ Status LookupDrafter::propose(std::span<const int32_t> history, int max_n, std::
   return {};
 }
 
+Status NextnDrafter::prepare_target(Backend& backend, SeqId seq) {
+  MT_RETURN_IF_ERROR(backend.enable_nextn(seq));
+  backend_ = &backend;
+  seq_ = seq;
+  return {};
+}
+
+Status NextnDrafter::propose(std::span<const int32_t> history, int max_n, std::vector<int32_t>* draft) {
+  draft->clear();
+  if (backend_ == nullptr) return invalid_argument("NextN drafting: prepare_target was not called on the target's sequence");
+  return backend_->propose_nextn(seq_, history, max_n, draft);
+}
+
 std::string LookupDrafter::describe() const {
   return "prompt lookup (n-grams " + std::to_string(max_ngram_) + " down to " + std::to_string(min_ngram_) + ")";
 }

@@ -39,6 +39,28 @@ class Drafter {
   virtual Status propose(std::span<const int32_t> history, int max_n, std::vector<int32_t>* draft) = 0;
   // "lookup", "draft model", ...: for reports.
   virtual std::string describe() const = 0;
+  // Called with the target's sequence before its first token is evaluated (a drafter that
+  // reads the target's own states asks for them here). The default needs nothing.
+  virtual Status prepare_target(Backend& backend, SeqId seq) {
+    (void)backend, (void)seq;
+    return {};
+  }
+};
+
+// NextN (MTP) drafting: the target model's own NextN block guesses from the target's final
+// hidden states (Backend::propose_nextn), the first guess from the state of the last
+// evaluated position and the pending token, each further one chained on the block's own
+// output. No second model; the file must carry the block (glm4moe, deepseek2, qwen35moe /
+// qwen3next converted with it).
+class NextnDrafter final : public Drafter {
+ public:
+  Status prepare_target(Backend& backend, SeqId seq) override;
+  Status propose(std::span<const int32_t> history, int max_n, std::vector<int32_t>* draft) override;
+  std::string describe() const override { return "NextN (MTP) block"; }
+
+ private:
+  Backend* backend_ = nullptr;
+  SeqId seq_ = 0;
 };
 
 // Prompt lookup: the most recent earlier occurrence of the history's last n tokens (n from

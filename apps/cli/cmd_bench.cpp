@@ -261,6 +261,7 @@ class Bench {
     Backend& backend = engine_.backend();
     const uint32_t n_ctx = static_cast<uint32_t>(kSpecPrompt + n_gen + f_.spec.draft_max + 2);
     MT_ASSIGN_OR_RETURN(Sequence session, Sequence::create(backend, n_ctx));
+    MT_RETURN_IF_ERROR(spec_.drafter->prepare_target(backend, session.id()));
     Trace* trace = replay_.routing_override() != nullptr ? &replay_ : nullptr;
     MT_RETURN_IF_ERROR(session.feed(spec_prompt_, false, &logits_, trace));
     SamplingParams greedy;

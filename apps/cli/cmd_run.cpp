@@ -270,22 +270,22 @@ int run(RunFlags f) {
   std::fputs(f.chat || !f.chat_template_file.empty() ? "" : f.prompt.c_str(), stdout);
   std::fflush(stdout);
   std::vector<float> logits;
-  const auto t_prompt = std::chrono::steady_clock::now();
-  Status s = session->feed(prompt, false, &logits, &usage);
-  if (!s.ok()) return fail("run", s);
-  const double prompt_s = seconds_since(t_prompt);
-
   std::unique_ptr<SpeculativeDecoder> spec;
   SpecSetup spec_setup;
-  if (f.spec.any()) {
+  if (f.spec.any()) {  // before the prompt: a drafter may read the target's states of it (--mtp)
     if (replay != nullptr || record != nullptr) {
       return fail("run", invalid_argument("--routing and --record-routing follow one token per step: not with a drafter"));
     }
     auto made = make_spec(f.spec, {engine->get(), &*tokenizer, &prompt, f.n_predict, n_ctx, f.sampling, f.threads, f.device});
     if (!made.ok()) return fail("run", made.status());
     spec_setup = std::move(*made);
+    if (Status p = spec_setup.drafter->prepare_target((*engine)->backend(), session->id()); !p.ok()) return fail("run", p);
     spec = std::make_unique<SpeculativeDecoder>((*engine)->backend(), session->id(), *spec_setup.drafter, spec_setup.config);
   }
+  const auto t_prompt = std::chrono::steady_clock::now();
+  Status s = session->feed(prompt, false, &logits, &usage);
+  if (!s.ok()) return fail("run", s);
+  const double prompt_s = seconds_since(t_prompt);
 
   const auto t_gen = std::chrono::steady_clock::now();
   int generated = 0;

@@ -16,6 +16,9 @@ void add_spec_flags(CLI::App& app, SpecFlags* f) {
   app.add_option("--draft-scripted", f->scripted,
                  "LABELLED measurement mode: the draft is the target's own greedy continuation (decoded first), each "
                  "token kept with probability P in [0, 1], else a wrong one; needs --temp 0");
+  app.add_flag("--mtp", f->mtp,
+               "speculative decoding with the model's own NextN (MTP) block (glm4moe, deepseek2, qwen35moe / qwen3next "
+               "files that carry one): no extra model; CPU");
   app.add_option("--draft-max", f->draft_max, "longest draft (default 8)");
   app.add_option("--draft-min", f->draft_min, "shortest draft the adaptive length shrinks to (default 1)");
   app.add_flag("--draft-fixed", f->draft_fixed, "always draft --draft-max tokens (default: adaptive)");
@@ -43,8 +46,8 @@ StatusOr<std::vector<int32_t>> greedy_reference(const SpecTarget& t) {
 }  // namespace
 
 StatusOr<SpecSetup> make_spec(const SpecFlags& f, const SpecTarget& t) {
-  const int kinds = !f.draft_model.empty() + (f.lookup > 0) + (f.scripted >= 0);
-  if (kinds > 1) return invalid_argument("give one drafter: --draft-model, --lookup or --draft-scripted");
+  const int kinds = !f.draft_model.empty() + (f.lookup > 0) + (f.scripted >= 0) + f.mtp;
+  if (kinds > 1) return invalid_argument("give one drafter: --draft-model, --lookup, --mtp or --draft-scripted");
   if (f.lookup < 0) return invalid_argument("--lookup must be >= 1 (the longest n-gram looked up)");
   if (f.scripted >= 0 && f.scripted > 1) return invalid_argument("--draft-scripted takes a probability in [0, 1]");
   if (f.draft_max < 1 || f.draft_max > 64) return invalid_argument("--draft-max must be in [1, 64]");
@@ -62,7 +65,13 @@ StatusOr<SpecSetup> make_spec(const SpecFlags& f, const SpecTarget& t) {
   setup.config.draft_min = f.draft_min;
   setup.config.adaptive = !f.draft_fixed;
   const uint32_t n_vocab = t.engine->backend().n_vocab();
-  if (f.lookup > 0) {
+  if (f.mtp) {
+    if (t.engine->on_gpu()) {
+      return unimplemented("--mtp on --device cuda: the NextN (MTP) block runs on the CPU backend only for now");
+    }
+    MT_RETURN_IF_ERROR(t.engine->model().nextn_status());
+    setup.drafter = std::make_unique<NextnDrafter>();
+  } else if (f.lookup > 0) {
     setup.drafter = std::make_unique<LookupDrafter>(f.lookup, 1);
   } else if (f.scripted >= 0) {
     if (t.sampling.temperature != 0) {

@@ -1,5 +1,5 @@
 // The speculative-decoding flags of run and bench (runtime/speculative.h): which drafter
-// (a draft model, prompt lookup, or the labelled acceptance mode), the draft length, and
+// (a draft model, prompt lookup, the model's NextN block, or the labelled acceptance mode), the draft length, and
 // the set-up that turns them into a Drafter next to the target's engine.
 #pragma once
 
@@ -21,9 +21,10 @@ struct SpecFlags {
   std::string draft_model;  // --draft-model FILE
   int lookup = 0;           // --lookup N: prompt lookup with n-grams of up to N tokens
   double scripted = -1;     // --draft-scripted P: the labelled acceptance mode
+  bool mtp = false;         // --mtp: the model's own NextN block
   int draft_max = 8, draft_min = 1;
   bool draft_fixed = false;  // --draft-fixed: always ask for draft_max
-  bool any() const { return !draft_model.empty() || lookup > 0 || scripted >= 0; }
+  bool any() const { return !draft_model.empty() || lookup > 0 || scripted >= 0 || mtp; }
 };
 
 void add_spec_flags(CLI::App& app, SpecFlags* f);

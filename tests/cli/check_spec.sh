@@ -8,7 +8,8 @@
 # (JSON, markdown); bad combinations are one-line errors, exit 1 (bench: with --batch):
 # two drafters, a probability outside [0, 1], the scripted mode above temperature 0, a draft
 # of another vocabulary, a Gated DeltaNet draft, --record-routing with a drafter; a Gated
-# DeltaNet target (qwen35moe) gives its plain text with the scripted drafter.
+# DeltaNet target (qwen35moe) gives its plain text with the scripted drafter and with --mtp
+# (its NextN block); --mtp on a model without one is an error.
 # usage: check_spec.sh MOETIER MODEL VOCAB_DIR WORK_DIR
 set -uo pipefail
 MOETIER=$1
@@ -101,9 +102,18 @@ HYB=("$MOETIER" run -m "$WORK/hybrid.gguf" -t 2 -p "hello hello hello world hell
 cmp -s "$WORK/hyb_plain.out" "$WORK/hyb_spec.out" || fail "hybrid: the scripted run's text differs from plain decoding's"
 grep -q "^speculative: " "$WORK/hyb_spec.err" || fail "hybrid: no speculative line"
 expect_error "not with a drafter" "${RUN[@]}" --temp 0 --lookup 3 --record-routing "$WORK/r.jsonl"
+# --mtp: the hybrid's own NextN block drafts (its text is plain decoding's); the demo model
+# (qwen3moe) has none: one line naming it.
+"${HYB[@]}" --mtp --draft-max 3 >"$WORK/hyb_mtp.out" 2>"$WORK/hyb_mtp.err" || fail "hybrid --mtp: $(tail -1 "$WORK/hyb_mtp.err")"
+cmp -s "$WORK/hyb_plain.out" "$WORK/hyb_mtp.out" || fail "hybrid --mtp: the text differs from plain decoding's"
+grep -q "^speculative: NextN (MTP) block: " "$WORK/hyb_mtp.err" || fail "--mtp: no speculative line: $(cat "$WORK/hyb_mtp.err")"
+expect_error "no NextN (MTP) block" "${RUN[@]}" --temp 0 --mtp
+expect_error "give one drafter" "${RUN[@]}" --temp 0 --mtp --lookup 2
+"$MOETIER" bench -m "$WORK/hybrid.gguf" -t 2 -p 0 -n 16 -r 1 --mtp >"$WORK/bench_mtp.md" 2>&1 || fail "bench --mtp"
+grep -q "^tg16 speculative: NextN (MTP) block" "$WORK/bench_mtp.md" || fail "bench --mtp: no speculative line: $(cat "$WORK/bench_mtp.md")"
 
 if [ "$fails" -ne 0 ]; then
   echo "$fails failure(s)"
   exit 1
 fi
-echo "ok: run with --lookup, --draft-model, --draft-scripted: the plain text at --temp 0 and plain sampling's text seed for seed; errors"
+echo "ok: run with --lookup, --draft-model, --draft-scripted, --mtp: the plain text at --temp 0 and plain sampling's text seed for seed; errors"

@@ -60,6 +60,8 @@ inline std::vector<int32_t> spec_decode(Backend& backend, Drafter& drafter, Spec
                                  int n, const SamplingParams& params, SpecStats* stats = nullptr) {
   auto seq = Sequence::create(backend, 512);
   EXPECT_TRUE(seq.ok());
+  const Status prepared = drafter.prepare_target(backend, seq->id());
+  EXPECT_TRUE(prepared.ok()) << prepared.to_string();
   std::vector<float> logits;
   EXPECT_TRUE(seq->feed(prompt, false, &logits).ok());
   Sampler sampler(params, backend.n_vocab());
