@@ -21,7 +21,7 @@ struct HParams {
   uint32_t n_ctx_train = 0;
   uint32_t n_embd = 0;
   uint32_t n_layer = 0;        // the main stack: block_count less the NextN layers
-  uint32_t n_layer_file = 0;   // block_count (NextN / MTP layers included; they load, unused)
+  uint32_t n_layer_file = 0;   // block_count (NextN / MTP layers included: bound for --mtp only)
   uint32_t n_nextn = 0;        // nextn_predict_layers
   uint32_t n_dense_lead = 0;   // leading_dense_block_count: layers [0, n) are dense FFNs
   uint32_t n_head = 0;

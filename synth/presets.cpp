@@ -215,7 +215,7 @@ SynthConfig tiny_for(Arch arch) {
     // Three Gated DeltaNet layers then one gated full-attention layer (4 heads of 64, a
     // quarter rotated), 2 key heads and 4 value heads of 64 (qwen3next groups value heads
     // by key head, qwen35moe tiles them), conv 4, a gated shared expert of 256; qwen35moe
-    // with one MTP block after the stack (loaded, unused).
+    // with one MTP block after the stack (--mtp's drafter).
     c.n_layer = 4; c.n_rot = 16; c.n_ff_shexp = 256;
     c.ssm_state = 64; c.ssm_nk = 2; c.ssm_nv = 4; c.ssm_conv = 4; c.full_attention_interval = 4;
     if (arch == Arch::kQwen35Moe) c.n_nextn = 1;

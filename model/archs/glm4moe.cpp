@@ -3,7 +3,7 @@
 // of them in the real checkpoints); post_attention_norm before the FFN; the leading
 // dense blocks are SwiGLU FFNs, the rest sigmoid-routed experts with the exp_probs_b
 // selection bias (renormalised and scaled as the keys say) plus ungated shared experts.
-// The trailing NextN layer is bound by nobody: plain decoding ignores it.
+// The trailing NextN layer runs only as --mtp's drafter (model/nextn.cpp).
 #include "model/archs/blocks.h"
 
 namespace mt {
