@@ -160,9 +160,9 @@ std::string ServerMetrics::render(const SchedulerMetrics& s) const {
          "bytes per token of the KV type.",
          static_cast<double>(s.kv_bytes_used));
   single(&out, "moetier_speculative_draft_tokens_total", "counter",
-         "Speculative guesses evaluated (serve --lookup).", static_cast<double>(s.draft_tokens));
+         "Speculative guesses evaluated (serve --lookup or --mtp).", static_cast<double>(s.draft_tokens));
   single(&out, "moetier_speculative_accepted_tokens_total", "counter",
-         "Speculative guesses kept: the sampling agreed with them (serve --lookup).", static_cast<double>(s.draft_accepted));
+         "Speculative guesses kept: the sampling agreed with them (serve --lookup or --mtp).", static_cast<double>(s.draft_accepted));
   write_steps(&out, "moetier_batch_sequences_per_step", "Sequences evaluated together in one forward pass.",
               s.step_sequences);
   write_steps(&out, "moetier_batch_tokens_per_step",

@@ -264,9 +264,12 @@ struct Scheduler::Impl {
       auto r = std::make_unique<Running>(q.id, std::move(q.req), q.cancelled, q.submitted, backend, std::move(*seq),
                                          tokenizer);
       queue.pop_front();
-      if (lookup) {  // the guesses' rows must be able to go (a recurrent state: through a log)
+      if (lookup || o.nextn) {  // the guesses' rows must be able to go (a recurrent state: through a log)
         for (Choice& c : r->choices) c.keep_history(r->req);
         if (Status k = backend.keep_run_rollback(r->seq.id(), o.draft_max + 1); !k.ok()) log_warn(k.to_string());
+        if (o.nextn) {  // before the prompt: the NextN block reads its hidden states
+          if (Status k = backend.enable_nextn(r->seq.id()); !k.ok()) log_warn(k.to_string());
+        }
       }
       if (r->req.choices.grammar) {
         lock.unlock();  // the first grammar builds the token table
@@ -326,7 +329,7 @@ struct Scheduler::Impl {
   void on_token(Running& r, Choice& c, int32_t tok, Clock::time_point now) {
     c.sampler.accept(tok);
     ++c.completion;
-    if (o.lookup_ngram > 0) c.history.push_back(tok);
+    if (o.lookup_ngram > 0 || o.nextn) c.history.push_back(tok);
     {
       std::lock_guard<std::mutex> lock(mu);
       if (r.first_text) keep_last(m.ttft_seconds, seconds(now - r.submitted), 1024);
@@ -417,6 +420,7 @@ struct Scheduler::Impl {
         c.draft.clear();
         const int want = std::min<int>(static_cast<int>(o.draft_max), static_cast<int>(r->req.max_tokens - c.completion) - 1);
         if (lookup && want > 0) (void)lookup->propose(c.history, want, &c.draft);  // lookup cannot fail
+        if (o.nextn && want > 0 && !backend.propose_nextn(c.seq, c.history, want, &c.draft).ok()) c.draft.clear();
         rows.assign(1, c.next);
         rows.insert(rows.end(), c.draft.begin(), c.draft.end());
         batch.add(c.seq, pos, rows, Logits::kAll);

@@ -102,6 +102,9 @@ struct ServingOptions {
   // occurrence of its last lookup_ngram..1 tokens) and keeps those its sampling agrees
   // with. 0: off.
   uint32_t lookup_ngram = 0;
+  // Or by the model's NextN (MTP) block (Backend::propose_nextn; CPU backend), each choice's
+  // guesses from its sequence's final hidden states.
+  bool nextn = false;
   uint32_t draft_max = 8;
   QuantType kv_type = QuantType::F16;
   // The KV cache's bytes per position of one sequence at kv_type and a sequence's fixed

@@ -48,6 +48,7 @@ struct ServeFlags {
   int port = 8080, threads = 0;
   uint32_t max_running = 8, n_ctx = 0, http_threads = 0;
   uint32_t lookup = 0, draft_max = 8;  // speculative decoding by prompt lookup
+  bool mtp = false;                    // or by the model's NextN block
   uint32_t prefill_chunk = 256;
   double prefill_pace = 2.0;
   bool no_interleave = false;
@@ -191,6 +192,14 @@ int serve(const ServeFlags& f) {
   options.n_ctx = f.n_ctx ? f.n_ctx : std::min<uint32_t>(hp.n_ctx_train ? hp.n_ctx_train : 4096, 4096);
   options.kv_type = kv_type;
   options.lookup_ngram = f.lookup;
+  options.nextn = f.mtp;
+  if (f.mtp && f.lookup > 0) return fail("serve", invalid_argument("give one drafter: --lookup or --mtp"));
+  if (f.mtp && (*engine)->on_gpu()) {
+    return fail("serve", unimplemented("--mtp on --device cuda: the NextN (MTP) block runs on the CPU backend only for now"));
+  }
+  if (f.mtp) {
+    if (Status n = model.nextn_status(); !n.ok()) return fail("serve", n);
+  }
   options.prefill_chunk = f.prefill_chunk;
   options.prefill_pace = f.prefill_pace;
   if (f.lookup > 0 && (*engine)->on_gpu()) {
@@ -253,6 +262,10 @@ int serve(const ServeFlags& f) {
                http_options.model_name.c_str(), std::string(arch_info(hp.arch).name).c_str(), hp.n_layer, hp.n_expert,
                hp.n_expert_used, (*engine)->describe().c_str(), options.n_ctx, options.max_running,
                chat.description().c_str(), tiering_note.c_str());
+  if (f.mtp) {
+    std::fprintf(stderr, "moetier serve: speculative decoding by the model's NextN (MTP) block (up to %u guesses a step)\n",
+                 f.draft_max);
+  }
   if (f.lookup > 0) {
     std::fprintf(stderr, "moetier serve: speculative decoding by prompt lookup (n-grams %u down to 1, up to %u guesses a step)\n",
                  f.lookup, f.draft_max);
@@ -276,7 +289,10 @@ Runner add_serve(CLI::App& app) {
   app.add_option("--lookup", f->lookup,
                  "speculative decoding by prompt lookup: each step also evaluates up to --draft-max guesses (what "
                  "followed the last earlier occurrence of the text's last N, down to 1, tokens); 0 = off");
-  app.add_option("--draft-max", f->draft_max, "most guesses per choice and step with --lookup (default 8)");
+  app.add_flag("--mtp", f->mtp,
+               "speculative decoding by the model's own NextN (MTP) block (files that carry one; CPU): each step also "
+               "evaluates up to --draft-max of its guesses");
+  app.add_option("--draft-max", f->draft_max, "most guesses per choice and step with --lookup or --mtp (default 8)");
   app.add_option("--prefill-chunk", f->prefill_chunk,
                  "most prompt tokens evaluated per step, all prompts together (default 256)");
   app.add_option("--prefill-pace", f->prefill_pace,
