@@ -6,7 +6,7 @@
 // is an error too. SIGINT / SIGTERM stop it gracefully: no new connections, running
 // requests get --shutdown-timeout seconds to finish, then streams are ended cleanly; a
 // second signal exits at once. --device cuda serves
-// from the GPU (its backend evaluates a step's sequences one after another for now). With
+// from the GPU (its backend evaluates a step's sequences in one pass, cuda/cuda_backend.h). With
 // --expert-cache (run's tiering flags) the experts are tiered (the GPU's device cache, or
 // the CPU's simulated device) and /metrics reports the cache counters per geometry group.
 #include <CLI/CLI.hpp>
