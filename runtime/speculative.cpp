@@ -135,14 +135,17 @@ void SpecThrottle::observe(uint64_t step, int guesses, int emitted, double secon
   const double per_token = seconds / std::max(emitted, 1);
   drafted_s_ = drafted_s_ == 0 ? per_token : drafted_s_ + kWeight * (per_token - drafted_s_);
   ++drafted_n_;
-  if (plain_s_ == 0 || drafted_n_ < kMinDrafted) return;
+  // The first verdict waits for kMinDrafted steps; a re-probe after a back-off is judged on
+  // its first step (drafting lost already: each probe costs, so it is kept short).
+  const int need = backoff_ > kFirstBackoff ? 1 : kMinDrafted;
+  if (plain_s_ == 0 || drafted_n_ < need) return;
   if (drafted_s_ > plain_s_) {  // losing: plain steps for a while, longer each time
     off_until_ = step + 1 + backoff_;
     backoff_ = std::min<uint64_t>(backoff_ * 2, 256);
     drafted_s_ = 0;  // the next try measures afresh
     drafted_n_ = 0;
   } else {
-    backoff_ = 8;
+    backoff_ = kFirstBackoff;
   }
 }
 

@@ -128,13 +128,15 @@ struct SpecConfig {
 // kPlainEvery keeps the plain figure current). While drafted steps are slower per token
 // (over at least kMinDrafted of them),
 // drafting is off for a back-off of plain steps (8, doubling to 256 while it keeps losing),
-// then tried again. Measured rather than modelled, so whatever makes a verification step
+// then tried again with one probe step judged alone (a probe of something that lost
+// already is kept short). Measured rather than modelled, so whatever makes a verification step
 // dear (the union of the guesses' experts, cache misses, a CPU that is compute-bound) is
 // in the figure; the price is a probe now and then.
 class SpecThrottle {
  public:
   static constexpr int kPlainEvery = 16;
-  static constexpr int kMinDrafted = 3;  // drafted steps measured before a verdict (one is noise)
+  static constexpr int kMinDrafted = 3;  // drafted steps measured before a first verdict (one is noise)
+  static constexpr uint64_t kFirstBackoff = 8;  // plain steps after the first losing verdict
   // Before a step: false for a plain step (no guesses).
   bool draft(uint64_t step) const;
   // After a step with `guesses` guesses that produced `emitted` tokens in `seconds`.
@@ -146,7 +148,7 @@ class SpecThrottle {
  private:
   double plain_s_ = 0, drafted_s_ = 0;
   int drafted_n_ = 0;  // drafted steps since the last verdict
-  uint64_t off_until_ = 0, backoff_ = 8, off_steps_ = 0;
+  uint64_t off_until_ = 0, backoff_ = kFirstBackoff, off_steps_ = 0;
 };
 
 struct SpecStats {

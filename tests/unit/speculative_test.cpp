@@ -311,15 +311,23 @@ TEST(Speculative, ThrottleTurnsDraftingOffWhileItDoesNotPay) {
     t.observe(s, 0, 1, 0.010);
   }
   EXPECT_EQ(t.off_steps(), 8u);
-  for (uint64_t s = 12; s <= 14; ++s) {  // still losing: 16 plain steps
-    EXPECT_TRUE(t.draft(s)) << s;
-    t.observe(s, 4, 2, 0.030);
+  EXPECT_TRUE(t.draft(12));  // a re-probe is judged on its one step: still losing, 16 plain steps
+  t.observe(12, 4, 2, 0.030);
+  for (uint64_t s = 13; s < 29; ++s) {
+    EXPECT_FALSE(t.draft(s)) << s;
+    t.observe(s, 0, 1, 0.010);
   }
-  for (uint64_t s = 15; s < 31; ++s) EXPECT_FALSE(t.draft(s)) << s;
-  EXPECT_TRUE(t.draft(31));
-  t.observe(31, 4, 5, 0.020);  // 4 ms a token: paying
+  EXPECT_TRUE(t.draft(29));
+  t.observe(29, 4, 1, 0.030);  // losing again: 32 plain steps
+  for (uint64_t s = 30; s < 62; ++s) {
+    EXPECT_FALSE(t.draft(s)) << s;
+    t.observe(s, 0, 1, 0.010);
+  }
+  EXPECT_EQ(t.off_steps(), 8u + 16u + 32u);
+  EXPECT_TRUE(t.draft(62));
+  t.observe(62, 4, 5, 0.020);  // 4 ms a token: paying
   int drafted = 0;
-  for (uint64_t s = 33; s < 33 + 4 * SpecThrottle::kPlainEvery; ++s) {
+  for (uint64_t s = 64; s < 64 + 4 * SpecThrottle::kPlainEvery; ++s) {
     const bool d = t.draft(s);
     drafted += d;
     EXPECT_EQ(d, s % SpecThrottle::kPlainEvery != 0) << s;
