@@ -30,7 +30,9 @@ const DROPS = Number(process.env.CHURN_DROPS ?? 200);
 const TOKENS = Number(process.env.CHURN_TOKENS ?? 48);
 const WATCHDOG_S = Number(process.env.CHURN_WATCHDOG_S ?? 480);
 const model = process.env.SERVE_MODEL ?? makeModel(moetier, vocab, work);
-const server = await startServer(moetier, model, serveArgs(['--max-running', '96', '-c', '512', '-t', '2']));
+// --prefill-pace 0: every prompt admitted at once, so all streams run together (paced chunks
+// beside decoders let the first streams finish before the last start on a fast CPU).
+const server = await startServer(moetier, model, serveArgs(['--max-running', '96', '-c', '512', '-t', '2', '--prefill-pace', '0']));
 
 const chat = (content, extra) => JSON.stringify({
   messages: [{ role: 'user', content }], temperature: 0, ignore_eos: true, ...extra,
