@@ -4,7 +4,19 @@
 #include <cmath>
 #include <cstdio>
 
+namespace mt {
+
+void StepHistogram::observe(uint64_t value) {  // declared in server/scheduler.h
+  size_t b = 0;
+  while (b < bounds.size() && value > bounds[b]) ++b;
+  ++counts[b];
+  sum += value;
+}
+
+}  // namespace mt
+
 namespace mt::server {
+
 namespace {
 
 // Whole numbers (counters, byte totals) exactly; others to 9 significant digits.

@@ -110,13 +110,6 @@ void keep_last(std::vector<T>& v, T x, size_t n) {
 
 }  // namespace
 
-void StepHistogram::observe(uint64_t value) {
-  size_t b = 0;
-  while (b < bounds.size() && value > bounds[b]) ++b;
-  ++counts[b];
-  sum += value;
-}
-
 // One request's part of a step: n tokens of one choice's sequence (prefill: choice 0),
 // and whether its last row's logits come back.
 struct StepPart {
@@ -148,7 +141,6 @@ struct Scheduler::Impl {
   std::unique_ptr<LookupDrafter> lookup;  // with o.lookup_ngram > 0
   std::vector<int32_t> rows;              // scratch: a choice's token and guesses
   PrefillPacer pacer;                     // the step's prompt-token budget beside decoders
-  uint32_t step_decode_rows = 0, step_prompt_tokens = 0;
   std::thread thread;
 
   Impl(Backend& b, const Tokenizer& tk, const ServingOptions& opt)
@@ -384,13 +376,10 @@ struct Scheduler::Impl {
   }
 
   bool any_decoding() const {
-    for (const auto& r : running) {
-      if (r->prefilled < r->req.prompt.size()) continue;
-      for (const Choice& c : r->choices) {
-        if (!c.ended()) return true;
-      }
-    }
-    return false;
+    const auto decoding = [](const Choice& c) { return !c.ended(); };
+    return std::any_of(running.begin(), running.end(), [&](const auto& r) {
+      return r->prefilled >= r->req.prompt.size() && std::any_of(r->choices.begin(), r->choices.end(), decoding);
+    });
   }
 
   // The step's batch: every decoding choice's next token, and prompt chunks up to the
@@ -399,7 +388,6 @@ struct Scheduler::Impl {
   void build_batch() {
     batch.clear();
     parts.clear();
-    step_decode_rows = step_prompt_tokens = 0;
     uint32_t prefill_left = pacer.budget(any_decoding());
     for (auto& r : running) {
       const auto P = static_cast<uint32_t>(r->req.prompt.size());
@@ -407,7 +395,6 @@ struct Scheduler::Impl {
         if (prefill_left == 0) continue;
         const uint32_t n = std::min(prefill_left, P - r->prefilled);
         prefill_left -= n;
-        step_prompt_tokens += n;
         const bool last = r->prefilled + n == P;
         batch.add(r->seq.id(), r->prefilled, std::span<const int32_t>(r->req.prompt).subspan(r->prefilled, n),
                   last ? Logits::kLast : Logits::kNone);
@@ -424,7 +411,6 @@ struct Scheduler::Impl {
         rows.assign(1, c.next);
         rows.insert(rows.end(), c.draft.begin(), c.draft.end());
         batch.add(c.seq, pos, rows, Logits::kAll);
-        step_decode_rows += static_cast<uint32_t>(rows.size());
         parts.push_back({r.get(), &c, static_cast<uint32_t>(rows.size()), true});
       }
     }
@@ -462,8 +448,9 @@ struct Scheduler::Impl {
     if (batch.empty()) return;
     const Clock::time_point eval_start = Clock::now();
     const Status s = backend.eval(batch, &logits);
-    pacer.observe(step_decode_rows, step_prompt_tokens,
-                  std::chrono::duration<double>(Clock::now() - eval_start).count());
+    uint32_t decode_rows = 0, prompt_tokens = 0;  // the step's, from its parts
+    for (const StepPart& p : parts) (p.c != nullptr ? decode_rows : prompt_tokens) += p.n;
+    pacer.observe(decode_rows, prompt_tokens, seconds(Clock::now() - eval_start));
     publish_experts();
     if (!s.ok()) {
       for (const StepPart& p : parts) fail(*p.r, s.to_string());
