@@ -134,6 +134,9 @@ for n in $STREAMS; do
     rc=0
     python3 "$SCRIPT_DIR/load.py" --url "http://127.0.0.1:$port" --streams "$n" "${LOAD_ARGS[@]}" \
         --pid "$SERVER_PID" --label "$name" --allow-failures -o "$OUT/$name.json" || rc=$?
+    # moetier's own split of a step (forward pass vs sampling and the rest), for summary.md
+    [ "$engine" = moetier ] && python3 -c 'import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=10).read().decode())' \
+        "http://127.0.0.1:$port/metrics" > "$OUT/$name.metrics" 2>/dev/null || true
     stop_server
     [ "$rc" = 0 ] || die "load.py failed on $name (exit $rc; server log $OUT/$name.log)"
   done
@@ -154,6 +157,27 @@ lines = [f"model `{os.path.basename(model)}`", "",
          "| engine | streams | ok/failed | out tok/s | ttft p50 / p99 ms | itl p50 / p99 ms | tpot p50 ms | peak RSS MiB | peak GPU MiB |",
          "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
 summary = []
+def scraped(path):  # counter name -> value from a /metrics text
+    vals = {}
+    for line in open(path):
+        if line and not line.startswith("#") and " " in line:
+            k, v = line.rsplit(" ", 1)
+            try:
+                vals[k] = float(v)
+            except ValueError:
+                pass
+    return vals
+split = []
+for (engine, n) in sorted(rows, key=lambda k: k[1]):
+    path = os.path.join(out, f"{engine}-s{n}.metrics")
+    if engine != "moetier" or not os.path.exists(path):
+        continue
+    v = scraped(path)
+    steps = v.get("moetier_scheduler_steps_total", 0)
+    if steps:
+        ev, ho = v.get("moetier_scheduler_eval_seconds_total", 0), v.get("moetier_scheduler_host_seconds_total", 0)
+        split.append(f"{n} streams {1000 * ev / steps:.2f} / {1000 * ho / steps:.2f}")
+        rows[(engine, n)]["step_split_ms"] = {"eval": 1000 * ev / steps, "host": 1000 * ho / steps, "steps": steps}
 for (engine, n), j in sorted(rows.items(), key=lambda kv: (kv[0][1], kv[0][0] != "moetier")):
     mem = j.get("server_memory") or {}
     lines.append(f"| {engine} | {n} | {j['requests_completed']}/{j['requests_failed']} | {j['output_tok_s'] or 0:.2f} | "
@@ -162,7 +186,9 @@ for (engine, n), j in sorted(rows.items(), key=lambda kv: (kv[0][1], kv[0][0] !=
     summary.append({"engine": engine, "streams": n, "output_tok_s": j["output_tok_s"], "ttft_s": j["ttft_s"],
                     "itl_s": j["itl_s"], "tpot_s": j["tpot_s"], "requests_completed": j["requests_completed"],
                     "requests_failed": j["requests_failed"], "requests_other_length": j["requests_other_length"],
-                    "server_memory": mem, "config": j["config"]})
+                    "server_memory": mem, "config": j["config"], "step_split_ms": j.get("step_split_ms")})
+if split:
+    lines += ["", "moetier step, forward pass / the rest (sampling, text) ms per step: " + ", ".join(split)]
 ratios = []
 for n in sorted({n for _, n in rows}):
     a, b = rows.get(("moetier", n)), rows.get(("llama", n))

@@ -148,6 +148,11 @@ std::string ServerMetrics::render(const SchedulerMetrics& s) const {
          static_cast<double>(s.completion_tokens));
   single(&out, "moetier_scheduler_steps_total", "counter", "Forward passes (decode steps and prefill chunks together).",
          static_cast<double>(s.steps));
+  single(&out, "moetier_scheduler_eval_seconds_total", "counter",
+         "Seconds of the steps spent in the backend's forward pass (logits on the host included).", s.eval_seconds);
+  single(&out, "moetier_scheduler_host_seconds_total", "counter",
+         "Seconds of the steps spent around the forward pass: building the batch, sampling, text, bookkeeping.",
+         s.host_seconds);
   ttft_.write(&out, "moetier_time_to_first_token_seconds",
               "From the request's arrival to its first generated text (queueing and prefill included).");
   token_latency_.write(&out, "moetier_time_per_output_token_seconds",

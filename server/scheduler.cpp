@@ -416,9 +416,10 @@ struct Scheduler::Impl {
     }
   }
 
-  void publish_experts() {
+  void publish_experts(double eval_seconds) {
     std::lock_guard<std::mutex> lock(mu);
     ++m.steps;
+    m.eval_seconds += eval_seconds;
     m.step_sequences.observe(parts.size());
     m.step_tokens.observe(batch.size());
     if (o.experts == nullptr) return;  // a snapshot for /metrics (the HTTP thread reads it under mu)
@@ -450,8 +451,9 @@ struct Scheduler::Impl {
     const Status s = backend.eval(batch, &logits);
     uint32_t decode_rows = 0, prompt_tokens = 0;  // the step's, from its parts
     for (const StepPart& p : parts) (p.c != nullptr ? decode_rows : prompt_tokens) += p.n;
-    pacer.observe(decode_rows, prompt_tokens, seconds(Clock::now() - eval_start));
-    publish_experts();
+    const double eval_seconds = seconds(Clock::now() - eval_start);
+    pacer.observe(decode_rows, prompt_tokens, eval_seconds);
+    publish_experts(eval_seconds);
     if (!s.ok()) {
       for (const StepPart& p : parts) fail(*p.r, s.to_string());
       return drop_finished();
@@ -481,6 +483,8 @@ struct Scheduler::Impl {
       }
     }
     drop_finished();
+    std::lock_guard<std::mutex> lock(mu);
+    m.host_seconds += seconds(Clock::now() - now) - eval_seconds;
   }
 
   // The running requests' KV cache as the backend holds it, after a step (cancelled and

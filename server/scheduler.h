@@ -135,6 +135,9 @@ struct StepHistogram {
 struct SchedulerMetrics {
   uint64_t requests_total = 0, requests_finished = 0, requests_cancelled = 0, requests_failed = 0;
   uint64_t prompt_tokens = 0, completion_tokens = 0, steps = 0;
+  // Seconds of the scheduler's steps in the backend's eval and in everything else of a step
+  // (building the batch, sampling, text, bookkeeping), summed: where a step's time goes.
+  double eval_seconds = 0, host_seconds = 0;
   uint64_t draft_tokens = 0, draft_accepted = 0;  // speculative guesses evaluated and kept (--lookup)
   uint32_t running = 0, queued = 0;
   uint64_t kv_tokens_used = 0, kv_tokens_budget = 0;  // used: the contexts reserved by running requests

@@ -84,6 +84,9 @@ const before = await metrics(server);
   check(steps > 0 && seqCount === steps && tokCount === steps, `steps ${steps}, histogram counts ${seqCount}, ${tokCount}`);
   check(seqSum > seqCount, `no step had more than one sequence (sum ${seqSum} over ${seqCount} steps)`);
   check(tokSum >= seqSum, `tokens per step ${tokSum} < sequences per step ${seqSum}`);
+  const evalS = m.moetier_scheduler_eval_seconds_total - before.moetier_scheduler_eval_seconds_total;
+  const hostS = m.moetier_scheduler_host_seconds_total - before.moetier_scheduler_host_seconds_total;
+  check(evalS > 0 && hostS > 0 && evalS > hostS, `step seconds: eval ${evalS}, host ${hostS} (the forward pass should dominate)`);
   check(m['moetier_batch_sequences_per_step_bucket{le="+Inf"}'] === m.moetier_batch_sequences_per_step_count,
     'the +Inf bucket is not the count');
   console.log(`ok batch histograms: ${steps} steps, ${(seqSum / seqCount).toFixed(2)} sequences and ` +

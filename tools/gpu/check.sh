@@ -112,13 +112,13 @@ memcheck() {  # arch...: compute-sanitizer on a tiny q4_k_m model's logits (pref
 # once per machine (the server without its web UI: nothing downloaded).
 llama_build() {
   local L=/tmp/llama.cpp
-  [ -x $L/build/bin/llama-bench ] && [ -x $L/build/bin/llama-server ] && return
+  [ -x $L/build/bin/llama-bench ] && [ -x $L/build/bin/llama-server ] && [ -x $L/build/bin/llama-batched-bench ] && return
   mkdir -p $L && tar -xJf .gpu-carry/llama-src.tar.xz -C $L
   run llama_configure cmake -S $L -B $L/build -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
     -DCMAKE_CUDA_ARCHITECTURES=90 -DBUILD_SHARED_LIBS=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
     -DLLAMA_BUILD_SERVER=ON -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_BUILD_TOOLS=ON -DLLAMA_CURL=OFF \
     -DLLAMA_OPENSSL=OFF -DGGML_NATIVE=ON
-  run llama_build cmake --build $L/build --target llama-bench llama-server -j "$JOBS"
+  run llama_build cmake --build $L/build --target llama-bench llama-server llama-batched-bench -j "$JOBS"
 }
 
 case $MODE in

@@ -44,6 +44,26 @@ sync
 COMMON=(--gpu --engines "${ENGINES:-moetier}" --streams "${STREAMS:-1 8 32}" --prompt-tokens "${PROMPT:-128}"
         --output-tokens "${OUTPUT:-256}" --requests "${REQUESTS:-2}" --endpoint completions --moetier $B/moetier
         --llama-server $LLAMA)
+# BATCH_BENCH="1,8,32": the batched decode step without a server: moetier bench --batch
+# (every sequence's 128-token prefill untimed, then 32 timed steps) beside llama.cpp's
+# llama-batched-bench on the same file (its S_TG column), and ncu's per-kernel time of a
+# batch of KPROF_BATCH (8) steps (tools/gpu/kprof.py; the prefill's launches included).
+if [ -n "${BATCH_BENCH:-}" ]; then
+  step batch_moetier $B/moetier bench -m $F --device cuda --batch "$BATCH_BENCH" -p 128 -n 32 -r 3
+  cat "$OUT/batch_moetier.log"
+  LB=/tmp/llama.cpp/build/bin/llama-batched-bench
+  if [ -x $LB ]; then
+    step batch_llama $LB -m $F -ngl 99 -fa on -c 16384 -npp 128 -ntg 32 -npl "$BATCH_BENCH"
+    grep -E "^\|" "$OUT/batch_llama.log"
+  fi
+  NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+  if [ -n "$NCU" ]; then
+    step ncu_batch "$NCU" --clock-control none --cache-control none --metrics gpu__time_duration.sum \
+      --print-kernel-base function --print-units base --csv $B/moetier bench -m $F --device cuda \
+      --batch "${KPROF_BATCH:-8}" -p 8 -n 4 -r 1
+    python3 tools/gpu/kprof.py "moetier batch ${KPROF_BATCH:-8}" "$OUT/ncu_batch.log" 1 | head -40
+  fi
+fi
 # NODE_CHECKS=1 (carry .gpu-carry/node.xz, Debian's node packed by tools/gpu/prepare.sh): the
 # server tests on the GPU server and this file: batch parity (16 requests alone vs together
 # at temperature 0) and churn (64 streams + 200 dropped connections), resident and at 25%.
