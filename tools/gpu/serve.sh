@@ -60,7 +60,7 @@ if [ -n "${BATCH_BENCH:-}" ]; then
   if [ -n "$NCU" ]; then
     step ncu_batch "$NCU" --clock-control none --cache-control none --metrics gpu__time_duration.sum \
       --print-kernel-base function --print-units base --csv $B/moetier bench -m $F --device cuda \
-      --batch "${KPROF_BATCH:-8}" -p 8 -n 4 -r 1
+      --batch "${KPROF_BATCH:-8}" -p 1 -n 3 -r 1
     python3 tools/gpu/kprof.py "moetier batch ${KPROF_BATCH:-8}" "$OUT/ncu_batch.log" 1 | head -40
   fi
 fi
