@@ -51,6 +51,11 @@ COMMON=(--gpu --engines "${ENGINES:-moetier}" --streams "${STREAMS:-1 8 32}" --p
 if [ -n "${BATCH_BENCH:-}" ]; then
   step batch_moetier $B/moetier bench -m $F --device cuda --batch "$BATCH_BENCH" -p 128 -n 32 -r 3
   cat "$OUT/batch_moetier.log"
+  # BATCH_OFF="MOETIER_CUDA_...=0 ...": the same with those switches (an A/B in one call)
+  if [ -n "${BATCH_OFF:-}" ]; then
+    step batch_moetier_off env $BATCH_OFF $B/moetier bench -m $F --device cuda --batch "$BATCH_BENCH" -p 128 -n 32 -r 3
+    grep -E "every repetition" "$OUT/batch_moetier_off.log"
+  fi
   LB=/tmp/llama.cpp/build/bin/llama-batched-bench
   if [ -x $LB ]; then
     step batch_llama $LB -m $F -ngl 99 -fa on -c 16384 -npp 128 -ntg 32 -npl "$BATCH_BENCH"
