@@ -123,11 +123,20 @@ void Sampler::reset() {
 }
 
 int32_t Sampler::sample(std::span<const float> logits) {
-  build_candidates(logits);
-  apply_bias();
-  apply_penalties();
-  if (params_.temperature == 0) return argmax();
-  top_k();
+  MT_CHECK(logits.size() == n_vocab_);
+  if (params_.temperature == 0) {
+    build_overrides(logits);
+    return greedy(logits);
+  }
+  if (selects_top_k()) {
+    build_overrides(logits);
+    select_top_k(logits);
+  } else {  // top-k off, or too large for a heap: every token is a candidate
+    build_candidates(logits);
+    build_overrides(logits);
+    for (const Override& o : overrides_) candidates_[static_cast<size_t>(o.id)].logit = o.logit;
+    top_k();
+  }
   const float max = max_logit();
   min_p_by_logit(max);
   const double total = softmax(max);
@@ -149,36 +158,6 @@ void Sampler::build_candidates(std::span<const float> logits) {
   }
   MT_CHECK_MSG(!bad, "logits must be finite or -inf");
   sorted_ = false;
-}
-
-// Candidates are still in id order here, so candidates_[token] is the token.
-void Sampler::apply_bias() {
-  for (const auto& [token, bias] : params_.logit_bias) {
-    MT_CHECK(static_cast<uint32_t>(token) < n_vocab_);
-    float& l = candidates_[static_cast<size_t>(token)].logit;
-    l = bias <= -100 ? -kInf : l + bias;
-  }
-}
-
-void Sampler::apply_penalties() {
-  const float rp = params_.repeat_penalty;
-  const float fp = params_.frequency_penalty;
-  const float pp = params_.presence_penalty;
-  if (rp == 1.0f && fp == 0.0f && pp == 0.0f) return;
-  for (const auto& [token, count] : window_.counts()) {
-    float& l = candidates_[static_cast<size_t>(token)].logit;
-    if (l == -kInf) continue;  // a mask stays a mask
-    if (rp != 1.0f) l = l > 0 ? l / rp : l * rp;
-    l -= static_cast<float>(count) * fp + pp;
-  }
-}
-
-int32_t Sampler::argmax() const {
-  size_t best = 0;
-  for (size_t i = 1; i < candidates_.size(); ++i)
-    if (candidates_[i].logit > candidates_[best].logit) best = i;  // strict: lowest id wins ties
-  MT_CHECK_MSG(candidates_[best].logit > -kInf, "every token is masked (-inf)");
-  return candidates_[best].id;
 }
 
 float Sampler::max_logit() const {

@@ -4,9 +4,12 @@
 // repetition penalties over the recent window ->
 // (temperature 0: argmax, lowest id on ties) -> top-k -> softmax at the temperature ->
 // top-p -> min-p (relative to the most likely token) -> renormalise -> one draw.
-// It works on a candidate list (id, logit, weight): top-k is a partial sort, and without
-// top-k the filters are linear passes (top-p is a radix select), so a 150k vocab costs a
-// few passes, never a full sort. Invariant: a given seed, history and logits
+// Bias and penalties touch few tokens, so they become a short sparse list of overrides.
+// Greedy and top-k (up to 1024) read the logits in place, block by block, skipping blocks
+// that cannot change the answer (sampling_select.cpp), and only the k chosen become
+// candidates (id, logit, weight). Otherwise all tokens are candidates and the filters are
+// linear passes (top-p is a radix select), so a 150k vocab costs a few passes, never a full
+// sort. Invariant: a given seed, history and logits
 // give the same token on every platform and standard library (up to libm's exp): the PRNG
 // is std::mt19937_64 (fully specified by the standard), the uniform draw is done by hand,
 // and every sort uses a total order (value, then id), so no implementation-defined order
@@ -81,10 +84,17 @@ class Sampler {
     float weight;  // exp((logit - max) / temperature): the unnormalised probability
   };
 
+  // A logit that bias or penalties changed: the value every later step sees for `id`.
+  struct Override {
+    int32_t id;
+    float logit;
+  };
+
   void build_candidates(std::span<const float> logits);
-  void apply_bias();
-  void apply_penalties();
-  int32_t argmax() const;
+  void build_overrides(std::span<const float> logits);  // fills overrides_, sorted by id
+  int32_t greedy(std::span<const float> logits) const;
+  bool selects_top_k() const;  // whether top-k is chosen from the logits in place
+  void select_top_k(std::span<const float> logits);
   void top_k();
   float max_logit() const;
   void min_p_by_logit(float max);  // a cheap exact-preserving cut before softmax
@@ -102,6 +112,8 @@ class Sampler {
   PenaltyWindow window_;
   std::vector<Candidate> candidates_;  // (n_vocab) at most, reused across calls
   std::vector<Candidate> scratch_;     // top-p's radix select buffer
+  std::vector<Override> overrides_;    // this call's bias and penalties, sorted by id
+  std::vector<int32_t> override_slot_; // (n_vocab once needed) token -> overrides_ index, or -1
   bool sorted_ = false;                // candidates_ weights are non-increasing (top-k ran)
 };
 
