@@ -110,6 +110,8 @@ Sampler::Sampler(const SamplingParams& params, uint32_t n_vocab)
       window_(params.repeat_last_n) {
   MT_CHECK_MSG(validate(params).ok(), validate(params).to_string().c_str());
   MT_CHECK(n_vocab > 0 && n_vocab <= static_cast<uint32_t>(std::numeric_limits<int32_t>::max()));
+  bias_by_id_ = params_.logit_bias;
+  std::stable_sort(bias_by_id_.begin(), bias_by_id_.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
 }
 
 void Sampler::accept(int32_t token) {

@@ -113,6 +113,10 @@ class Sampler {
   std::vector<Candidate> candidates_;  // (n_vocab) at most, reused across calls
   std::vector<Candidate> scratch_;     // top-p's radix select buffer
   std::vector<Override> overrides_;    // this call's bias and penalties, sorted by id
+  // params_.logit_bias stably sorted by token (a token's biases keep their order): each
+  // call walks it instead of sorting the request's bias list again (thousands of entries
+  // where a client bans every token that is not UTF-8 alone).
+  std::vector<std::pair<int32_t, float>> bias_by_id_;
   std::vector<int32_t> override_slot_; // (n_vocab once needed) token -> overrides_ index, or -1
   bool sorted_ = false;                // candidates_ weights are non-increasing (top-k ran)
 };

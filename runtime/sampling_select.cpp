@@ -136,11 +136,12 @@ void Sampler::build_overrides(std::span<const float> logits) {
     }
     return overrides_[static_cast<size_t>(slot)].logit;
   };
-  for (const auto& [token, bias] : params_.logit_bias) {
+  for (const auto& [token, bias] : bias_by_id_) {  // by id: overrides_ comes out sorted
     MT_CHECK(static_cast<uint32_t>(token) < n_vocab_);
     float& l = logit_of(token);
     l = bias <= -100 ? -kInfinity : l + bias;
   }
+  const size_t biased = overrides_.size();
   if (penalties) {
     for (const auto& [token, count] : window_.counts()) {
       float& l = logit_of(token);
@@ -150,7 +151,11 @@ void Sampler::build_overrides(std::span<const float> logits) {
     }
   }
   for (const Override& o : overrides_) override_slot_[static_cast<size_t>(o.id)] = -1;
-  std::sort(overrides_.begin(), overrides_.end(), [](const Override& a, const Override& b) { return a.id < b.id; });
+  // Only the penalised tokens the bias did not touch (a window's worth) need sorting in.
+  auto by_id = [](const Override& a, const Override& b) { return a.id < b.id; };
+  const auto tail = overrides_.begin() + static_cast<std::ptrdiff_t>(biased);
+  std::sort(tail, overrides_.end(), by_id);
+  std::inplace_merge(overrides_.begin(), tail, overrides_.end(), by_id);
 }
 
 // The first token with the highest logit (strict >, in id order: the lowest id wins ties).
