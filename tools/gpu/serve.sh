@@ -62,7 +62,7 @@ if [ -n "${BATCH_BENCH:-}" ]; then
     grep -E "^\|" "$OUT/batch_llama.log"
   fi
   NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
-  if [ -n "$NCU" ]; then
+  if [ -n "$NCU" ] && [ -z "${NO_NCU:-}" ]; then
     step ncu_batch "$NCU" --clock-control none --cache-control none --metrics gpu__time_duration.sum \
       --print-kernel-base function --print-units base --csv $B/moetier bench -m $F --device cuda \
       --batch "${KPROF_BATCH:-8}" -p 1 -n 3 -r 1
