@@ -84,11 +84,6 @@ EnvSwitch g_wide16("MOETIER_CUDA_MMVQ_WIDE16", true);
 // without either, q4_0 391.2 / 383.2 vs 374.3 / 373.4 (split 2: 353.5 / 356.2, 384.8 /
 // 385.0); docs/PERFORMANCE.md.
 EnvInt g_split("MOETIER_CUDA_MMVQ_SPLIT", 4);
-// MOETIER_CUDA_MMVQ_GROUPED (default on; =0 off): a routed product of several tokens reads
-// each expert's rows once for up to 8 of its slots (MmvqArgs::grouped). Per slot, a batch
-// of 8 decode sequences read 64 experts per layer where ~50 distinct ones were chosen
-// (qwen3-30b-a3b, 128 experts, top-8).
-EnvSwitch g_grouped("MOETIER_CUDA_MMVQ_GROUPED", true);
 
 MmvqArgs base_args(const DeviceMatrix& w, float* y) {
   MmvqArgs a;
@@ -113,7 +108,6 @@ MmvqArgs routed_args(const DeviceMatrix& w, const int32_t* ids, int n_tokens, in
   a.x_per_slot = x_per_slot;
   a.n_tokens = 1;
   a.n_slots = n_tokens * K;
-  a.grouped = g_grouped.on() && n_tokens > 1;
   return a;
 }
 
@@ -137,7 +131,6 @@ bool supports(QuantType type) { return launcher(type) != nullptr; }
 
 void set_mmvq_wide16(bool on) { g_wide16.set(on); }
 void set_mmvq_split(int warps) { g_split.set(warps); }
-void set_mmvq_grouped(bool on) { g_grouped.set(on); }
 
 bool quantizes_activations(QuantType type) { return supports(type) && !is_float(type); }
 

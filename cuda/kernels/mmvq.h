@@ -51,8 +51,5 @@ void set_mmvq_wide16(bool on);
 // `warps` warps, 2 or 4 (the default); 0 / 1: one warp) for the process. The same sums in another
 // order: each warp's partial, then the warps' partials added in shared memory.
 void set_mmvq_split(int warps);
-// Overrides MOETIER_CUDA_MMVQ_GROUPED (routed products of several tokens read each
-// expert's rows once for up to 8 of its slots; on by default) for the process.
-void set_mmvq_grouped(bool on);
 
 }  // namespace mt::cuda

@@ -47,7 +47,6 @@ namespace mt::cuda::mmvq_detail {
 inline constexpr int kWarps = 4;  // warps per CTA
 inline constexpr int kThreads = 32 * kWarps;
 inline constexpr int kRows = 2;   // rows per lane group: their activation loads shared
-inline constexpr int kGroupSlots = 8;  // a grouped routed CTA's most slots of one expert
 
 // Alignment of (an A-aligned address) + offset.
 constexpr int align_at(int a, int offset) {
@@ -342,7 +341,7 @@ __device__ __forceinline__ bool slot_view(const MmvqArgs& p, int64_t row0, int r
 // order by the group's first lane (every thread of the CTA calls this: a barrier).
 template <class Tr, int A, int NT, int L, int R>
 __device__ __forceinline__ void rows_out(const MmvqArgs& p, const SlotView& v, int64_t row0, int sub,
-                                         const ActRow (&x)[NT], float* const (&y)[NT]) {
+                                         const ActRow (&x)[NT]) {
   const int64_t left = p.n_out - row0;
   const int rows = left <= 0 ? 0 : left < R ? static_cast<int>(left) : R;
   float acc[R][NT];
@@ -377,7 +376,7 @@ __device__ __forceinline__ void rows_out(const MmvqArgs& p, const SlotView& v, i
   }
   if (sub == 0) {
     for (int r = 0; r < rows; ++r) {
-      for (int t = 0; t < NT; ++t) y[t][row0 + r] = acc[r][t];
+      for (int t = 0; t < NT; ++t) v.y[t * p.n_out + row0 + r] = acc[r][t];
     }
   }
 }
@@ -400,107 +399,11 @@ __global__ void __launch_bounds__(kThreads) mmvq_quant_kernel(const MmvqArgs p) 
   if (!slot_view(p, row0, R, sub == 0, v)) return;
   const int nq = p.n_in / 32;
   ActRow x[NT];
-  float* y[NT];
   for (int t = 0; t < NT; ++t) {
     const int64_t r = v.x_row + t;
     x[t] = {p.xq + r * p.n_in, p.xmeta + r * nq};
-    y[t] = v.y + t * p.n_out;
   }
-  rows_out<Tr, A, NT, L, R>(p, v, row0, sub, x, y);
-}
-
-// ---- routed slots grouped by expert (MmvqArgs::grouped)
-
-// The slots of the group CTA row `s` leads, in slot order, into cols; returns how many (0:
-// s leads none). The slots that chose expert `id` are ranked in slot order; slot s leads
-// the group of ranks [rank(s), rank(s) + G) when rank(s) is a multiple of G, so every
-// slot is in exactly one group and the grouping is deterministic (no table, no atomics:
-// each CTA ranks the ids itself, a few hundred ints from L1/L2). Every thread calls it.
-template <int G>
-__device__ __forceinline__ int group_columns(const MmvqArgs& p, int s, int id, int (&cols)[G]) {
-  __shared__ int rank_sh;             // rank(s) once its tile is seen, else -1
-  __shared__ int per_warp_sh[kWarps];  // same-id slots per warp in this tile
-  __shared__ int cols_sh[G];
-  const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) / 32;
-  if (threadIdx.x == 0) rank_sh = -1;
-  int seen = 0;  // same-id slots in the tiles before this one
-  for (int base = 0; base < p.n_slots; base += kThreads) {
-    const int t = base + static_cast<int>(threadIdx.x);
-    const bool same = t < p.n_slots && __ldg(p.ids + t) == id;
-    const unsigned ballot = __ballot_sync(0xffffffffu, same);
-    if (lane == 0) per_warp_sh[warp] = __popc(ballot);
-    __syncthreads();
-    int rank = seen + __popc(ballot & ((1u << lane) - 1u)), tile = 0;
-    for (int w = 0; w < kWarps; ++w) {
-      rank += w < warp ? per_warp_sh[w] : 0;
-      tile += per_warp_sh[w];
-    }
-    if (t == s) rank_sh = rank;
-    __syncthreads();
-    const int r0 = rank_sh;
-    if (r0 >= 0 && r0 % G != 0) return 0;  // uniform: s is in another slot's group
-    if (same && r0 >= 0 && rank >= r0 && rank < r0 + G) cols_sh[rank - r0] = t;
-    seen += tile;
-    __syncthreads();  // per_warp_sh and cols_sh settled before the next tile or the reads below
-  }
-  const int n = min(G, seen - rank_sh);
-  for (int i = 0; i < G; ++i) cols[i] = i < n ? cols_sh[i] : cols_sh[0];
-  return n;
-}
-
-template <class Tr, int A, int NT, int R, int G>
-__device__ __forceinline__ void grouped_rows(const MmvqArgs& p, const SlotView& v, int64_t row0, int sub,
-                                             const int (&cols)[G]) {
-  const int nq = p.n_in / 32;
-  ActRow x[NT];
-  float* y[NT];
-  for (int t = 0; t < NT; ++t) {
-    const int64_t r = p.x_per_slot ? cols[t] : cols[t] / p.K;
-    x[t] = {p.xq + r * p.n_in, p.xmeta + r * nq};
-    y[t] = p.y + static_cast<int64_t>(cols[t]) * p.n_out;
-  }
-  rows_out<Tr, A, NT, 32, R>(p, v, row0, sub, x, y);
-}
-
-// A routed batch with each expert's rows read once for up to G of its slots: CTA (x, s)
-// computes row block x for the group slot s leads (group_columns), a warp per R rows and
-// a column per slot, as the dense multi-token kernel does for its tokens. Each slot's sum
-// is the 32-lane kernel's (a per-slot launch of a short or long row may take 8 / 16 lanes
-// or split warps instead: the same integer dots, float sums in another order); an id < 0
-// skips its slot, an id >= n_mat writes its slots' rows as NaN.
-template <class Tr, int A, int G, int R>
-__global__ void __launch_bounds__(kThreads) mmvq_grouped_kernel(const MmvqArgs p) {
-  const int s = static_cast<int>(blockIdx.y);
-  const int id = __ldg(p.ids + s);
-  if (id < 0) return;
-  int cols[G];
-  const int n = group_columns<G>(p, s, id, cols);
-  if (n == 0) return;
-  const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) / 32;
-  const int64_t row0 = (static_cast<int64_t>(blockIdx.x) * kWarps + warp) * R;
-  if (id >= p.n_mat) {
-    for (int t = 0; t < n; ++t) {
-      for (int r = 0; r < R; ++r) {
-        if (lane == 0 && row0 + r < p.n_out) p.y[static_cast<int64_t>(cols[t]) * p.n_out + row0 + r] = __int_as_float(0x7FC00000);
-      }
-    }
-    return;
-  }
-  SlotView v;
-  v.wmat = p.w + static_cast<uint64_t>(id) * p.matrix_bytes;
-  v.x_row = 0;
-  v.y = p.y;
-  static_assert(G == 8, "the switch below covers 1..8 columns");
-  switch (n) {
-    case 1: grouped_rows<Tr, A, 1, R, G>(p, v, row0, lane, cols); break;
-    case 2: grouped_rows<Tr, A, 2, R, G>(p, v, row0, lane, cols); break;
-    case 3: grouped_rows<Tr, A, 3, R, G>(p, v, row0, lane, cols); break;
-    case 4: grouped_rows<Tr, A, 4, R, G>(p, v, row0, lane, cols); break;
-    case 5: grouped_rows<Tr, A, 5, R, G>(p, v, row0, lane, cols); break;
-    case 6: grouped_rows<Tr, A, 6, R, G>(p, v, row0, lane, cols); break;
-    case 7: grouped_rows<Tr, A, 7, R, G>(p, v, row0, lane, cols); break;
-    default: grouped_rows<Tr, A, 8, R, G>(p, v, row0, lane, cols); break;
-  }
+  rows_out<Tr, A, NT, L, R>(p, v, row0, sub, x);
 }
 
 // ---- host side
@@ -562,12 +465,6 @@ void launch_quant(const MmvqArgs& args, cudaStream_t stream) {
     }
   }
   const bool natural = a.align >= Tr::kAlign;
-  if (a.grouped && natural) {  // (a misaligned matrix keeps the per-slot kernel's byte-safe loads)
-    constexpr int R = kRows;
-    mmvq_grouped_kernel<Tr, Tr::kAlign, kGroupSlots, R><<<mmvq_grid(a, 32, R), kThreads, 0, stream>>>(a);
-    MT_CUDA_CHECK(cudaGetLastError());
-    return;
-  }
   with_tokens(a.n_tokens, [&](auto nt) {
     constexpr int NT = decltype(nt)::value;
     if (natural) {

@@ -4,9 +4,7 @@
 // One MmvqArgs describes either a dense product (ids == nullptr: matrix `mat`, n_tokens
 // activation rows, Y rows 0..n_tokens-1, each weight row read once for all tokens) or a
 // routed batch (ids != nullptr: grid.y over n_slots slots, slot s reads matrix ids[s] on
-// the device, activation row x_per_slot ? s : s / K, writes Y row s; one token per slot,
-// or with `grouped` the CTA row of a slot that leads its expert's group computes the
-// group's slots together).
+// the device, activation row x_per_slot ? s : s / K, writes Y row s; one token per slot).
 // The runtime weight type becomes the template argument of launch_mmvq exactly once, in
 // cuda/kernels/mmvq.cpp; every instantiation lives in one family file (simple, k, float).
 #pragma once
@@ -81,10 +79,6 @@ struct MmvqArgs {
   // each lane walks fewer tasks one after the other; the warps' sums are added in shared
   // memory (MOETIER_CUDA_MMVQ_SPLIT, default 4; the sums in another order than one warp's).
   int split_warps = 0;
-  // Routed, several tokens: each expert's rows read once for up to 8 of the slots that
-  // chose it (mmvq_grouped_kernel; MOETIER_CUDA_MMVQ_GROUPED, default on) instead of once
-  // per slot. Quantized weight types whose matrix is aligned for their natural loads.
-  bool grouped = false;
 };
 
 // Defined (explicitly specialised) in cuda/kernels/mmvq_float.cu, mmvq_simple.cu, mmvq_k.cu.

@@ -451,62 +451,6 @@ TEST(MmvqExperts, RoutedSlotsMatchThePerSlotReference) {
   }
 }
 
-// A batch's routed product with the slots grouped by expert (the default for several
-// tokens): up to 8 slots of one expert per CTA row, so an expert chosen by 21 slots is
-// split over three groups; each slot still equals its exact reference. Then with the
-// grouping off (one slot per CTA row) for the same shapes.
-TEST(MmvqExperts, SlotsGroupedByExpertMatchThePerSlotReference) {
-  MT_SKIP_WITHOUT_DEVICE();
-  std::mt19937 rng(31);
-  for (bool grouped : {true, false}) {
-    set_mmvq_grouped(grouped);
-    for (QuantType type : {QuantType::Q4_K, QuantType::Q6_K, QuantType::Q5_K, QuantType::Q4_0, QuantType::Q8_0}) {
-      for (int64_t n_mat : {int64_t{3}, int64_t{40}}) {  // ~21 slots per expert; mostly one
-        const HostMatrix m = make_matrix(type, 2048, 37, n_mat, rng);
-        const DeviceCopy c = upload(m, m.n_out, 0);
-        for (int T : {2, 8}) {
-          for (bool x_per_slot : {false, true}) {
-            SCOPED_TRACE(testing::Message() << type_name(type) << " grouped " << grouped << " n_mat " << n_mat
-                                            << " T " << T << " x_per_slot " << x_per_slot);
-            check_routed(m, c.w, T, 8, x_per_slot, rng);
-          }
-        }
-      }
-    }
-  }
-  set_mmvq_grouped(true);
-}
-
-// Grouped: a slot with a negative id is left as it was, one with an id past the matrices
-// gets NaN rows (as the per-slot kernel writes them), the others their exact values.
-TEST(MmvqExperts, GroupedSkipsNegativeIdsAndMarksOutOfRangeOnes) {
-  MT_SKIP_WITHOUT_DEVICE();
-  std::mt19937 rng(37);
-  const int64_t n_in = 256, n_out = 9;
-  const HostMatrix m = make_matrix(QuantType::Q4_K, n_in, n_out, 2, rng);
-  const DeviceCopy c = upload(m, n_out, 0);
-  const std::vector<int32_t> ids = {0, 7, -1, 7, 1, 0};  // T = 2, K = 3
-  const std::vector<float> x = random_rows(2, n_in, rng);
-  const DeviceBuffer dids = to_device(ids), dx = to_device(x);
-  const DeviceBuffer dy = to_device(std::vector<float>(static_cast<size_t>(6 * n_out), 7.f));
-  Workspace ws(mmvq_workspace_bytes(c.w, 2, 3));
-  mmvq_experts(c.w, {dids.as<int32_t>(), 2, 3, false}, dx.as<float>(), dy.as<float>(), ws, nullptr);
-  const std::vector<float> y = to_host<float>(dy, static_cast<size_t>(6 * n_out));
-  for (int s = 0; s < 6; ++s) {
-    const KernelX kx = kernel_x(QuantType::Q4_K, &x[static_cast<size_t>(s / 3 * n_in)], n_in);
-    for (int64_t r = 0; r < n_out; ++r) {
-      const float v = y[static_cast<size_t>(s * n_out + r)];
-      if (ids[s] < 0) {
-        EXPECT_EQ(v, 7.f) << "slot " << s << " row " << r;
-      } else if (ids[s] >= 2) {
-        EXPECT_TRUE(std::isnan(v)) << "slot " << s << " row " << r;
-      } else {
-        EXPECT_NEAR(v, exact_dot(m, ids[s], r, kx).y, 1e-3) << "slot " << s << " row " << r;
-      }
-    }
-  }
-}
-
 TEST(MmvqExperts, ANegativeIdLeavesItsSlotUntouched) {
   MT_SKIP_WITHOUT_DEVICE();
   std::mt19937 rng(29);
