@@ -7,9 +7,10 @@
 // with MoE weights a few prompt tokens already read most experts (a fixed cost), so small
 // chunks are slow per token and big ones nearly free per token. The budget is the largest
 // measured bucket whose extra time stays within (ratio - 1) * d; when even the smallest
-// measured chunk is over that (a fixed cost), the largest within twice the smallest's
-// extra time (the stall at most doubles the unavoidable one, and a prompt is not admitted
-// 16 tokens at a time at nearly a full chunk's cost). The next bucket up is tried once
+// measured chunk is over that (a fixed cost), the largest within both twice the smallest's
+// extra time and 1.5x that allowance (a prompt is not admitted 16 tokens at a time at
+// nearly a full chunk's cost where a bigger chunk stays near the target), else the
+// smallest (the running streams' stall first, admission second). The next bucket up is tried once
 // when unmeasured and again every `reprobe` prompt steps (costs drift with the number of
 // decoders). Nothing decoding: max_chunk (no one waits). ratio 0 turns pacing off.
 #pragma once

@@ -61,23 +61,34 @@ TEST(PrefillPacer, SettlesOnTheLargestChunkWithinTheRatio) {
 }
 
 // MoE prefill beside a 14.5 ms decode step (the H100's 8 streams): any chunk reads most
-// experts, 18 ms + 30 us per token. No chunk fits 2x; 256 tokens (25.7 ms) stay within
-// twice 16 tokens' 18.5 ms.
-TEST(PrefillPacer, AFixedCostOverTheTargetTakesChunksWithinTwiceTheSmallest) {
-  PrefillPacer p({.max_chunk = 256, .min_chunk = 16, .ratio = 2.0});
-  const auto seen = settle(p, 0.0145, [](uint32_t n) { return 0.018 + 0.00003 * n; }, 100);
-  EXPECT_EQ(most_given(seen), 256u);
-  EXPECT_EQ(seen.size(), 1u);
+// experts, 18 ms + 30 us per token. No chunk fits 2x (14.5 ms extra); 64 tokens (19.9 ms)
+// stay within 1.5x that (21.75 ms) and twice 16 tokens' 18.5 ms, 128 (21.84 ms) do not.
+TEST(PrefillPacer, AFixedCostOverTheTargetTakesTheLargestChunkNearTheTarget) {
+  PrefillPacer p({.max_chunk = 256, .min_chunk = 16, .ratio = 2.0, .alpha = 0.25, .reprobe = 32});
+  const auto seen = settle(p, 0.0145, [](uint32_t n) { return 0.018 + 0.00003 * n; }, 128);
+  EXPECT_EQ(most_given(seen), 64u);
+  EXPECT_LE(seen.count(128) ? seen.at(128) : 0, 64 / 32 + 1);
+  EXPECT_EQ(seen.count(256), 0u);
 }
 
-// A CPU: 1.5 ms decode steps, 0.1 ms + 0.5 ms per prompt token. Every chunk is over 2x;
-// 32 tokens (16.1 ms) are within twice 16's (8.1 ms), 64 (32.1 ms) are not.
+// The same fixed cost beside a 10.5 ms step (the H100 after the sampler fix): 16 tokens
+// (18.5 ms) are already over 1.5x the 10.5 ms allowance, so the smallest chunk it is.
+TEST(PrefillPacer, AChunkOverOneAndAHalfTheTargetKeepsTheSmallest) {
+  PrefillPacer p({.max_chunk = 256, .min_chunk = 16, .ratio = 2.0, .alpha = 0.25, .reprobe = 32});
+  const auto seen = settle(p, 0.0105, [](uint32_t n) { return 0.018 + 0.00003 * n; }, 128);
+  EXPECT_EQ(most_given(seen), 16u);
+  EXPECT_LE(seen.count(32) ? seen.at(32) : 0, 64 / 32 + 1);
+  EXPECT_EQ(seen.count(64), 0u);
+}
+
+// A CPU: 1.5 ms decode steps, 0.1 ms + 0.5 ms per prompt token. Every chunk is over 2x
+// and over 1.5x the 1.5 ms allowance: 16 tokens (8.1 ms), the smallest stall.
 TEST(PrefillPacer, ALinearCostOverTheTargetKeepsSmallChunks) {
   PrefillPacer p({.max_chunk = 256, .min_chunk = 16, .ratio = 2.0, .alpha = 0.25, .reprobe = 32});
   const auto seen = settle(p, 0.0015, [](uint32_t n) { return 0.0001 + 0.0005 * n; }, 128);
-  EXPECT_EQ(most_given(seen), 32u);
-  EXPECT_LE(seen.count(64) ? seen.at(64) : 0, 64 / 32 + 1);
-  EXPECT_EQ(seen.count(128), 0u);
+  EXPECT_EQ(most_given(seen), 16u);
+  EXPECT_LE(seen.count(32) ? seen.at(32) : 0, 64 / 32 + 1);
+  EXPECT_EQ(seen.count(64), 0u);
   EXPECT_EQ(seen.count(256), 0u);
 }
 
