@@ -148,8 +148,7 @@ Status CudaModel::eval_batch(std::span<const Feed> feeds, std::vector<float>* lo
     seqs[i].tokens = feeds[i].tokens;
     seqs[i].want = feeds[i].want;
   }
-  logits->clear();
-  return detail::CudaSequence::feed_batch(*impl_, seqs, logits, trace);
+  return detail::CudaSequence::feed_batch(*impl_, seqs, logits, trace);  // sizes *logits
 }
 
 Status CudaModel::truncate_sequence(Evaluator& e, uint32_t n) {
