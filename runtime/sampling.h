@@ -117,7 +117,6 @@ class Sampler {
   // call walks it instead of sorting the request's bias list again (thousands of entries
   // where a client bans every token that is not UTF-8 alone).
   std::vector<std::pair<int32_t, float>> bias_by_id_;
-  std::vector<int32_t> override_slot_; // (n_vocab once needed) token -> overrides_ index, or -1
   bool sorted_ = false;                // candidates_ weights are non-increasing (top-k ran)
 };
 

@@ -116,43 +116,44 @@ void scan(std::span<const float> logits, size_t from, const Overrides& overrides
 
 }  // namespace
 
-// Entries are made in the order a full copy would apply them (bias in params order, then
-// penalties), starting from the raw logit, so each value is bit-identical to what
-// apply-to-a-copy gives. override_slot_ finds a token's entry while the list is built and
-// is reset afterwards: a call costs O(entries), never O(vocab).
+// Entries are made in the order a full copy would apply them (a token's biases in params
+// order, then its penalty), starting from the raw logit, so each value is bit-identical to
+// what apply-to-a-copy gives. The bias list is walked already sorted by token
+// (bias_by_id_), so it comes out sorted; the penalised tokens (a window's worth) are found
+// in it by binary search or appended, sorted and merged in: a call costs O(entries), never
+// O(vocab), and touches no per-token table.
 void Sampler::build_overrides(std::span<const float> logits) {
   overrides_.clear();
   const float rp = params_.repeat_penalty;
   const float fp = params_.frequency_penalty;
   const float pp = params_.presence_penalty;
   const bool penalties = rp != 1.0f || fp != 0.0f || pp != 0.0f;
-  if (params_.logit_bias.empty() && (!penalties || window_.counts().empty())) return;
-  if (override_slot_.empty()) override_slot_.assign(n_vocab_, -1);
-  auto logit_of = [&](int32_t token) -> float& {
-    int32_t& slot = override_slot_[static_cast<size_t>(token)];
-    if (slot < 0) {
-      slot = static_cast<int32_t>(overrides_.size());
+  for (size_t i = 0; i < bias_by_id_.size();) {
+    const int32_t token = bias_by_id_[i].first;
+    MT_CHECK(static_cast<uint32_t>(token) < n_vocab_);
+    float l = logits[static_cast<size_t>(token)];
+    for (; i < bias_by_id_.size() && bias_by_id_[i].first == token; ++i) {
+      const float bias = bias_by_id_[i].second;
+      l = bias <= -100 ? -kInfinity : l + bias;
+    }
+    overrides_.push_back({token, l});
+  }
+  if (!penalties || window_.counts().empty()) return;
+  auto by_id = [](const Override& a, const Override& b) { return a.id < b.id; };
+  const size_t biased = overrides_.size();
+  for (const auto& [token, count] : window_.counts()) {
+    const auto end = overrides_.begin() + static_cast<std::ptrdiff_t>(biased);
+    const auto it = std::lower_bound(overrides_.begin(), end, Override{token, 0.0f}, by_id);
+    size_t at = static_cast<size_t>(it - overrides_.begin());
+    if (it == end || it->id != token) {
+      at = overrides_.size();
       overrides_.push_back({token, logits[static_cast<size_t>(token)]});
     }
-    return overrides_[static_cast<size_t>(slot)].logit;
-  };
-  for (const auto& [token, bias] : bias_by_id_) {  // by id: overrides_ comes out sorted
-    MT_CHECK(static_cast<uint32_t>(token) < n_vocab_);
-    float& l = logit_of(token);
-    l = bias <= -100 ? -kInfinity : l + bias;
+    float& l = overrides_[at].logit;
+    if (l == -kInfinity) continue;  // a mask stays a mask
+    if (rp != 1.0f) l = l > 0 ? l / rp : l * rp;
+    l -= static_cast<float>(count) * fp + pp;
   }
-  const size_t biased = overrides_.size();
-  if (penalties) {
-    for (const auto& [token, count] : window_.counts()) {
-      float& l = logit_of(token);
-      if (l == -kInfinity) continue;  // a mask stays a mask
-      if (rp != 1.0f) l = l > 0 ? l / rp : l * rp;
-      l -= static_cast<float>(count) * fp + pp;
-    }
-  }
-  for (const Override& o : overrides_) override_slot_[static_cast<size_t>(o.id)] = -1;
-  // Only the penalised tokens the bias did not touch (a window's worth) need sorting in.
-  auto by_id = [](const Override& a, const Override& b) { return a.id < b.id; };
   const auto tail = overrides_.begin() + static_cast<std::ptrdiff_t>(biased);
   std::sort(tail, overrides_.end(), by_id);
   std::inplace_merge(overrides_.begin(), tail, overrides_.end(), by_id);
