@@ -32,25 +32,29 @@ void DecodeGraph::drop(cudaStream_t stream) {
   cap_ = 0;
 }
 
-void DecodeGraph::capture(uint32_t cap, cudaStream_t stream, const std::function<void()>& enqueue) {
-  if (exec_ != nullptr && cap == cap_) return;
-  timer_.forget_marks();
+void capture_graph(cudaGraphExec_t* exec, cudaStream_t stream, const std::function<void()>& enqueue) {
   MT_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
   enqueue();
   cudaGraph_t graph = nullptr;
   MT_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
   bool updated = false;
-  if (exec_ != nullptr) {
+  if (*exec != nullptr) {
     cudaGraphExecUpdateResultInfo info{};
-    updated = cudaGraphExecUpdate(exec_, graph, &info) == cudaSuccess;
+    updated = cudaGraphExecUpdate(*exec, graph, &info) == cudaSuccess;
     if (!updated) {
       cudaGetLastError();
-      MT_CUDA_CHECK(cudaGraphExecDestroy(exec_));
-      exec_ = nullptr;
+      MT_CUDA_CHECK(cudaGraphExecDestroy(*exec));
+      *exec = nullptr;
     }
   }
-  if (!updated) MT_CUDA_CHECK(cudaGraphInstantiate(&exec_, graph, 0));
+  if (!updated) MT_CUDA_CHECK(cudaGraphInstantiate(exec, graph, 0));
   MT_CUDA_CHECK(cudaGraphDestroy(graph));
+}
+
+void DecodeGraph::capture(uint32_t cap, cudaStream_t stream, const std::function<void()>& enqueue) {
+  if (exec_ != nullptr && cap == cap_) return;
+  timer_.forget_marks();
+  capture_graph(&exec_, stream, enqueue);
   cap_ = cap;
 }
 

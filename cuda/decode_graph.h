@@ -17,6 +17,10 @@
 
 namespace mt::cuda {
 
+// Captures enqueue's launches on `stream` into *exec: an existing executable is updated in
+// place where CUDA allows (same topology), else destroyed and instantiated anew.
+void capture_graph(cudaGraphExec_t* exec, cudaStream_t stream, const std::function<void()>& enqueue);
+
 class DecodeGraph {
  public:
   // want: graphs asked for; n_vocab: the logits row.

@@ -17,6 +17,7 @@
 #include <span>
 #include <vector>
 
+#include "cuda/batch_graph.h"
 #include "cuda/cuda_model.h"
 #include "cuda/decode_graph.h"
 #include "cuda/device_kv_cache.h"
@@ -50,6 +51,8 @@ struct CudaModel::Impl {
   // run one at a time on its one stream, each ending in a wait): one allocation for the
   // largest pass, however many sequences there are.
   StepWorkspace ws;
+  // Batched decode graphs (cuda/batch_graph.h), made at the first eligible batch.
+  std::unique_ptr<BatchGraphs> batch_graphs;
 
   ~Impl() {
     if (stream != nullptr) cudaStreamDestroy(stream);
@@ -119,6 +122,9 @@ class CudaSequence final : public Evaluator {
   // Errors (nothing evaluated): sequences of another model or given twice, a token outside
   // the vocabulary, a context overflow.
   static Status feed_batch(CudaModel::Impl& m, std::span<const SeqFeed> feeds, std::vector<float>* logits, Trace* trace);
+  // The pass's (n_layer, T) KV table: row t of layer l = its sequence's cache of l and the
+  // positions it sees (attention layers only; the others' entries left as they are).
+  static void fill_kv_rows(const CudaModel::Impl& m, std::span<const SeqRows> seqs, uint32_t T, SeqKvRow* out);
 
  private:
   static constexpr uint32_t kGraphSpan = 256;  // positions one decode graph serves
@@ -131,6 +137,12 @@ class CudaSequence final : public Evaluator {
     uint32_t graph_n_kv_cap = 0;        // graph step: positions its attention split covers
     std::span<const SeqRows> seqs;      // the sequences whose rows the pass holds, in row order
     std::span<const uint32_t> out_rows; // (rows) ascending rows whose logits are wanted; empty: the last `rows`
+    // A batch graph's capture (cuda/batch_graph.h): host_ids is pinned, the KV table is
+    // copied from pinned_kv_rows (filled before each replay), the attention split covers
+    // batch_n_kv_cap positions, and the logits rows stay on the device (*logits_dev).
+    const SeqKvRow* pinned_kv_rows = nullptr;
+    uint32_t batch_n_kv_cap = 0;
+    const float** logits_dev = nullptr;
   };
   // The micro-batch being enqueued: its step, sizes and buffers (shapes beside them; taken
   // from the workspace by take_step_buffers).
@@ -189,6 +201,10 @@ class CudaSequence final : public Evaluator {
   uint32_t micro_batch(uint32_t T) const;
   // One pass of several sequences' rows (feed_batch), on the stream, synchronously.
   void eval_pass(const Step& step);
+  // feed_batch through a batch graph (cuda/batch_graph.h) where the batch is one decode
+  // token per sequence and the model allows it; false: nothing done (launch plainly).
+  static bool eval_batch_graph(CudaModel::Impl& m, std::span<const SeqFeed> feeds, std::vector<float>* logits,
+                               Trace* trace);
   void eval_chunk(std::span<const int32_t> tokens, uint32_t rows, std::vector<float>* logits, Trace* trace);
   bool eval_token_graph(int32_t token, std::vector<float>* logits);
   // The last position (+ 1) of the span of kGraphSpan positions a decode graph at pos_ serves.

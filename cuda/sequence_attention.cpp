@@ -128,22 +128,30 @@ void CudaSequence::attention_layer(Pass& p, const DevLayer& L, uint32_t l, const
 
 // (n_layer, T): row t's sequence's cache of each attention layer and its position + 1,
 // uploaded once per pass (recurrent and latent layers' entries stay empty).
-void CudaSequence::multi_kv_rows(Pass& p) {
-  const uint32_t T = p.T, n_layer = m_.hp.n_layer;
-  std::vector<SeqKvRow> rows(static_cast<size_t>(n_layer) * T);
-  for (uint32_t l = 0; l < n_layer; ++l) {
-    const DevLayer& L = m_.w.layers[l];
+void CudaSequence::fill_kv_rows(const CudaModel::Impl& m, std::span<const SeqRows> seqs, uint32_t T, SeqKvRow* out) {
+  for (uint32_t l = 0; l < m.hp.n_layer; ++l) {
+    const DevLayer& L = m.w.layers[l];
     if (L.recurrent || L.mla) continue;
-    for (const SeqRows& r : p.st->seqs) {
+    for (const SeqRows& r : seqs) {
       for (uint32_t i = 0; i < r.n; ++i) {
-        SeqKvRow& row = rows[static_cast<size_t>(l) * T + r.first + i];
+        SeqKvRow& row = out[static_cast<size_t>(l) * T + r.first + i];
         row.k = r.seq->kv_.k(l), row.v = r.seq->kv_.v(l), row.n_kv = r.pos + i + 1;
       }
     }
   }
-  auto* dev = ws_->take_n<SeqKvRow>(rows.size());
-  // (rows is pageable: the copy has taken it into staging memory when it returns)
-  MT_CUDA_CHECK(cudaMemcpyAsync(dev, rows.data(), rows.size() * sizeof(SeqKvRow), cudaMemcpyHostToDevice, m_.stream));
+}
+
+void CudaSequence::multi_kv_rows(Pass& p) {
+  const size_t n = static_cast<size_t>(m_.hp.n_layer) * p.T;
+  auto* dev = ws_->take_n<SeqKvRow>(n);
+  if (p.st->pinned_kv_rows != nullptr) {  // a batch graph: the table the host fills before each replay
+    MT_CUDA_CHECK(cudaMemcpyAsync(dev, p.st->pinned_kv_rows, n * sizeof(SeqKvRow), cudaMemcpyHostToDevice, m_.stream));
+  } else {
+    std::vector<SeqKvRow> rows(n);
+    fill_kv_rows(m_, p.st->seqs, p.T, rows.data());
+    // (rows is pageable: the copy has taken it into staging memory when it returns)
+    MT_CUDA_CHECK(cudaMemcpyAsync(dev, rows.data(), n * sizeof(SeqKvRow), cudaMemcpyHostToDevice, m_.stream));
+  }
   p.kv_rows_dev = dev;
 }
 
@@ -219,7 +227,7 @@ bool CudaSequence::attend_sequences(Pass& p, uint32_t l, const AttnPrepArgs& pa,
     }
     AttentionArgs rb = base;
     rb.seq_rows = table + r.first;
-    rb.max_n_kv = max_n_kv;
+    rb.max_n_kv = p.st->batch_n_kv_cap > 0 ? p.st->batch_n_kv_cap : max_n_kv;  // a graph: its span's end
     all_quantized = attend(rb, r.first, static_cast<uint32_t>(j - i)) && all_quantized;
     i = j;
   }

@@ -60,6 +60,7 @@ Status CudaSequence::feed_batch(CudaModel::Impl& m, std::span<const SeqFeed> fee
   const uint32_t micro = lead.micro_batch(static_cast<uint32_t>(std::min<uint64_t>(total, UINT32_MAX)));
   const auto pass_max = static_cast<uint32_t>(std::min<uint64_t>(total, micro));
   for (const SeqFeed& f : feeds) f.seq->ensure_workspace(pass_max);  // the longest context's attention scratch
+  if (eval_batch_graph(m, feeds, logits, trace)) return {};
   std::vector<SeqRows> rows;       // the pass's sequences
   std::vector<int32_t> ids;        // (T) its tokens
   std::vector<uint32_t> out_rows;  // its rows whose logits are asked
@@ -94,6 +95,55 @@ Status CudaSequence::feed_batch(CudaModel::Impl& m, std::span<const SeqFeed> fee
   }
   MT_CHECK(at == logits->size());
   return {};
+}
+
+bool CudaSequence::eval_batch_graph(CudaModel::Impl& m, std::span<const SeqFeed> feeds, std::vector<float>* logits,
+                                    Trace* trace) {
+  const auto T = static_cast<uint32_t>(feeds.size());
+  if (!BatchGraphs::wanted() || trace != nullptr || m.tiering != nullptr || T < 2 || T > BatchGraphs::kMaxTokens) {
+    return false;
+  }
+  CudaSequence& lead = *feeds[0].seq;
+  if (lead.timer_.on()) return false;  // the stage marks of plain launches
+  // Attention layers only: the Gated DeltaNet and latent attention mixers take each
+  // sequence's position from the host.
+  for (const DevLayer& L : m.w.layers) {
+    if (L.recurrent || L.mla) return false;
+  }
+  uint32_t max_pos = 0, max_ctx = 0;
+  for (const SeqFeed& f : feeds) {
+    if (f.tokens.size() != 1 || f.want.size() != 1 || f.want[0] == 0) return false;
+    if (f.seq->kv_.type() != lead.kv_.type() || f.seq->kv_.row_bytes() != lead.kv_.row_bytes()) return false;
+    max_pos = std::max(max_pos, f.seq->pos_);
+    max_ctx = std::max(max_ctx, f.seq->n_ctx_);
+  }
+  if (m.batch_graphs == nullptr) m.batch_graphs = std::make_unique<BatchGraphs>(m.hp.n_layer);
+  BatchGraphs& g = *m.batch_graphs;
+  if (!g.ok()) return false;
+  // The rows as the pass holds them, and what the replay reads from pinned memory.
+  std::vector<SeqRows> rows(T);
+  for (uint32_t i = 0; i < T; ++i) {
+    rows[i] = {feeds[i].seq, i, 1, feeds[i].seq->pos_};
+    g.ids()[i] = feeds[i].tokens[0];
+  }
+  fill_kv_rows(m, rows, T, g.kv_rows());
+  const uint32_t cap = std::min(max_ctx, (max_pos / kGraphSpan + 1) * kGraphSpan);  // > every row's position
+  Step step;
+  step.host_ids = g.ids();
+  step.T = T;
+  step.rows = T;
+  step.seqs = rows;
+  step.pinned_kv_rows = g.kv_rows();
+  step.batch_n_kv_cap = cap;
+  const float* logits_dev = nullptr;
+  step.logits_dev = &logits_dev;
+  g.ensure(T, cap, lead.ws_.generation(), m.stream, [&] {
+    lead.enqueue(step);
+    return logits_dev;
+  });
+  g.replay(T, logits->data(), m.hp.n_vocab, m.stream);
+  for (const SeqRows& r : rows) r.seq->pos_ += 1;
+  return true;
 }
 
 void CudaSequence::eval_pass(const Step& step) {

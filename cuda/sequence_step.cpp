@@ -201,6 +201,11 @@ void CudaSequence::output_logits(Pass& p, const ActRows& hx) {
       piece.meta = hx.meta + static_cast<size_t>(r0) * (E / 32);
     }
     mm(m_.w.output, piece, lg);
+    if (st.logits_dev != nullptr) {  // a batch graph's capture: the rows stay (one piece: T <= kLogitRows)
+      MT_CHECK(st.rows <= kLogitRows);
+      *st.logits_dev = lg;
+      continue;
+    }
     MT_CUDA_CHECK(cudaMemcpyAsync(st.host_logits + r0 * V, lg, n * V * sizeof(float), cudaMemcpyDeviceToHost, m_.stream));
   }
 }
