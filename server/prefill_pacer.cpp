@@ -28,10 +28,11 @@ size_t PrefillPacer::bucket_of(uint32_t tokens) const {
 
 double PrefillPacer::chunk_extra_s(uint32_t bucket_tokens) const { return extra_s_[bucket_of(bucket_tokens)]; }
 
-uint32_t PrefillPacer::budget(bool decoders) {
-  if (!decoders || o_.ratio <= 1) return o_.max_chunk;
+uint32_t PrefillPacer::budget(uint32_t decoding, uint32_t waiting) {
+  if (decoding == 0 || o_.ratio <= 1) return o_.max_chunk;
   if (decode_s_ <= 0) return o_.min_chunk;
-  const double target = (o_.ratio - 1) * decode_s_;
+  const double scale = std::clamp(static_cast<double>(waiting) / decoding, 1.0, kMaxWaitScale);
+  const double target = (o_.ratio - 1) * decode_s_ * scale;
   // The largest measured bucket within the target; where even the smallest measured one
   // is over it (a fixed cost: MoE experts read for any chunk), the largest within twice
   // the smallest's extra time and within 1.5x the target (the prompt is not admitted

@@ -12,7 +12,10 @@
 // nearly a full chunk's cost where a bigger chunk stays near the target), else the
 // smallest (the running streams' stall first, admission second). The next bucket up is tried once
 // when unmeasured and again every `reprobe` prompt steps (costs drift with the number of
-// decoders). Nothing decoding: max_chunk (no one waits). ratio 0 turns pacing off.
+// decoders). Nothing decoding: max_chunk (no one waits). ratio 0 turns pacing off. The
+// allowance is scaled by the requests waiting for their first token over those decoding
+// (at least 1): the stall a step may add to each decoding stream grows with how many
+// streams it admits sooner.
 #pragma once
 
 #include <cstdint>
@@ -31,8 +34,12 @@ class PrefillPacer {
   };
   explicit PrefillPacer(Options o);
 
-  // The prompt tokens the next step may carry; decoders: some sequence decodes in it.
-  uint32_t budget(bool decoders);
+  // The prompt tokens the next step may carry beside `decoding` requests decoding while
+  // `waiting` requests' prompts go in: the allowance grows with waiting / decoding (up to
+  // kMaxWaitScale), so a crowd of new requests (32 streams starting together) is admitted
+  // in big chunks while one long prompt beside many streams goes in paced.
+  uint32_t budget(uint32_t decoding, uint32_t waiting);
+  static constexpr double kMaxWaitScale = 8;
   // A step's measured time with its decoding rows and prompt tokens.
   void observe(uint32_t decode_rows, uint32_t prompt_tokens, double seconds);
 

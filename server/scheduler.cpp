@@ -375,11 +375,18 @@ struct Scheduler::Impl {
     std::erase_if(running, [](const std::unique_ptr<Running>& r) { return r->done; });
   }
 
-  bool any_decoding() const {
-    const auto decoding = [](const Choice& c) { return !c.ended(); };
-    return std::any_of(running.begin(), running.end(), [&](const auto& r) {
-      return r->prefilled >= r->req.prompt.size() && std::any_of(r->choices.begin(), r->choices.end(), decoding);
-    });
+  // Requests decoding (some choice still going) and requests whose prompt is still going in.
+  std::pair<uint32_t, uint32_t> decoding_and_prefilling() const {
+    const auto going = [](const Choice& c) { return !c.ended(); };
+    uint32_t decoding = 0, prefilling = 0;
+    for (const auto& r : running) {
+      if (r->prefilled < r->req.prompt.size()) {
+        ++prefilling;
+      } else if (std::any_of(r->choices.begin(), r->choices.end(), going)) {
+        ++decoding;
+      }
+    }
+    return {decoding, prefilling};
   }
 
   // The step's batch: every decoding choice's next token, and prompt chunks up to the
@@ -388,7 +395,8 @@ struct Scheduler::Impl {
   void build_batch() {
     batch.clear();
     parts.clear();
-    uint32_t prefill_left = pacer.budget(any_decoding());
+    const auto [decoding, prefilling] = decoding_and_prefilling();
+    uint32_t prefill_left = pacer.budget(decoding, prefilling);
     for (auto& r : running) {
       const auto P = static_cast<uint32_t>(r->req.prompt.size());
       if (r->prefilled < P) {

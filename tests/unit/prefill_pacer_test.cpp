@@ -18,7 +18,7 @@ std::map<uint32_t, int> settle(PrefillPacer& p, double d, const std::function<do
   std::map<uint32_t, int> seen;
   p.observe(8, 0, d);
   for (int s = 0; s < steps; ++s) {
-    const uint32_t n = p.budget(true);
+    const uint32_t n = p.budget(8, 1);
     if (s >= steps / 2) ++seen[n];
     p.observe(8, n, d + extra(n));
     p.observe(8, 0, d);
@@ -37,17 +37,17 @@ uint32_t most_given(const std::map<uint32_t, int>& seen) {
 
 TEST(PrefillPacer, FullChunkWithoutDecodersMinChunkUntilMeasured) {
   PrefillPacer p({.max_chunk = 256, .min_chunk = 16, .ratio = 2.0});
-  EXPECT_EQ(p.budget(false), 256u);
-  EXPECT_EQ(p.budget(true), 16u);
+  EXPECT_EQ(p.budget(0, 1), 256u);
+  EXPECT_EQ(p.budget(8, 1), 16u);
   p.observe(0, 64, 0.050);  // a prompt-only step tells nothing of the extra time
-  EXPECT_EQ(p.budget(true), 16u);
+  EXPECT_EQ(p.budget(8, 1), 16u);
   p.observe(4, 0, 0.010);
-  EXPECT_EQ(p.budget(true), 16u);
+  EXPECT_EQ(p.budget(8, 1), 16u);
   EXPECT_EQ(p.chunk_extra_s(16), 0);
   p.observe(4, 16, 0.012);  // 2 ms for 16 tokens: within 10 ms; 32 is tried next
   EXPECT_NEAR(p.chunk_extra_s(16), 0.002, 1e-9);
-  EXPECT_EQ(p.budget(true), 32u);
-  EXPECT_EQ(p.budget(false), 256u);
+  EXPECT_EQ(p.budget(8, 1), 32u);
+  EXPECT_EQ(p.budget(0, 1), 256u);
 }
 
 // Linear with a small fixed part: 1 ms + 40 us per token beside a 5 ms decode step. Within
@@ -92,11 +92,28 @@ TEST(PrefillPacer, ALinearCostOverTheTargetKeepsSmallChunks) {
   EXPECT_EQ(seen.count(256), 0u);
 }
 
+// The fixed cost beside a 10.5 ms step again, now with 24 requests waiting beside 8
+// decoding: the allowance is 3x (31.5 ms), so 256 tokens (25.7 ms) go in at once; with one
+// waiting, 16 at a time (the test above).
+TEST(PrefillPacer, ManyWaitingRequestsWidenTheAllowance) {
+  PrefillPacer p({.max_chunk = 256, .min_chunk = 16, .ratio = 2.0, .alpha = 0.25, .reprobe = 32});
+  p.observe(8, 0, 0.0105);
+  for (int s = 0; s < 40; ++s) {
+    const uint32_t n = p.budget(8, 24);
+    p.observe(8, n, 0.0105 + 0.018 + 0.00003 * n);
+    p.observe(8, 0, 0.0105);
+  }
+  EXPECT_EQ(p.budget(8, 24), 256u);
+  EXPECT_EQ(p.budget(8, 1), 16u);
+  EXPECT_EQ(p.budget(1, 100), 256u);  // the scale is capped (8x) but 256 fits anyway
+  EXPECT_EQ(p.budget(0, 5), 256u);    // nothing decodes: the whole chunk
+}
+
 TEST(PrefillPacer, OffAndBadReadings) {
   PrefillPacer off({.max_chunk = 128, .min_chunk = 16, .ratio = 0});
   off.observe(2, 0, 0.010);
   off.observe(2, 128, 1.0);
-  EXPECT_EQ(off.budget(true), 128u);
+  EXPECT_EQ(off.budget(8, 1), 128u);
   PrefillPacer p({.max_chunk = 100, .min_chunk = 16, .ratio = 3.0});  // buckets 16, 32, 64, 100
   p.observe(2, 0, 0.010);
   p.observe(2, 16, -1.0);  // a bad clock reading is ignored
