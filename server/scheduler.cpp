@@ -14,110 +14,20 @@
 #include "experts/scheduler.h"
 #include "runtime/grammar_tokens.h"
 #include "runtime/speculative.h"
+#include "server/parallel_sampling.h"
 #include "server/prefill_pacer.h"
+#include "server/scheduler_state.h"
 #include "tokenizer/stream_decoder.h"
 
 namespace mt {
-namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
-
-// One choice of a running request: its sequence (choice 0's is the request's own, the
-// others are forks made once the prompt is in), sampler, text state and grammar state.
-struct Choice {
-  uint32_t index = 0;
-  SeqId seq = 0;
-  bool forked = false;  // seq is a fork this choice owns
-  Sampler sampler;
-  StreamDecoder decoder;
-  StopMatcher stops;
-  int32_t grammar_state = 0;
-  uint32_t completion = 0;  // tokens generated
-  int32_t next = -1;        // the sampled token to feed next (decode); -2: ended
-  std::vector<TokenLogprobs> logprobs;  // sampled since the last event
-  std::vector<int32_t> history;  // with prompt lookup: the prompt and every token sampled
-  std::vector<int32_t> draft;    // this step's guesses after `next`
-
-  Choice(uint32_t i, const GenerationRequest& req, uint32_t n_vocab, const Tokenizer& tok)
-      : index(i), sampler(choice_params(req.sampling, i), n_vocab),
-        decoder(tok, req.choices.render_special),
-        stops(req.stops) {
-    for (int32_t t0 : req.prompt) sampler.accept(t0);
-  }
-  void keep_history(const GenerationRequest& req) { history = req.prompt; }
-  bool ended() const { return next == -2; }
-  // Choice i draws from seed + i (a fixed seed stays reproducible; 0 stays random).
-  static SamplingParams choice_params(SamplingParams p, uint32_t i) {
-    if (p.seed != 0 && i > 0) {
-      p.seed += i;
-      if (p.seed == 0) p.seed = 1;
-    }
-    return p;
-  }
-};
-
-// A request from admission to its last event.
-struct Running {
-  uint64_t id = 0;
-  GenerationRequest req;
-  std::shared_ptr<std::atomic<bool>> cancelled;
-  Clock::time_point submitted, last_token;
-  Backend& backend;
-  Sequence seq;  // choice 0's KV cache in the backend, freed with it (forks: freed by ~Running)
-  std::vector<Choice> choices;
-  std::shared_ptr<TokenGrammar> grammar;  // with req.choices.grammar
-  uint32_t prefilled = 0;  // prompt tokens already in the cache
-  uint32_t ended = 0;      // choices ended
-  bool first_text = true;
-  bool done = false;       // its last event was sent
-
-  Running(uint64_t i, GenerationRequest r, std::shared_ptr<std::atomic<bool>> c, Clock::time_point t, Backend& b,
-          Sequence s, const Tokenizer& tok)
-      : id(i), req(std::move(r)), cancelled(std::move(c)), submitted(t), last_token(t), backend(b), seq(std::move(s)) {
-    choices.reserve(req.choices.n);
-    for (uint32_t k = 0; k < req.choices.n; ++k) choices.emplace_back(k, req, backend.n_vocab(), tok);
-    choices[0].seq = seq.id();
-  }
-  ~Running() {
-    for (size_t k = 1; k < choices.size(); ++k) {
-      if (choices[k].forked) backend.free_sequence(choices[k].seq);
-    }
-  }
-  Running(const Running&) = delete;
-  Running& operator=(const Running&) = delete;
-  uint32_t context() const { return req.choices.n * (static_cast<uint32_t>(req.prompt.size()) + req.max_tokens); }
-  uint32_t completion() const {
-    uint32_t c = 0;
-    for (const Choice& ch : choices) c += ch.completion;
-    return c;
-  }
-};
-
-struct Queued {
-  uint64_t id;
-  GenerationRequest req;
-  std::shared_ptr<std::atomic<bool>> cancelled;
-  Clock::time_point submitted;
-};
-
-template <class T>
-void keep_last(std::vector<T>& v, T x, size_t n) {
-  if (v.size() >= n) v.erase(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() - n + 1));
-  v.push_back(x);
-}
-
-}  // namespace
-
-// One request's part of a step: n tokens of one choice's sequence (prefill: choice 0),
-// and whether its last row's logits come back.
-struct StepPart {
-  Running* r = nullptr;
-  Choice* c = nullptr;
-  uint32_t n = 0;
-  bool logits = false;
-};
+using sched::Choice;
+using sched::Clock;
+using sched::keep_last;
+using sched::Queued;
+using sched::Running;
+using sched::seconds;
+using sched::StepPart;
 
 struct Scheduler::Impl {
   Backend& backend;
@@ -141,12 +51,18 @@ struct Scheduler::Impl {
   std::unique_ptr<LookupDrafter> lookup;  // with o.lookup_ngram > 0
   std::vector<int32_t> rows;              // scratch: a choice's token and guesses
   PrefillPacer pacer;                     // the step's prompt-token budget beside decoders
+  ParallelSampler parallel;               // o.sampling_threads
+  std::vector<int32_t> presampled;        // per part: its token sampled ahead (presample), or -1
+  std::vector<ParallelSampler::Job> jobs;  // scratch of presample
+  std::vector<size_t> job_part;
+  std::vector<int32_t> job_tokens;
   std::thread thread;
 
   Impl(Backend& b, const Tokenizer& tk, const ServingOptions& opt)
       : backend(b), tokenizer(tk), o(opt),
         pacer(PrefillPacer::Options{std::max(1u, opt.prefill_chunk), std::max(1u, opt.prefill_min_chunk),
-                                    opt.prefill_pace}) {
+                                    opt.prefill_pace}),
+        parallel(opt.sampling_threads) {
     m.kv_tokens_budget = o.kv_budget_tokens;
     if (o.lookup_ngram > 0) lookup = std::make_unique<LookupDrafter>(static_cast<int>(o.lookup_ngram), 1);
     thread = std::thread([this] { loop(); });
@@ -287,7 +203,8 @@ struct Scheduler::Impl {
   // request's bias applied; the logprobs from the raw row).
   // Returns the token, or -1 when the choice ended without one (a speculative guess is kept
   // by the caller when it equals the token: runtime/speculative.h).
-  int32_t sample(Running& r, Choice& c, std::span<const float> row, Clock::time_point now) {
+  // picked >= 0: the token presample drew for it (the same draw, made on another thread).
+  int32_t sample(Running& r, Choice& c, std::span<const float> row, Clock::time_point now, int32_t picked = -1) {
     std::span<const float> lg = row;
     if (r.grammar) {
       masked.assign(row.begin(), row.end());
@@ -305,7 +222,7 @@ struct Scheduler::Impl {
       }
       lg = masked;
     }
-    const int32_t tok = c.sampler.sample(lg);
+    const int32_t tok = picked >= 0 ? picked : c.sampler.sample(lg);
     if (r.req.choices.top_logprobs >= 0 && !tokenizer.is_eog(tok)) {
       TokenLogprobs lp;
       lp.chosen = {tok, tokenizer.token_to_piece(tok, true),
@@ -350,14 +267,14 @@ struct Scheduler::Impl {
   // A decoding choice's rows from `first`: each guess kept while the sampling agrees, the
   // token sampled where they part (or after the last guess); the rejected guesses' cache
   // rows truncated away.
-  void verify(Running& r, Choice& c, size_t first, Clock::time_point now) {
+  void verify(Running& r, Choice& c, size_t first, Clock::time_point now, int32_t picked = -1) {
     const uint32_t V = backend.n_vocab();
     const size_t guesses = c.draft.size();
     size_t accepted = 0;
     for (size_t i = 0; i <= guesses; ++i) {
       const std::span<const float> lg(&logits[(first + i) * V], V);
       const int32_t draft = i < guesses ? c.draft[i] : -1;
-      const int32_t tok = sample(r, c, lg, now);
+      const int32_t tok = sample(r, c, lg, now, i == 0 ? picked : -1);
       if (tok < 0 || draft < 0 || tok != draft || c.ended() || r.done) break;
       ++accepted;
     }
@@ -467,16 +384,18 @@ struct Scheduler::Impl {
       return drop_finished();
     }
     const uint32_t V = backend.n_vocab();
+    presample(V);
     size_t row = 0;
     const Clock::time_point done_at = Clock::now();
-    for (const StepPart& p : parts) {
+    for (size_t i = 0; i < parts.size(); ++i) {
+      const StepPart& p = parts[i];
       Running& r = *p.r;
       if (p.c == nullptr) r.prefilled += p.n;
       if (!p.logits) continue;
       if (p.c != nullptr) {  // a decoding choice: its token's row and its guesses' rows
         const size_t first = row;
         row += p.n;
-        if (!r.done) verify(r, *p.c, first, done_at);
+        if (!r.done) verify(r, *p.c, first, done_at, presampled.empty() ? -1 : presampled[i]);
         continue;
       }
       const std::span<const float> lg(&logits[row * V], V);
@@ -493,6 +412,32 @@ struct Scheduler::Impl {
     drop_finished();
     std::lock_guard<std::mutex> lock(mu);
     m.host_seconds += seconds(Clock::now() - now) - eval_seconds;
+  }
+
+  // With sampling threads: the step's plain decoding choices (one row: no guesses; no
+  // grammar, no logprobs) sampled together ahead of the loop that applies their tokens.
+  void presample(uint32_t V) {
+    presampled.clear();
+    if (!parallel.threaded()) return;
+    presampled.assign(parts.size(), -1);
+    jobs.clear(), job_part.clear();
+    size_t row = 0;
+    for (size_t i = 0; i < parts.size(); ++i) {
+      const StepPart& p = parts[i];
+      if (!p.logits) continue;
+      if (p.c == nullptr) {  // a prompt's last row: its choices are forked and sampled in the loop
+        ++row;
+        continue;
+      }
+      if (p.n == 1 && !p.r->done && !p.r->grammar && p.r->req.choices.top_logprobs < 0 && !p.c->ended()) {
+        jobs.push_back({&p.c->sampler, std::span<const float>(&logits[row * V], V)});
+        job_part.push_back(i);
+      }
+      row += p.n;
+    }
+    job_tokens.resize(jobs.size());
+    parallel.sample(jobs, job_tokens);
+    for (size_t k = 0; k < jobs.size(); ++k) presampled[job_part[k]] = job_tokens[k];
   }
 
   // The running requests' KV cache as the backend holds it, after a step (cancelled and

@@ -107,6 +107,9 @@ struct ServingOptions {
   bool nextn = false;
   uint32_t draft_max = 8;
   QuantType kv_type = QuantType::F16;
+  // Threads that sample a step's plain decoding choices together (server/parallel_sampling.h);
+  // 1: the scheduler's own thread samples them one after another. serve --device cuda: up to 8.
+  uint32_t sampling_threads = 1;
   // The KV cache's bytes per position of one sequence at kv_type and a sequence's fixed
   // state (recurrent layers), for /metrics' bytes in use; 0: unknown (not reported).
   uint64_t kv_bytes_per_token = 0, kv_bytes_per_sequence = 0;

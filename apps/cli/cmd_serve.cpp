@@ -202,6 +202,9 @@ int serve(const ServeFlags& f) {
   }
   options.prefill_chunk = f.prefill_chunk;
   options.prefill_pace = f.prefill_pace;
+  // The host samples while the GPU idles: its cores are free then (on the CPU the forward
+  // pass's threads are the same cores, and sampling stays on the scheduler's thread).
+  if ((*engine)->on_gpu()) options.sampling_threads = std::clamp(std::thread::hardware_concurrency() / 2, 1u, 8u);
   if (f.lookup > 0 && (*engine)->on_gpu()) {
     for (uint32_t l = 0; l < hp.n_layer; ++l) {
       if (hp.is_recurrent(l)) {

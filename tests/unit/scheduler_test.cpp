@@ -100,6 +100,35 @@ TEST_F(SchedulerTest, ConcurrentRequestsGiveTheReferenceGreedyContinuations) {
   EXPECT_LT(m.steps, out.size() * 24) << "requests were not batched";
 }
 
+// Sampling threads (serve --device cuda): requests sampled at temperature 0.8 with fixed
+// seeds get the same tokens whether the step's choices are sampled by 4 threads together or
+// one after another (each choice's sampler is its own).
+TEST_F(SchedulerTest, SamplingThreadsPickTheTokensOneThreadPicks) {
+  std::vector<std::vector<int32_t>> runs[2];
+  for (uint32_t threads : {1u, 4u}) {
+    Scheduler s(*backend, *tokenizer, {.max_running = 8, .n_ctx = 256, .sampling_threads = threads});
+    std::vector<std::unique_ptr<Collected>> out;
+    uint64_t seed = 11;
+    for (const auto& p : refs["prompts"]) {
+      out.push_back(std::make_unique<Collected>());
+      GenerationRequest r = request(p["ids"].get<std::vector<int32_t>>(), 20, out.back().get());
+      r.sampling.temperature = 0.8f;
+      r.sampling.seed = seed++;
+      ASSERT_TRUE(s.submit(std::move(r)).ok());
+    }
+    for (auto& c : out) {
+      wait(*c);
+      runs[threads > 1].push_back(c->tokens);
+    }
+    EXPECT_LT(s.metrics().steps, out.size() * 20) << "requests were not batched";
+  }
+  ASSERT_EQ(runs[0].size(), runs[1].size());
+  for (size_t i = 0; i < runs[0].size(); ++i) {
+    EXPECT_EQ(runs[1][i], runs[0][i]) << "request " << i;
+    EXPECT_EQ(runs[0][i].size(), 20u);
+  }
+}
+
 // serve --expert-cache: the experts tiered through the simulated device at a quarter of
 // their bytes keep the greedy continuations (the hybrid path is bit-identical), and the
 // per-layer counters the scheduler publishes for /metrics are the offload's own.
