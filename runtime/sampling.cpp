@@ -126,16 +126,12 @@ void Sampler::reset() {
 
 int32_t Sampler::sample(std::span<const float> logits) {
   MT_CHECK(logits.size() == n_vocab_);
-  if (params_.temperature == 0) {
-    build_overrides(logits);
-    return greedy(logits);
-  }
+  build_overrides(logits);
+  if (params_.temperature == 0) return greedy(logits);
   if (selects_top_k()) {
-    build_overrides(logits);
     select_top_k(logits);
   } else {  // top-k off, or too large for a heap: every token is a candidate
     build_candidates(logits);
-    build_overrides(logits);
     for (const Override& o : overrides_) candidates_[static_cast<size_t>(o.id)].logit = o.logit;
     top_k();
   }

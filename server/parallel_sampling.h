@@ -25,9 +25,10 @@ class ParallelSampler {
   struct Job {
     Sampler* sampler;
     std::span<const float> logits;  // one row
+    int32_t* out;                   // the token sampled from it
   };
-  // out[i] = jobs[i].sampler->sample(jobs[i].logits), jobs spread over the threads.
-  void sample(std::span<const Job> jobs, std::span<int32_t> out);
+  // *job.out = job.sampler->sample(job.logits) for each job, spread over the threads.
+  void sample(std::span<const Job> jobs);
 
  private:
   std::unique_ptr<ThreadPool> pool_;

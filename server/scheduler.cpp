@@ -54,8 +54,6 @@ struct Scheduler::Impl {
   ParallelSampler parallel;               // o.sampling_threads
   std::vector<int32_t> presampled;        // per part: its token sampled ahead (presample), or -1
   std::vector<ParallelSampler::Job> jobs;  // scratch of presample
-  std::vector<size_t> job_part;
-  std::vector<int32_t> job_tokens;
   std::thread thread;
 
   Impl(Backend& b, const Tokenizer& tk, const ServingOptions& opt)
@@ -420,7 +418,7 @@ struct Scheduler::Impl {
     presampled.clear();
     if (!parallel.threaded()) return;
     presampled.assign(parts.size(), -1);
-    jobs.clear(), job_part.clear();
+    jobs.clear();
     size_t row = 0;
     for (size_t i = 0; i < parts.size(); ++i) {
       const StepPart& p = parts[i];
@@ -430,14 +428,11 @@ struct Scheduler::Impl {
         continue;
       }
       if (p.n == 1 && !p.r->done && !p.r->grammar && p.r->req.choices.top_logprobs < 0 && !p.c->ended()) {
-        jobs.push_back({&p.c->sampler, std::span<const float>(&logits[row * V], V)});
-        job_part.push_back(i);
+        jobs.push_back({&p.c->sampler, std::span<const float>(&logits[row * V], V), &presampled[i]});
       }
       row += p.n;
     }
-    job_tokens.resize(jobs.size());
-    parallel.sample(jobs, job_tokens);
-    for (size_t k = 0; k < jobs.size(); ++k) presampled[job_part[k]] = job_tokens[k];
+    parallel.sample(jobs);
   }
 
   // The running requests' KV cache as the backend holds it, after a step (cancelled and

@@ -35,6 +35,17 @@ uint32_t most_given(const std::map<uint32_t, int>& seen) {
   return best;
 }
 
+// The options of the settling tests below: 16..256 tokens, target 2x, a probe every 32.
+PrefillPacer::Options two_x() { return {.max_chunk = 256, .min_chunk = 16, .ratio = 2.0, .alpha = 0.25, .reprobe = 32}; }
+
+// Settled on `most`; the bucket above, `probed`, only tried now and then (at most
+// `probes` times in the last half); `never` not given.
+void expect_settled(const std::map<uint32_t, int>& seen, uint32_t most, uint32_t probed, int probes, uint32_t never) {
+  EXPECT_EQ(most_given(seen), most);
+  EXPECT_LE(seen.count(probed) ? seen.at(probed) : 0, probes);
+  EXPECT_EQ(seen.count(never), 0u);
+}
+
 TEST(PrefillPacer, FullChunkWithoutDecodersMinChunkUntilMeasured) {
   PrefillPacer p({.max_chunk = 256, .min_chunk = 16, .ratio = 2.0});
   EXPECT_EQ(p.budget(0, 1), 256u);
@@ -55,40 +66,32 @@ TEST(PrefillPacer, FullChunkWithoutDecodersMinChunkUntilMeasured) {
 TEST(PrefillPacer, SettlesOnTheLargestChunkWithinTheRatio) {
   PrefillPacer p({.max_chunk = 256, .min_chunk = 16, .ratio = 2.0, .alpha = 0.5, .reprobe = 16});
   const auto seen = settle(p, 0.005, [](uint32_t n) { return 0.001 + 0.00004 * n; }, 200);
-  EXPECT_EQ(most_given(seen), 64u);
-  EXPECT_LE(seen.count(128) ? seen.at(128) : 0, 100 / 16 + 1);
-  EXPECT_EQ(seen.count(256), 0u);
+  expect_settled(seen, 64, 128, 100 / 16 + 1, 256);
 }
 
 // MoE prefill beside a 14.5 ms decode step (the H100's 8 streams): any chunk reads most
 // experts, 18 ms + 30 us per token. No chunk fits 2x (14.5 ms extra); 64 tokens (19.9 ms)
 // stay within 1.5x that (21.75 ms) and twice 16 tokens' 18.5 ms, 128 (21.84 ms) do not.
 TEST(PrefillPacer, AFixedCostOverTheTargetTakesTheLargestChunkNearTheTarget) {
-  PrefillPacer p({.max_chunk = 256, .min_chunk = 16, .ratio = 2.0, .alpha = 0.25, .reprobe = 32});
+  PrefillPacer p(two_x());
   const auto seen = settle(p, 0.0145, [](uint32_t n) { return 0.018 + 0.00003 * n; }, 128);
-  EXPECT_EQ(most_given(seen), 64u);
-  EXPECT_LE(seen.count(128) ? seen.at(128) : 0, 64 / 32 + 1);
-  EXPECT_EQ(seen.count(256), 0u);
+  expect_settled(seen, 64, 128, 64 / 32 + 1, 256);
 }
 
 // The same fixed cost beside a 10.5 ms step (the H100 after the sampler fix): 16 tokens
 // (18.5 ms) are already over 1.5x the 10.5 ms allowance, so the smallest chunk it is.
 TEST(PrefillPacer, AChunkOverOneAndAHalfTheTargetKeepsTheSmallest) {
-  PrefillPacer p({.max_chunk = 256, .min_chunk = 16, .ratio = 2.0, .alpha = 0.25, .reprobe = 32});
+  PrefillPacer p(two_x());
   const auto seen = settle(p, 0.0105, [](uint32_t n) { return 0.018 + 0.00003 * n; }, 128);
-  EXPECT_EQ(most_given(seen), 16u);
-  EXPECT_LE(seen.count(32) ? seen.at(32) : 0, 64 / 32 + 1);
-  EXPECT_EQ(seen.count(64), 0u);
+  expect_settled(seen, 16, 32, 64 / 32 + 1, 64);
 }
 
 // A CPU: 1.5 ms decode steps, 0.1 ms + 0.5 ms per prompt token. Every chunk is over 2x
 // and over 1.5x the 1.5 ms allowance: 16 tokens (8.1 ms), the smallest stall.
 TEST(PrefillPacer, ALinearCostOverTheTargetKeepsSmallChunks) {
-  PrefillPacer p({.max_chunk = 256, .min_chunk = 16, .ratio = 2.0, .alpha = 0.25, .reprobe = 32});
+  PrefillPacer p(two_x());
   const auto seen = settle(p, 0.0015, [](uint32_t n) { return 0.0001 + 0.0005 * n; }, 128);
-  EXPECT_EQ(most_given(seen), 16u);
-  EXPECT_LE(seen.count(32) ? seen.at(32) : 0, 64 / 32 + 1);
-  EXPECT_EQ(seen.count(64), 0u);
+  expect_settled(seen, 16, 32, 64 / 32 + 1, 64);
   EXPECT_EQ(seen.count(256), 0u);
 }
 
@@ -96,7 +99,7 @@ TEST(PrefillPacer, ALinearCostOverTheTargetKeepsSmallChunks) {
 // decoding: the allowance is 3x (31.5 ms), so 256 tokens (25.7 ms) go in at once; with one
 // waiting, 16 at a time (the test above).
 TEST(PrefillPacer, ManyWaitingRequestsWidenTheAllowance) {
-  PrefillPacer p({.max_chunk = 256, .min_chunk = 16, .ratio = 2.0, .alpha = 0.25, .reprobe = 32});
+  PrefillPacer p(two_x());
   p.observe(8, 0, 0.0105);
   for (int s = 0; s < 40; ++s) {
     const uint32_t n = p.budget(8, 24);
