@@ -12,7 +12,7 @@
 namespace mt::cuda {
 
 namespace {
-EnvSwitch g_wanted("MOETIER_CUDA_BATCH_GRAPHS", false);
+EnvSwitch g_wanted("MOETIER_CUDA_BATCH_GRAPHS", true);
 std::atomic<uint64_t> g_replays{0};
 }  // namespace
 

@@ -21,8 +21,9 @@ namespace {
 
 // Graphs on for one test, back to the process's setting after.
 struct GraphsOn {
-  explicit GraphsOn(bool on) { BatchGraphs::set_wanted(on); }
-  ~GraphsOn() { BatchGraphs::set_wanted(false); }
+  explicit GraphsOn(bool on) : before(BatchGraphs::wanted()) { BatchGraphs::set_wanted(on); }
+  ~GraphsOn() { BatchGraphs::set_wanted(before); }
+  bool before;
 };
 
 TEST(CudaBatchGraph, EightSequencesTogetherGiveEachSequenceAlone) {
