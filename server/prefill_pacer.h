@@ -7,10 +7,9 @@
 // with MoE weights a few prompt tokens already read most experts (a fixed cost), so small
 // chunks are slow per token and big ones nearly free per token. The budget is the largest
 // measured bucket whose extra time stays within (ratio - 1) * d; when even the smallest
-// measured chunk is over that (a fixed cost), the largest within both twice the smallest's
-// extra time and 1.5x that allowance (a prompt is not admitted 16 tokens at a time at
-// nearly a full chunk's cost where a bigger chunk stays near the target), else the
-// smallest (the running streams' stall first, admission second). The next bucket up is tried once
+// measured chunk is over that (a fixed cost), the largest within kFallbackSlack x the
+// smallest's extra time: a prompt is not admitted 16 tokens at a time at nearly a full
+// chunk's cost, while a linear cost (a CPU) keeps the smallest stall. The next bucket up is tried once
 // when unmeasured and again every `reprobe` prompt steps (costs drift with the number of
 // decoders). Nothing decoding: max_chunk (no one waits). ratio 0 turns pacing off. The
 // allowance is scaled by the requests waiting for their first token over those decoding
@@ -40,6 +39,7 @@ class PrefillPacer {
   // in big chunks while one long prompt beside many streams goes in paced.
   uint32_t budget(uint32_t decoding, uint32_t waiting);
   static constexpr double kMaxWaitScale = 8;
+  static constexpr double kFallbackSlack = 1.5;
   // A step's measured time with its decoding rows and prompt tokens.
   void observe(uint32_t decode_rows, uint32_t prompt_tokens, double seconds);
 
