@@ -73,7 +73,8 @@ StatusOr<std::unique_ptr<CudaTiering>> make_cuda_tiering(const Model& model, Exp
   MT_RETURN_IF_ERROR(build_tiering(std::move(spec), *t));
   log_info("GPU tiering: " + std::to_string(t->pins.pinned.size() - t->store->pin_failures().size()) + " of " +
            std::to_string(t->geometry.layers.size()) + " expert layers pinned (" + human_bytes(t->store->pinned_bytes()) +
-           "), " + std::to_string(t->store->pin_failures().size()) + " refused; expert cache " +
+           ") " + pin_timing_text(t->store->pin_timing()) + ", " + std::to_string(t->store->pin_failures().size()) +
+           " refused; expert cache " +
            human_bytes(t->plan.used_bytes()) + " in " + std::to_string(t->plan.pools.size()) + " pool(s)");
   return t;
 }

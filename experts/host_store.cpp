@@ -1,14 +1,20 @@
 #include "experts/host_store.h"
 
 #include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <new>
 #include <numeric>
+#include <thread>
 #include <utility>
 
 #include "core/check.h"
 #include "core/log.h"
+#include "core/parallel.h"
 
 namespace mt {
 
@@ -86,6 +92,7 @@ HostExpertStore& HostExpertStore::operator=(HostExpertStore&& other) noexcept {
   allocator_ = std::exchange(other.allocator_, nullptr);
   pinned_bytes_ = std::exchange(other.pinned_bytes_, 0);
   failures_ = std::move(other.failures_);
+  pin_timing_ = other.pin_timing_;
   other.layers_.clear();
   return *this;
 }
@@ -133,46 +140,134 @@ const uint8_t* HostExpertStore::expert_proj(uint32_t block, uint32_t expert, Exp
   return l.source[pi].base + static_cast<uint64_t>(expert) * l.source[pi].stride;
 }
 
-uint32_t HostExpertStore::pin(std::span<const uint32_t> blocks, HostAllocator& allocator, bool show_progress) {
-  MT_CHECK_MSG(allocator_ == nullptr || allocator_ == &allocator, "pinned copies must come from one allocator");
-  uint64_t total = 0;
-  for (uint32_t b : blocks) total += layer(b).geo->bank_bytes();
-  Progress progress("pinning experts", total, show_progress);
-  uint64_t done = 0;
-  uint32_t pinned_now = 0;
-  for (uint32_t b : blocks) {
-    Layer& l = layers_[static_cast<size_t>(index_[b])];
-    const LayerExpertGeometry& g = *l.geo;
-    const uint64_t bytes = g.bank_bytes();
-    done += bytes;
-    if (l.pinned != nullptr) continue;
-    std::string why;
-    auto* dst = static_cast<uint8_t*>(allocator.allocate_pinned(bytes, &why));
-    if (dst == nullptr) {
-      if (why.empty()) why = "allocator gave no reason";
-      log_warn(std::string("pinning layer ") + std::to_string(b) + " (" + human_bytes(bytes) + ") with the " +
-               allocator.name() + " allocator failed: " + why + "; the layer stays pageable");
-      failures_.push_back({b, bytes, why});
-      continue;
-    }
-    allocator_ = &allocator;
-    const uint64_t per_expert = g.bytes_per_expert();
-    for (uint32_t e = 0; e < g.n_expert; ++e) {
-      uint8_t* out = dst + static_cast<uint64_t>(e) * per_expert;
-      for (int p = 0; p < kExpertProjCount; ++p) {
-        const uint64_t n = g.proj[p].bytes_per_expert;
-        if (!g.proj[p].present || n == 0) continue;
-        std::memcpy(out, l.source[p].base + static_cast<uint64_t>(e) * l.source[p].stride, n);
-        out += n;
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// The pinned banks of pin()'s layers, allocated in order on a thread of their own and
+// handed to the copying thread one by one (null: refused, with the reason).
+class BankAllocations {
+ public:
+  BankAllocations(std::vector<uint64_t> bytes, HostAllocator& allocator)
+      : bytes_(std::move(bytes)), got_(bytes_.size()), why_(bytes_.size()) {
+    thread_ = std::thread([this, &allocator] {
+      for (size_t i = 0; i < bytes_.size(); ++i) {
+        const auto t0 = std::chrono::steady_clock::now();
+        std::string why;
+        auto* p = static_cast<uint8_t*>(allocator.allocate_pinned(bytes_[i], &why));
+        if (p == nullptr && why.empty()) why = "allocator gave no reason";
+        std::lock_guard<std::mutex> lock(mu_);
+        alloc_s_ += seconds_since(t0);
+        got_[i] = p;
+        why_[i] = std::move(why);
+        ready_ = i + 1;
+        cv_.notify_one();
       }
+    });
+  }
+  ~BankAllocations() { thread_.join(); }
+  BankAllocations(const BankAllocations&) = delete;
+  BankAllocations& operator=(const BankAllocations&) = delete;
+
+  // Layer i's bank once allocated (null: refused, `why` says why).
+  uint8_t* wait(size_t i, std::string* why) {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return ready_ > i; });
+    *why = why_[i];
+    return got_[i];
+  }
+  double alloc_s() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return alloc_s_;
+  }
+
+ private:
+  std::vector<uint64_t> bytes_;
+  std::vector<uint8_t*> got_;
+  std::vector<std::string> why_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  size_t ready_ = 0;
+  double alloc_s_ = 0;
+  std::thread thread_;
+};
+
+}  // namespace
+
+uint32_t HostExpertStore::pin(std::span<const uint32_t> blocks, HostAllocator& allocator, bool show_progress,
+                              int copy_threads) {
+  MT_CHECK_MSG(allocator_ == nullptr || allocator_ == &allocator, "pinned copies must come from one allocator");
+  const auto t0 = std::chrono::steady_clock::now();
+  uint64_t total = 0;
+  std::vector<uint32_t> todo;  // the blocks not pinned yet, in the caller's order
+  std::vector<uint64_t> bank_bytes;
+  for (uint32_t b : blocks) {
+    const Layer& l = layer(b);
+    total += l.geo->bank_bytes();
+    if (l.pinned != nullptr) continue;
+    todo.push_back(b);
+    bank_bytes.push_back(l.geo->bank_bytes());
+  }
+  const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int threads = std::clamp(copy_threads > 0 ? copy_threads : hw, 1, kMaxCopyThreads);
+  pin_timing_ = PinTiming{};
+  pin_timing_.copy_threads = threads;
+  Progress progress("pinning experts", total, show_progress);
+  uint64_t done = total - std::accumulate(bank_bytes.begin(), bank_bytes.end(), uint64_t{0});
+  uint32_t pinned_now = 0;
+  {
+    BankAllocations banks(bank_bytes, allocator);
+    ThreadPool pool(threads);
+    for (size_t i = 0; i < todo.size(); ++i) {
+      const uint32_t b = todo[i];
+      Layer& l = layers_[static_cast<size_t>(index_[b])];
+      const LayerExpertGeometry& g = *l.geo;
+      const auto wait0 = std::chrono::steady_clock::now();
+      std::string why;
+      uint8_t* dst = banks.wait(i, &why);
+      pin_timing_.wait_s += seconds_since(wait0);
+      done += bank_bytes[i];
+      if (dst == nullptr) {
+        log_warn(std::string("pinning layer ") + std::to_string(b) + " (" + human_bytes(bank_bytes[i]) + ") with the " +
+                 allocator.name() + " allocator failed: " + why + "; the layer stays pageable");
+        failures_.push_back({b, bank_bytes[i], why});
+        continue;
+      }
+      allocator_ = &allocator;
+      const uint64_t per_expert = g.bytes_per_expert();
+      const auto copy0 = std::chrono::steady_clock::now();
+      // dst: (n_expert, bytes_per_expert) uint8, each expert's projections in order.
+      pool.parallel_for(g.n_expert, [&](int64_t e0, int64_t e1) {
+        for (int64_t e = e0; e < e1; ++e) {
+          uint8_t* out = dst + static_cast<uint64_t>(e) * per_expert;
+          for (int p = 0; p < kExpertProjCount; ++p) {
+            const uint64_t n = g.proj[p].bytes_per_expert;
+            if (!g.proj[p].present || n == 0) continue;
+            std::memcpy(out, l.source[p].base + static_cast<uint64_t>(e) * l.source[p].stride, n);
+            out += n;
+          }
+        }
+      }, 1);
+      pin_timing_.copy_s += seconds_since(copy0);
+      l.pinned = dst;
+      pinned_bytes_ += bank_bytes[i];
+      ++pinned_now;
+      progress.update(done);
     }
-    l.pinned = dst;
-    pinned_bytes_ += bytes;
-    ++pinned_now;
-    progress.update(done);
+    pin_timing_.alloc_s = banks.alloc_s();
   }
   progress.finish();
+  pin_timing_.wall_s = seconds_since(t0);
   return pinned_now;
+}
+
+std::string pin_timing_text(const HostExpertStore::PinTiming& t) {
+  char line[160];
+  std::snprintf(line, sizeof line, "in %.1f s (page-locking %.1f s on its own thread, copies %.1f s on %d threads)",
+                t.wall_s, t.alloc_s, t.copy_s, t.copy_threads);
+  return line;
 }
 
 StatusOr<StagingRing> StagingRing::create(HostAllocator& allocator, uint32_t n_buffers, uint64_t buffer_bytes) {

@@ -81,7 +81,19 @@ class HostExpertStore {
   // Copies each listed MoE layer into one pinned allocation; returns how many layers were
   // pinned by this call. Already pinned layers are skipped. Every call of a store uses the
   // same allocator, which must outlive the store. Refusals go to pin_failures() and the log.
-  uint32_t pin(std::span<const uint32_t> layers, HostAllocator& allocator, bool show_progress = false);
+  // The allocations run in order on a thread of their own (page-locking is the driver's
+  // work) while `copy_threads` threads copy the layer before, expert by expert, faulting
+  // the mapping's pages in parallel (0: the machine's threads, at most kMaxCopyThreads).
+  uint32_t pin(std::span<const uint32_t> layers, HostAllocator& allocator, bool show_progress = false,
+               int copy_threads = 0);
+  static constexpr int kMaxCopyThreads = 16;
+  // Where the last pin() call's time went: its wall time, the allocator's time (on its own
+  // thread) and the time the copies took and waited for an allocation.
+  struct PinTiming {
+    double wall_s = 0, alloc_s = 0, copy_s = 0, wait_s = 0;
+    int copy_threads = 0;
+  };
+  const PinTiming& pin_timing() const { return pin_timing_; }
 
   // The expert's bytes of one projection: the pinned copy if the layer is pinned, else
   // the source view; nullptr for an absent projection (ungated experts have no gate).
@@ -110,7 +122,11 @@ class HostExpertStore {
   HostAllocator* allocator_ = nullptr;  // the one pinned copies came from
   uint64_t pinned_bytes_ = 0;
   std::vector<PinFailure> failures_;
+  PinTiming pin_timing_;
 };
+
+// "in 4.2 s (page-locking 3.1 s on its own thread, copies 3.9 s on 16 threads)".
+std::string pin_timing_text(const HostExpertStore::PinTiming& t);
 
 // A few pinned buffers, handed out round robin, through which pageable experts are copied
 // to the device. acquire() returns the next buffer whether or not the copy that last used

@@ -221,7 +221,8 @@ std::string Engine::tiering_summary() const {
     const OffloadState& o = *offload_;
     const size_t refused = o.store->pin_failures().size();
     return "host experts: " + std::to_string(o.pins.pinned.size() - refused) + " layers pinned (" +
-           human_bytes(o.store->pinned_bytes()) + "), " + std::to_string(o.pins.pageable.size() + refused) + " pageable; " +
+           human_bytes(o.store->pinned_bytes()) + ") " + pin_timing_text(o.store->pin_timing()) + ", " +
+           std::to_string(o.pins.pageable.size() + refused) + " pageable; " +
            human_bytes(o.sim->bytes_through_ring()) + " through the staging ring";
   }
 #ifdef MOETIER_HAVE_CUDA

@@ -110,6 +110,37 @@ TEST(HostStore, ResolverViewsWithPaddedStrides) {
   }
 }
 
+// The copies run on several threads (experts split between them) while the banks are
+// page-locked on a thread of their own: 1, 3 and 16 threads give the source's bytes in
+// every expert's run, and the timing says how many threads copied.
+TEST(HostStore, PinOnSeveralThreadsCopiesEveryExpertExactly) {
+  const FakeFile f = fake_file(37);  // 37 experts: uneven shares for 3 and 16 threads
+  const HostExpertStore view = HostExpertStore::from_mapping(f.geometry, f.bytes.data());
+  const std::vector<uint32_t> order = {5, 1, 2};
+  for (int threads : {1, 3, 16}) {
+    SCOPED_TRACE("threads " + std::to_string(threads));
+    SimulatedPinnedAllocator alloc;
+    HostExpertStore s = HostExpertStore::from_mapping(f.geometry, f.bytes.data());
+    ASSERT_EQ(s.pin(order, alloc, false, threads), 3u);
+    EXPECT_EQ(s.pin_timing().copy_threads, threads);
+    EXPECT_GE(s.pin_timing().wall_s, s.pin_timing().copy_s);
+    EXPECT_NE(pin_timing_text(s.pin_timing()).find(std::to_string(threads) + " threads"), std::string::npos);
+    for (uint32_t layer : order) {
+      for (uint32_t e = 0; e < 37; ++e) {
+        const uint8_t* run = s.pinned_expert(layer, e);
+        for (int p = 0; p < kExpertProjCount; ++p) {
+          const auto proj = static_cast<ExpertProj>(p);
+          const uint64_t n = s.proj_bytes(layer, proj);
+          if (n == 0) continue;
+          ASSERT_EQ(std::memcmp(run, view.expert_proj(layer, e, proj), n), 0)
+              << "layer " << layer << " expert " << e << " proj " << p;
+          run += n;
+        }
+      }
+    }
+  }
+}
+
 TEST(HostStore, PinUnderALimitPinsWhatFitsAndRecordsTheRest) {
   const FakeFile f = fake_file(9);
   HostExpertStore s = HostExpertStore::from_mapping(f.geometry, f.bytes.data());
