@@ -253,9 +253,10 @@ class CudaSequence final : public Evaluator {
     matmul(w, x, y, *ws_, m_.stream);
     ws_->rewind(mark);
   }
-  void mm_experts(const DeviceMatrix& w, const int32_t* ids, int K, const ActRows& x, float* y, bool per_slot = false) {
+  void mm_experts(const DeviceMatrix& w, const int32_t* ids, int K, const ActRows& x, float* y, bool per_slot = false,
+                  const int32_t* groups = nullptr) {
     const size_t mark = ws_->mark();
-    matmul_experts(w, ids, K, x, per_slot, y, *ws_, m_.stream);
+    matmul_experts(w, ids, K, x, per_slot, y, *ws_, m_.stream, groups);
     ws_->rewind(mark);
   }
 

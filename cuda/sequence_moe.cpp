@@ -6,6 +6,7 @@
 #include "cuda/sequence.h"
 
 #include "cuda/kernels/check.h"
+#include "cuda/kernels/dispatch.h"
 #include "experts/routing_replay.h"
 
 namespace mt::cuda::detail {
@@ -87,6 +88,21 @@ void CudaSequence::expert_products(Pass& p, const DevLayer& L, const ActRows& hx
   const int n_sets = static_cast<int>(sets.size());
   const int64_t slots = static_cast<int64_t>(T) * K;
   stage(p, "experts gate+up");
+  // Each set's slots grouped by expert once for both of its products (the grouped mmvq,
+  // cuda/kernels/mmvq.h mmvq_groups_slots), in scratch given back at the end.
+  const size_t groups_mark = ws_->mark();
+  const int32_t* groups[2] = {nullptr, nullptr};
+  MT_CHECK(sets.size() <= 2);
+  for (size_t i = 0; i < sets.size(); ++i) {
+    const ExpertViews& v = sets[i].m;
+    const DeviceMatrix& first = v.gate_up.data != nullptr ? v.gate_up : v.up;
+    if (matmul_experts_grouped(first, static_cast<int>(T)) && matmul_experts_grouped(v.down, static_cast<int>(T)) &&
+        first.n_mat == v.down.n_mat) {
+      auto* g = static_cast<int32_t*>(ws_->take(expert_groups_bytes(static_cast<int>(slots), v.down.n_mat), 256));
+      launch_expert_groups(sets[i].ids, static_cast<int>(slots), v.down.n_mat, g, s);
+      groups[i] = g;
+    }
+  }
   ActRows act;  // (T*K, ff) the down projection's input
   act.x = p.u;
   act.rows = static_cast<int>(slots);
@@ -97,7 +113,7 @@ void CudaSequence::expert_products(Pass& p, const DevLayer& L, const ActRows& hx
     const bool quant_down = !oai && T <= static_cast<uint32_t>(kMmvqMaxTokens) && quantizes_activations(dt) &&
                             swiglu_pairs_quant_supports(ff, act_quant_for(dt));
     if (shape.gate_up.data != nullptr) {
-      for (int i = 0; i < n_sets; ++i) mm_experts(sets[i].m.gate_up, sets[i].ids, K, hx, p.gu);
+      for (int i = 0; i < n_sets; ++i) mm_experts(sets[i].m.gate_up, sets[i].ids, K, hx, p.gu, false, groups[i]);
       if (oai) {  // every slot's bias by its expert (the CPU's rows are replaced later)
         add_expert_bias(p.gu, slots, ff, 2 * ff, p.sel, L.gate_exps_b, s);
         add_expert_bias(p.gu + ff, slots, ff, 2 * ff, p.sel, L.up_exps_b, s);
@@ -113,8 +129,8 @@ void CudaSequence::expert_products(Pass& p, const DevLayer& L, const ActRows& hx
       }
     } else {
       for (int i = 0; i < n_sets; ++i) {
-        if (sets[i].m.gate.data) mm_experts(sets[i].m.gate, sets[i].ids, K, hx, p.gu);
-        mm_experts(sets[i].m.up, sets[i].ids, K, hx, p.u);
+        if (sets[i].m.gate.data) mm_experts(sets[i].m.gate, sets[i].ids, K, hx, p.gu, false, groups[i]);
+        mm_experts(sets[i].m.up, sets[i].ids, K, hx, p.u, false, groups[i]);
       }
       if (oai) {
         add_expert_bias(p.gu, slots, ff, ff, p.sel, L.gate_exps_b, s);
@@ -125,9 +141,10 @@ void CudaSequence::expert_products(Pass& p, const DevLayer& L, const ActRows& hx
       }
     }
     stage(p, "experts down");
-    for (int i = 0; i < n_sets; ++i) mm_experts(sets[i].m.down, sets[i].ids, K, act, p.d, /*per_slot=*/true);
+    for (int i = 0; i < n_sets; ++i) mm_experts(sets[i].m.down, sets[i].ids, K, act, p.d, /*per_slot=*/true, groups[i]);
     if (oai) add_expert_bias(p.d, slots, E, E, p.sel, L.down_exps_b, s);
   }
+  ws_->rewind(groups_mark);
 }
 
 }  // namespace mt::cuda::detail

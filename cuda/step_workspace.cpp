@@ -18,7 +18,8 @@ size_t step_workspace_bytes(const WorkspaceShape& s, uint32_t T) {
                         static_cast<size_t>(std::min(T, kLogitRows)) * hp.n_vocab +  // the logits piece
                         T * E + T * K * n_ff +  // h's and u's quants and scales
                         T * Q / 2 + 2 +         // the attention output's (T*Q bytes + T*Q/4)
-                        T * hp.n_layer * 8;     // a pass of several sequences' SeqKvRow table (n_layer, T)
+                        T * hp.n_layer * 8 +    // a pass of several sequences' SeqKvRow table (n_layer, T)
+                        2 * (kGroupHeader + T * K * kGroupStride) + 128;  // two sets' expert groups (int32)
   const size_t C = hp.ssm_conv_dim(), Vd = hp.ssm_value_dim(), nv = hp.ssm_nv;
   const size_t gdn_floats = hp.recurrent.empty() ? 0 : T * (2 * C + 2 * Vd + 6 * nv + 3 * Q);  // see gdn_layer
   const size_t gate_floats = hp.arch == Arch::kLaguna ? T * Q : 0;  // attention_layer's output gate

@@ -8,6 +8,7 @@
 
 #include "core/check.h"
 #include "cuda/kernels/check.h"
+#include "cuda/kernels/env_switch.h"
 #include "cuda/kernels/mmq.h"
 #include "cuda/kernels/mmvq.h"
 
@@ -56,7 +57,14 @@ int current_sm() {
   return sm;
 }
 
+// MOETIER_CUDA_EXPERTS_MMVQ_MAX=N (N > 0): routed products of up to N tokens take mmvq
+// whatever the table says, for every type (measuring a new crossover); 0: the table.
+namespace {
+EnvInt g_experts_max("MOETIER_CUDA_EXPERTS_MMVQ_MAX", 0);
+}  // namespace
+
 int mmvq_max_tokens(int sm, QuantType type, bool experts) {
+  if (experts && g_experts_max.value() > 0) return g_experts_max.value();
   const DispatchRow* row = find_row(sm, type);
   if (row == nullptr) return kMmvqMaxTokens;
   return experts ? row->experts_max_tokens : row->dense_max_tokens;
@@ -79,6 +87,12 @@ void mmvq_chunked(const DeviceMatrix& w, int64_t mat, const float* x, int n_toke
 
 void mmvq_experts_chunked(const DeviceMatrix& w, const RoutedSlots& r, const float* x, float* y, Workspace& ws,
                           cudaStream_t stream) {
+  if (mmvq_groups_slots(w, r.n_tokens)) {  // one launch over every token's slots
+    const size_t mark = ws.mark();
+    mmvq_experts(w, r, x, y, ws, stream);
+    ws.rewind(mark);
+    return;
+  }
   const int32_t* ids = r.ids;
   const int n_tokens = r.n_tokens, K = r.K;
   const bool x_per_slot = r.x_per_slot;
@@ -102,6 +116,10 @@ void matmul(const DeviceMatrix& w, int64_t mat, const float* x, int n_tokens, fl
   } else {
     gemm(w, mat, x, n_tokens, y, ws, stream);
   }
+}
+
+bool matmul_experts_grouped(const DeviceMatrix& w, int n_tokens) {
+  return supports(w.type) && n_tokens <= mmvq_max_tokens(current_sm(), w.type, true) && mmvq_groups_slots(w, n_tokens);
 }
 
 void matmul_experts(const DeviceMatrix& w, const RoutedSlots& r, const float* x, float* y, Workspace& ws,
@@ -132,18 +150,19 @@ void matmul(const DeviceMatrix& w, const ActRows& x, float* y, Workspace& ws, cu
 }
 
 void matmul_experts(const DeviceMatrix& w, const int32_t* ids, int K, const ActRows& x, bool x_per_slot, float* y,
-                    Workspace& ws, cudaStream_t stream) {
+                    Workspace& ws, cudaStream_t stream, const int32_t* groups) {
   MT_CHECK(K > 0 && (!x_per_slot || x.rows % K == 0));
   const int n_tokens = x_per_slot ? x.rows / K : x.rows;
   if (reads_quantized(w, x, n_tokens, true)) {
-    mmvq_experts_quantized(w, {ids, n_tokens, K, x_per_slot}, x.qs, x.meta, y, stream);
+    mmvq_experts_quantized(w, {ids, n_tokens, K, x_per_slot, groups}, x.qs, x.meta, y, ws, stream);
   } else {
-    matmul_experts(w, {ids, n_tokens, K, x_per_slot}, x.x, y, ws, stream);
+    matmul_experts(w, {ids, n_tokens, K, x_per_slot, groups}, x.x, y, ws, stream);
   }
 }
 
 size_t matmul_workspace_bytes(const DeviceMatrix& w, int n_tokens, int K) {
-  const int chunk = std::min(n_tokens, kMmvqMaxTokens);
+  const bool grouped = mmvq_groups_slots(w, n_tokens) && w.n_mat > 1;  // routed: every token in one launch
+  const int chunk = grouped ? n_tokens : std::min(n_tokens, kMmvqMaxTokens);
   const size_t mmvq_bytes = supports(w.type) ? mmvq_workspace_bytes(w, chunk, K) : 0;
   const size_t gemm_bytes = gemm_supports(w.type) ? gemm_workspace_bytes(w, n_tokens, K) : 0;
   const size_t mmq_bytes = mmq_workspace_bytes(w, n_tokens, K);

@@ -44,6 +44,10 @@ void mmvq_chunked(const DeviceMatrix& w, int64_t mat, const float* x, int n_toke
 void mmvq_experts_chunked(const DeviceMatrix& w, const RoutedSlots& r, const float* x, float* y, Workspace& ws,
                           cudaStream_t stream);
 
+// True when matmul_experts over w takes the grouped mmvq at n_tokens (the table's mmvq
+// limit and mmvq_groups_slots): the products a layer's routing table can serve.
+bool matmul_experts_grouped(const DeviceMatrix& w, int n_tokens);
+
 // True for the types gemm / gemm_experts take (every type of cuda/kernels/dequant.cuh).
 bool gemm_supports(QuantType type);
 

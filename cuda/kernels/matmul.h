@@ -45,6 +45,10 @@ struct RoutedSlots {
   int n_tokens = 0;
   int K = 1;
   bool x_per_slot = false;
+  // Optional: ids grouped by expert beforehand (launch_expert_groups over the same ids and
+  // w.n_mat, cuda/kernels/mmvq_kernels.h), so products that share a layer's routing share
+  // one table; nullptr: the grouped mmvq builds its own where it applies.
+  const int32_t* groups = nullptr;
 };
 
 // True when the device kernels support the type (every type the CPU computes).
@@ -84,7 +88,7 @@ void matmul(const DeviceMatrix& w, const ActRows& x, float* y, Workspace& ws, cu
 // Routed: x_per_slot false, every expert of token t reads row t (x.rows = tokens); true,
 // slot s reads row s (x.rows = tokens * K).
 void matmul_experts(const DeviceMatrix& w, const int32_t* ids, int K, const ActRows& x, bool x_per_slot, float* y,
-                    Workspace& ws, cudaStream_t stream);
+                    Workspace& ws, cudaStream_t stream, const int32_t* groups = nullptr);
 
 // Workspace bytes the calls above may take for these shapes (the executor sizes its
 // workspace with the largest over its matrices).

@@ -84,6 +84,10 @@ EnvSwitch g_wide16("MOETIER_CUDA_MMVQ_WIDE16", true);
 // without either, q4_0 391.2 / 383.2 vs 374.3 / 373.4 (split 2: 353.5 / 356.2, 384.8 /
 // 385.0); docs/PERFORMANCE.md.
 EnvInt g_split("MOETIER_CUDA_MMVQ_SPLIT", 4);
+// MOETIER_CUDA_MMVQ_GROUPED=N: routed products of at least N tokens group their slots by
+// expert on the device (cuda/kernels/mmvq_groups.cu) so each selected matrix is read once
+// for all its slots; 0: one slot per grid row always. Default 2.
+EnvInt g_grouped("MOETIER_CUDA_MMVQ_GROUPED", 2);
 
 MmvqArgs base_args(const DeviceMatrix& w, float* y) {
   MmvqArgs a;
@@ -127,9 +131,32 @@ void set_activations(MmvqArgs& a, QuantType type, const float* x, int rows, Work
 
 }  // namespace
 
+bool mmvq_groups_slots(const DeviceMatrix& w, int n_tokens);
+
+namespace {
+// The routed batch's slots grouped by expert in the workspace where that applies
+// (mmvq_groups_slots): one small launch, the product's grid.y then over the groups.
+void group_slots(MmvqArgs& a, const DeviceMatrix& w, const RoutedSlots& r, Workspace& ws, cudaStream_t stream) {
+  if (!mmvq_groups_slots(w, r.n_tokens)) return;
+  a.groups = r.groups;
+  if (a.groups == nullptr) {
+    auto* built = static_cast<int32_t*>(ws.take(expert_groups_bytes(a.n_slots, w.n_mat), 256));
+    launch_expert_groups(a.ids, a.n_slots, w.n_mat, built, stream);
+    a.groups = built;
+  }
+  a.group_grid = expert_groups_max(a.n_slots, w.n_mat);
+}
+}  // namespace
+
 bool supports(QuantType type) { return launcher(type) != nullptr; }
 
 void set_mmvq_wide16(bool on) { g_wide16.set(on); }
+void set_mmvq_grouped(int min_tokens) { g_grouped.set(min_tokens); }
+
+bool mmvq_groups_slots(const DeviceMatrix& w, int n_tokens) {
+  const int min_tokens = g_grouped.value();
+  return min_tokens > 0 && n_tokens >= min_tokens && quantizes_activations(w.type) && w.n_mat <= kMaxGroupedMatrices;
+}
 void set_mmvq_split(int warps) { g_split.set(warps); }
 
 bool quantizes_activations(QuantType type) { return supports(type) && !is_float(type); }
@@ -137,7 +164,8 @@ bool quantizes_activations(QuantType type) { return supports(type) && !is_float(
 size_t mmvq_workspace_bytes(const DeviceMatrix& w, int n_tokens, int K) {
   if (is_float(w.type) || n_tokens <= 0) return 0;
   const int rows = n_tokens * (K > 1 ? K : 1);
-  return round_up(q8_1_qs_bytes(rows, w.n_in), 256) + round_up(q8_1_meta_bytes(rows, w.n_in), 256) + 256;
+  const size_t groups = K >= 1 && mmvq_groups_slots(w, n_tokens) ? round_up(expert_groups_bytes(rows, w.n_mat), 256) : 0;
+  return round_up(q8_1_qs_bytes(rows, w.n_in), 256) + round_up(q8_1_meta_bytes(rows, w.n_in), 256) + groups + 256;
 }
 
 void quantize_act(const float* x, int rows, int n_in, ActQuant mode, int8_t* qs, uint2* meta, cudaStream_t stream) {
@@ -175,7 +203,7 @@ void mmvq_quantized(const DeviceMatrix& w, int64_t mat, const int8_t* qs, const 
 }
 
 void mmvq_experts_quantized(const DeviceMatrix& w, const RoutedSlots& r, const int8_t* qs, const uint2* meta,
-                            float* y, cudaStream_t stream) {
+                            float* y, Workspace& ws, cudaStream_t stream) {
   const int32_t* ids = r.ids;
   const int n_tokens = r.n_tokens, K = r.K;
   const bool x_per_slot = r.x_per_slot;
@@ -185,6 +213,7 @@ void mmvq_experts_quantized(const DeviceMatrix& w, const RoutedSlots& r, const i
   MmvqArgs a = routed_args(w, ids, n_tokens, K, x_per_slot, y);
   a.xq = qs;
   a.xmeta = meta;
+  group_slots(a, w, r, ws, stream);
   launcher(w.type)(a, stream);
 }
 
@@ -198,6 +227,7 @@ void mmvq_experts(const DeviceMatrix& w, const RoutedSlots& r, const float* x, f
   if (n_tokens == 0 || w.n_out == 0) return;
   MmvqArgs a = routed_args(w, ids, n_tokens, K, x_per_slot, y);
   set_activations(a, w.type, x, x_per_slot ? a.n_slots : n_tokens, ws, stream);
+  group_slots(a, w, r, ws, stream);
   launcher(w.type)(a, stream);
 }
 

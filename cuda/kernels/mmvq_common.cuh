@@ -340,8 +340,8 @@ __device__ __forceinline__ bool slot_view(const MmvqArgs& p, int64_t row0, int r
 // L / 32 consecutive warps, each warp's sum staged in shared memory and added in warp
 // order by the group's first lane (every thread of the CTA calls this: a barrier).
 template <class Tr, int A, int NT, int L, int R>
-__device__ __forceinline__ void rows_out(const MmvqArgs& p, const SlotView& v, int64_t row0, int sub,
-                                         const ActRow (&x)[NT]) {
+__device__ __forceinline__ void rows_out(const MmvqArgs& p, const uint8_t* wmat, float* const (&y)[NT], int64_t row0,
+                                         int sub, const ActRow (&x)[NT]) {
   const int64_t left = p.n_out - row0;
   const int rows = left <= 0 ? 0 : left < R ? static_cast<int>(left) : R;
   float acc[R][NT];
@@ -349,7 +349,7 @@ __device__ __forceinline__ void rows_out(const MmvqArgs& p, const SlotView& v, i
     for (int t = 0; t < NT; ++t) acc[r][t] = 0.f;
   }
   const int n_tasks = rows > 0 ? p.n_in / Tr::kElems * Tr::kTasks : 0;
-  const uint8_t* w = v.wmat + static_cast<uint64_t>(rows > 0 ? row0 : 0) * p.row_bytes;
+  const uint8_t* w = wmat + static_cast<uint64_t>(rows > 0 ? row0 : 0) * p.row_bytes;
   rows_partial<Tr, A, NT, R>(w, rows == R ? p.row_bytes : 0, n_tasks, sub, L, x, acc);
   for (int r = 0; r < R; ++r) {
     for (int t = 0; t < NT; ++t) acc[r][t] = group_sum<(L > 32 ? 32 : L)>(acc[r][t]);
@@ -376,7 +376,7 @@ __device__ __forceinline__ void rows_out(const MmvqArgs& p, const SlotView& v, i
   }
   if (sub == 0) {
     for (int r = 0; r < rows; ++r) {
-      for (int t = 0; t < NT; ++t) v.y[t * p.n_out + row0 + r] = acc[r][t];
+      for (int t = 0; t < NT; ++t) y[t][row0 + r] = acc[r][t];
     }
   }
 }
@@ -399,11 +399,63 @@ __global__ void __launch_bounds__(kThreads) mmvq_quant_kernel(const MmvqArgs p) 
   if (!slot_view(p, row0, R, sub == 0, v)) return;
   const int nq = p.n_in / 32;
   ActRow x[NT];
+  float* y[NT];
   for (int t = 0; t < NT; ++t) {
     const int64_t r = v.x_row + t;
     x[t] = {p.xq + r * p.n_in, p.xmeta + r * nq};
+    y[t] = v.y + static_cast<int64_t>(t) * p.n_out;
   }
-  rows_out<Tr, A, NT, L, R>(p, v, row0, sub, x);
+  rows_out<Tr, A, NT, L, R>(p, v.wmat, y, row0, sub, x);
+}
+
+// One group of NT slots (MmvqArgs::groups): each slot's activation row and Y row.
+template <class Tr, int A, int NT, int L, int R>
+__device__ __forceinline__ void group_rows(const MmvqArgs& p, const uint8_t* wmat, const int32_t* slot, int64_t row0,
+                                           int sub) {
+  const int nq = p.n_in / 32;
+  ActRow x[NT];
+  float* y[NT];
+  for (int t = 0; t < NT; ++t) {
+    const int s = __ldg(slot + t);
+    const int64_t r = p.x_per_slot ? s : s / p.K;
+    x[t] = {p.xq + r * p.n_in, p.xmeta + r * nq};
+    y[t] = p.y + static_cast<int64_t>(s) * p.n_out;
+  }
+  rows_out<Tr, A, NT, L, R>(p, wmat, y, row0, sub, x);
+}
+
+// The grouped routed form: grid.y over the groups (a CTA past the last group returns),
+// each group's rows read once for its 1..kGroupTokens slots. L <= 32 (no split warps).
+template <class Tr, int A, int L, int R>
+__global__ void __launch_bounds__(kThreads) mmvq_group_kernel(const MmvqArgs p) {
+  static_assert(L <= 32 && kGroupTokens == 8, "one warp per row group; the switch below covers 1..8 slots");
+  const int g = static_cast<int>(blockIdx.y);
+  if (g >= __ldg(p.groups)) return;
+  const int32_t* e = p.groups + kGroupHeader + static_cast<int64_t>(g) * kGroupStride;
+  const int mat = __ldg(e), n = __ldg(e + 1);
+  const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) / 32;
+  const int64_t row0 = ((static_cast<int64_t>(blockIdx.x) * kWarps + warp) * (32 / L) + lane / L) * R;
+  const int sub = lane % L;
+  if (mat >= p.n_mat) {  // out-of-range ids: their rows NaN so the error shows
+    for (int t = 0; t < n; ++t) {
+      float* y = p.y + static_cast<int64_t>(__ldg(e + 2 + t)) * p.n_out;
+      for (int r = 0; r < R; ++r) {
+        if (sub == 0 && row0 + r < p.n_out) y[row0 + r] = __int_as_float(0x7FC00000);
+      }
+    }
+    return;
+  }
+  const uint8_t* wmat = p.w + static_cast<uint64_t>(mat) * p.matrix_bytes;
+  switch (n) {
+    case 1: group_rows<Tr, A, 1, L, R>(p, wmat, e + 2, row0, sub); break;
+    case 2: group_rows<Tr, A, 2, L, R>(p, wmat, e + 2, row0, sub); break;
+    case 3: group_rows<Tr, A, 3, L, R>(p, wmat, e + 2, row0, sub); break;
+    case 4: group_rows<Tr, A, 4, L, R>(p, wmat, e + 2, row0, sub); break;
+    case 5: group_rows<Tr, A, 5, L, R>(p, wmat, e + 2, row0, sub); break;
+    case 6: group_rows<Tr, A, 6, L, R>(p, wmat, e + 2, row0, sub); break;
+    case 7: group_rows<Tr, A, 7, L, R>(p, wmat, e + 2, row0, sub); break;
+    default: group_rows<Tr, A, 8, L, R>(p, wmat, e + 2, row0, sub); break;
+  }
 }
 
 // ---- host side
@@ -465,6 +517,22 @@ void launch_quant(const MmvqArgs& args, cudaStream_t stream) {
     }
   }
   const bool natural = a.align >= Tr::kAlign;
+  if (a.groups != nullptr && natural) {
+    // Grouped by expert: the lanes one slot takes without the split (the same sums where
+    // no split applies), grid.y over the groups' bound.
+    constexpr int R = kRows;
+    const int lanes = a.lanes > 32 ? 32 : a.lanes;
+    dim3 grid = mmvq_grid(a, lanes, R);
+    grid.y = static_cast<unsigned>(a.group_grid);
+    switch (lanes) {
+      case 8: mmvq_group_kernel<Tr, Tr::kAlign, 8, R><<<grid, kThreads, 0, stream>>>(a); break;
+      case 16: mmvq_group_kernel<Tr, Tr::kAlign, 16, R><<<grid, kThreads, 0, stream>>>(a); break;
+      default: mmvq_group_kernel<Tr, Tr::kAlign, 32, R><<<grid, kThreads, 0, stream>>>(a); break;
+    }
+    MT_CUDA_CHECK(cudaGetLastError());
+    return;
+  }
+  a.groups = nullptr;  // misaligned matrices: one slot per grid.y
   with_tokens(a.n_tokens, [&](auto nt) {
     constexpr int NT = decltype(nt)::value;
     if (natural) {

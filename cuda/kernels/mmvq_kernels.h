@@ -79,7 +79,35 @@ struct MmvqArgs {
   // each lane walks fewer tasks one after the other; the warps' sums are added in shared
   // memory (MOETIER_CUDA_MMVQ_SPLIT, default 4; the sums in another order than one warp's).
   int split_warps = 0;
+  // Routed, grouped by expert (cuda/kernels/mmvq_groups.cu): grid.y over the groups of
+  // `groups` (expert_groups layout below) instead of the slots; each group's matrix rows
+  // are read once for its 1..kGroupTokens slots, every slot's sums exactly those of its
+  // own per-slot launch with the same lanes. nullptr: one slot per grid.y.
+  const int32_t* groups = nullptr;
+  int group_grid = 0;  // grid.y of the grouped form: expert_groups_max(n_slots, n_mat)
 };
+
+// Slots grouped by expert, built on the device from a routed batch's ids (no host sync):
+//   groups[0] = the number of groups; group g at groups + kGroupHeader + g * kGroupStride:
+//   {matrix id, n slots (1..kGroupTokens), slot 0, .., slot n - 1}.
+// The slots of one matrix fill groups of kGroupTokens (the last holds the rest); ids < 0
+// are left out (their Y rows untouched), ids >= n_mat form groups of their own whose Y
+// rows are written as NaN. The order of slots within a matrix's groups is not fixed: no
+// slot's result depends on it.
+inline constexpr int kGroupTokens = 8;
+inline constexpr int kGroupHeader = 4;
+inline constexpr int kGroupStride = 2 + kGroupTokens;
+inline constexpr int64_t kMaxGroupedMatrices = 4000;  // the build's counters live in shared memory
+// Groups a batch of n_slots slots over n_mat matrices can form at most (the grid's y).
+inline int expert_groups_max(int n_slots, int64_t n_mat) {
+  const int64_t bound = n_mat + 1 + n_slots / kGroupTokens;
+  return static_cast<int>(bound < n_slots ? bound : n_slots);
+}
+inline size_t expert_groups_bytes(int n_slots, int64_t n_mat) {
+  return sizeof(int32_t) * (kGroupHeader + static_cast<size_t>(expert_groups_max(n_slots, n_mat)) * kGroupStride);
+}
+// ids (n_slots, device) -> groups (expert_groups_bytes, device); n_mat <= kMaxGroupedMatrices.
+void launch_expert_groups(const int32_t* ids, int n_slots, int64_t n_mat, int32_t* groups, cudaStream_t stream);
 
 // Defined (explicitly specialised) in cuda/kernels/mmvq_float.cu, mmvq_simple.cu, mmvq_k.cu.
 template <class W>

@@ -58,6 +58,8 @@
 #                              the whole CUDA test suite (FILTER) while the qwen3-30b-a3b
 #                              q4_k_m timing file with the Qwen2 vocabulary (serve.sh's and
 #                              spec's file) is synthesized
+#   tools/gpu/check.sh grouped (after warm) the grouped routed mmvq off / on / on past the
+#                              table's limits (EXP_MAX): bench --batch BATCHES, then tune
 #   tools/gpu/check.sh cpu     the whole CPU test suite with this machine's compiler
 #   tools/gpu/check.sh all     test, then bench
 # Carry .gpu-carry (made here by tools/gpu/prepare.sh): the Debian packages of the header
@@ -519,6 +521,18 @@ warm)
   grep -E "FAILED|OK \]" "$OUT/cuda_tests.log" | tail -80
   wait
   ls -la /tmp/*.gguf /tmp/llama.cpp/build/bin/llama-server "$M"
+  ;;
+grouped)  # (after warm) the grouped routed mmvq: bench --batch (BATCHES) in fresh processes
+  # with it off (MOETIER_CUDA_MMVQ_GROUPED=0), on (the table's mmvq limits), on with mmvq
+  # up to EXP_MAX tokens for every type; then moetier tune (the new crossovers)
+  F=/tmp/q30v-q4_k_m.gguf
+  for v in "MOETIER_CUDA_MMVQ_GROUPED=0" "MOETIER_CUDA_MMVQ_GROUPED=2" \
+           "MOETIER_CUDA_EXPERTS_MMVQ_MAX=${EXP_MAX:-64}" "MOETIER_CUDA_MMVQ_GROUPED=0 MOETIER_CUDA_EXPERTS_MMVQ_MAX=${EXP_MAX:-64}"; do
+    name=batch_$(echo "$v" | tr ' =' '__')
+    run "$name" env $v $M bench -m "$F" --device cuda --batch "${BATCHES:-1,8,16,32,64}" -p 128 -n 32 -r 3
+    echo "$v"; grep -E "every repetition|step" "$OUT/$name.log" | head -12
+  done
+  [ -n "${NO_TUNE:-}" ] || { run tune $M tune; grep -E "^\{|->" "$OUT/tune.log"; }
   ;;
 cpu)
   build
