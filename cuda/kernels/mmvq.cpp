@@ -86,8 +86,12 @@ EnvSwitch g_wide16("MOETIER_CUDA_MMVQ_WIDE16", true);
 EnvInt g_split("MOETIER_CUDA_MMVQ_SPLIT", 4);
 // MOETIER_CUDA_MMVQ_GROUPED=N: routed products of at least N tokens group their slots by
 // expert on the device (cuda/kernels/mmvq_groups.cu) so each selected matrix is read once
-// for all its slots; 0: one slot per grid row always. Default 2.
-EnvInt g_grouped("MOETIER_CUDA_MMVQ_GROUPED", 2);
+// for all its slots; 0: one slot per grid row always. Default 24: on an H100 (bench
+// --device cuda --batch, qwen3-30b-a3b q4_k_m, 2026-12-06) grouping from 2 tokens ran 8
+// sequences at 957.5 t/s against 1070.7 per slot (a layer's 64 slots mostly in groups of
+// one, plus the grouping launch), 16 at 925.5 vs 914.8, and 32 (mmvq to 64 tokens) at
+// 1254.9 against the per-slot mmq's 1140.1; docs/PERFORMANCE.md.
+EnvInt g_grouped("MOETIER_CUDA_MMVQ_GROUPED", 24);
 
 MmvqArgs base_args(const DeviceMatrix& w, float* y) {
   MmvqArgs a;
@@ -152,6 +156,7 @@ bool supports(QuantType type) { return launcher(type) != nullptr; }
 
 void set_mmvq_wide16(bool on) { g_wide16.set(on); }
 void set_mmvq_grouped(int min_tokens) { g_grouped.set(min_tokens); }
+int mmvq_grouped_from() { return g_grouped.value(); }
 
 bool mmvq_groups_slots(const DeviceMatrix& w, int n_tokens) {
   const int min_tokens = g_grouped.value();

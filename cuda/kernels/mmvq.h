@@ -43,12 +43,14 @@ void mmvq_experts_quantized(const DeviceMatrix& w, const RoutedSlots& r, const i
                             float* y, Workspace& ws, cudaStream_t stream);
 
 // True when a routed product of n_tokens tokens over w groups its slots by expert
-// (MOETIER_CUDA_MMVQ_GROUPED, default from 2 tokens; quantized types, n_mat <=
+// (MOETIER_CUDA_MMVQ_GROUPED, default from 24 tokens; quantized types, n_mat <=
 // kMaxGroupedMatrices): each selected matrix read once for its slots, any number of
 // tokens in one launch (no chunks of kMmvqMaxTokens).
 bool mmvq_groups_slots(const DeviceMatrix& w, int n_tokens);
 // Overrides MOETIER_CUDA_MMVQ_GROUPED for the process (0: never group).
 void set_mmvq_grouped(int min_tokens);
+// The process's current setting (0: never group).
+int mmvq_grouped_from();
 
 // Overrides MOETIER_CUDA_MMVQ_WIDE16 (one-token rows of fewer than 16 tasks with a lane per
 // task, up to 16 lanes per row group; on by default) for the process. The sums are those

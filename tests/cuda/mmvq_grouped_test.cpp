@@ -44,6 +44,7 @@ std::vector<int32_t> route(int T, int K, int64_t n_mat, std::mt19937& rng) {
 // pre-filled with 5.
 std::vector<float> run_routed(const DeviceCopy& c, const std::vector<int32_t>& ids, const std::vector<float>& x, int T,
                               int K, bool per_slot, int grouped_from) {
+  const int process_setting = mmvq_grouped_from();
   set_mmvq_grouped(grouped_from);
   const int slots = T * K;
   const DeviceBuffer dids = to_device(ids), dx = to_device(x);
@@ -52,7 +53,7 @@ std::vector<float> run_routed(const DeviceCopy& c, const std::vector<int32_t>& i
   mmvq_experts(c.w, {dids.as<int32_t>(), T, K, per_slot}, dx.as<float>(), dy.as<float>(), ws, nullptr);
   MT_CUDA_CHECK(cudaDeviceSynchronize());
   std::vector<float> y = to_host<float>(dy, static_cast<size_t>(slots * c.w.n_out));
-  set_mmvq_grouped(2);  // the default back
+  set_mmvq_grouped(process_setting);
   return y;
 }
 

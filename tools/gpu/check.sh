@@ -526,8 +526,10 @@ grouped)  # (after warm) the grouped routed mmvq: bench --batch (BATCHES) in fre
   # with it off (MOETIER_CUDA_MMVQ_GROUPED=0), on (the table's mmvq limits), on with mmvq
   # up to EXP_MAX tokens for every type; then moetier tune (the new crossovers)
   F=/tmp/q30v-q4_k_m.gguf
-  for v in "MOETIER_CUDA_MMVQ_GROUPED=0" "MOETIER_CUDA_MMVQ_GROUPED=2" \
-           "MOETIER_CUDA_EXPERTS_MMVQ_MAX=${EXP_MAX:-64}" "MOETIER_CUDA_MMVQ_GROUPED=0 MOETIER_CUDA_EXPERTS_MMVQ_MAX=${EXP_MAX:-64}"; do
+  # VARIANTS: ';'-separated environment settings, one fresh process each ("-": the defaults)
+  IFS=';' read -r -a variants <<<"${VARIANTS:-MOETIER_CUDA_MMVQ_GROUPED=0;MOETIER_CUDA_MMVQ_GROUPED=2;MOETIER_CUDA_EXPERTS_MMVQ_MAX=${EXP_MAX:-64};MOETIER_CUDA_MMVQ_GROUPED=0 MOETIER_CUDA_EXPERTS_MMVQ_MAX=${EXP_MAX:-64}}"
+  for v in "${variants[@]}"; do
+    [ "$v" = - ] && v="MOETIER_DEFAULTS=1"
     name=batch_$(echo "$v" | tr ' =' '__')
     run "$name" env $v $M bench -m "$F" --device cuda --batch "${BATCHES:-1,8,16,32,64}" -p 128 -n 32 -r 3
     echo "$v"; grep -E "every repetition|step" "$OUT/$name.log" | head -12
