@@ -43,6 +43,9 @@ RoutingTrace step_range(const RoutingTrace& trace, uint64_t first, uint64_t coun
 StatusOr<std::vector<PolicyTrial>> compare_policies(const RoutingTrace& trace, const StudySetup& setup,
                                                     std::span<const CachePolicy> candidates, uint64_t skip = 0);
 
+// The policies `--cache-policy auto` chooses among, in tie order.
+inline constexpr CachePolicy kAutoPolicyCandidates[] = {CachePolicy::kLru, CachePolicy::kFrequency, CachePolicy::kLru2};
+
 struct PolicyPick {
   CachePolicy policy = CachePolicy::kLru;
   uint64_t warmup_steps = 0;

@@ -500,6 +500,9 @@ int run(const BenchFlags& f) {
     if (!r.ok()) return fail("bench", r.status());
     tiering = std::move(r->setup);
     banks = r->banks;
+    auto pick = pick_policy_for_replay(*model, f.routing, f.tiering, tiering);
+    if (!pick.ok()) return fail("bench", pick.status());
+    if (!pick->empty()) std::fprintf(stderr, "%s\n", pick->c_str());
   }
   std::unique_ptr<RoutingReplay> replay;
   if (!f.routing.empty()) {

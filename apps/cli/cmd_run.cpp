@@ -238,6 +238,9 @@ int run(RunFlags f) {
     auto r = resolve_tiering(model->file(), f.tiering, f.banks, (*engine)->on_gpu());
     if (!r.ok()) return fail("run", r.status());
     tiering = std::move(r->setup);
+    auto pick = pick_policy_for_replay(*model, f.routing, f.tiering, tiering);
+    if (!pick.ok()) return fail("run", pick.status());
+    if (!pick->empty()) std::fprintf(stderr, "%s\n", pick->c_str());
     if (Status st = (*engine)->enable_tiering(tiering, r->banks); !st.ok()) return fail("run", st);
   } else if (f.stats || !f.stats_json.empty()) {
     return fail("run", invalid_argument("--stats and --stats-json report the expert cache: give --expert-cache"));

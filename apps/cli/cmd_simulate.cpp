@@ -32,7 +32,6 @@ struct SimulateFlags {
   std::vector<std::string> sweep_budgets, sweep_policies = {"lru", "frequency", "lru2"};
 };
 
-constexpr CachePolicy kAutoCandidates[] = {CachePolicy::kLru, CachePolicy::kFrequency, CachePolicy::kLru2};
 
 // The routing to replay: a record (--trace, --routing trace:FILE), a generated stream
 // (--routing synth:...) or the older --synthetic stream; `source` names it.
@@ -163,7 +162,7 @@ int run(SimulateFlags f) {
   const TieringFlags& tf = f.tiering;
   if (tf.policy == "auto" && tf.n_cpu_moe < 0 && tf.admit_after == 0 && tf.min_dwell == 0) {
     const StudySetup study{&g, &setup->plan, n_blocks, setup->cache, setup->scheduler};
-    auto pick = pick_policy_by_warmup(trace, f.warmup, study, kAutoCandidates);
+    auto pick = pick_policy_by_warmup(trace, f.warmup, study, kAutoPolicyCandidates);
     if (!pick.ok()) return fail("simulate", pick.status());
     setup->policy = setup->cache.policy = pick->policy;
     auto_pick = {{"picked", cache_policy_name(pick->policy)}, {"warmup_steps", pick->warmup_steps}};

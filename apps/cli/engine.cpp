@@ -14,6 +14,7 @@
 
 #include "apps/cli/common_flags.h"
 #include "core/log.h"
+#include "experts/policy_study.h"
 #include "cpu/isa.h"
 #include "model/cpu_backend.h"
 #include "model/offload.h"
@@ -146,6 +147,48 @@ StatusOr<std::unique_ptr<RoutingReplay>> make_routing_replay(const Model& model,
     return invalid_argument("--routing: the model has no routed experts to replay routing on");
   }
   return RoutingReplay::create(value, g);
+}
+
+StatusOr<std::string> pick_policy_for_replay(const Model& model, std::string_view routing, const TieringFlags& flags,
+                                             TieringSetup& setup, uint64_t warmup) {
+  if (routing.empty() || flags.policy != "auto" || flags.n_cpu_moe >= 0 || flags.admit_after > 0 || flags.min_dwell > 0) {
+    return std::string();
+  }
+  if (warmup < 2) return invalid_argument("pick_policy_for_replay: a warm-up of at least 2 tokens");
+  MT_ASSIGN_OR_RETURN(std::unique_ptr<RoutingReplay> stream, make_routing_replay(model, routing));
+  const std::vector<LayerWeights>& layers = model.weights().layers;
+  const uint32_t top_k = stream->top_k();
+  // The warm-up tokens as a trace: one step per token, every MoE block in order, as the
+  // engine will consume them one decoded row at a time.
+  RoutingTrace trace;
+  trace.top_k = top_k;
+  trace.n_expert = model.hparams().n_expert;
+  std::vector<int32_t> ids(top_k);
+  std::vector<float> weights(top_k);
+  for (uint64_t t = 0; t < warmup; ++t) {
+    for (uint32_t block = 0; block < layers.size(); ++block) {
+      if (!layers[block].is_moe()) continue;
+      stream->replace(block, 1, ids.data(), weights.data());
+      RoutingEvent e;
+      e.layer = block, e.pos = static_cast<uint32_t>(t), e.step = t;
+      e.experts = ids;
+      trace.events.push_back(std::move(e));
+      if (t == 0) trace.layers.push_back(block);
+    }
+  }
+  trace.n_steps = trace.n_tokens = warmup;
+  const uint32_t n_blocks = setup.geometry.layers.back().layer + 1;
+  const StudySetup study{&setup.geometry, &setup.plan, n_blocks, setup.cache, setup.scheduler};
+  MT_ASSIGN_OR_RETURN(PolicyPick pick, pick_policy_by_warmup(trace, warmup, study, kAutoPolicyCandidates));
+  setup.policy = setup.cache.policy = pick.policy;
+  std::string line = std::string("policy auto: ") + cache_policy_name(pick.policy) + " (hit rates over the routing's first " +
+                     std::to_string(pick.warmup_steps) + " tokens:";
+  for (const PolicyTrial& t : pick.trials) {
+    char cell[48];
+    std::snprintf(cell, sizeof cell, " %s %.3f", cache_policy_name(t.policy), t.hit_rate);
+    line += cell;
+  }
+  return line + ")";
 }
 
 Status Engine::enable_tiering(const TieringSetup& setup, const BankOptions& banks) {

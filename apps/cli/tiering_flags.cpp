@@ -26,8 +26,9 @@ void add_tiering_flags(CLI::App& app, TieringFlags* f) {
          "others kept on the (simulated) device; instead of --expert-cache")
       ->type_name("N");
   app.add_option("--cache-policy", f->policy,
-                 "expert cache replacement: lru, frequency, static-hot, lru2 (LRU-2: recency and frequency), auto (default: frequency with --device cuda, "
-                 "lru on the CPU)");
+                 "expert cache replacement: lru, frequency, static-hot, lru2 (LRU-2: recency and frequency), auto (default: with --routing the "
+                 "best of lru, frequency and lru2 over the stream's first 128 tokens; else frequency with --device "
+                 "cuda, lru on the CPU)");
   app.add_option("--cache-layout", f->layout,
                  "expert cache slots: pools (exact size per geometry, default) or unified (every slot the largest expert's size)");
   app.add_option("--admit-after", f->admit_after,

@@ -67,6 +67,25 @@ for k in ("policy", "budget_bytes", "steps", "tokens", "layers", "total"):
 assert run["total"]["hits"] > 0, run["total"]
 PY
 
+# --cache-policy auto (the default) beside --routing picks by the stream's first 128 tokens,
+# as simulate does on the same stream: the same policy and the same hit rates.
+"$PY" - "$WORK/t.err" "$MOETIER" "$MODEL" <<'PY' || fail "run's policy auto != simulate's on the same stream"
+import json, re, subprocess, sys
+err = open(sys.argv[1]).read()
+m = re.search(r"policy auto: (\S+) \(hit rates over the routing's first 128 tokens: (.*)\)", err)
+assert m, "run printed no 'policy auto' line: " + err
+rates = dict(zip(m.group(2).split()[0::2], map(float, m.group(2).split()[1::2])))
+sim = json.loads(subprocess.run([sys.argv[2], "simulate", "-m", sys.argv[3], "--routing",
+                                 "synth:reuse=0.5,window=4,within=0.75,seed=4,tokens=200", "--expert-cache", "40%",
+                                 "--json"], check=True, capture_output=True, text=True).stdout)["policy_auto"]
+assert m.group(1) == sim["picked"], (m.group(1), sim)
+assert sorted(rates) == sorted(sim["warmup_hit_rate"]) == ["frequency", "lru", "lru2"], rates
+for p, r in rates.items():
+    assert abs(r - sim["warmup_hit_rate"][p]) < 6e-4, (p, r, sim["warmup_hit_rate"][p])
+assert len(set(rates.values())) > 1, "every policy rated alike: the check proves nothing"
+print("policy auto:", m.group(1), rates)
+PY
+
 for cache in "" "--expert-cache 50%"; do
   # shellcheck disable=SC2086
   "$MOETIER" bench -m "$MODEL" -t 2 -p 8 -n 4 -r 1 -o json --routing "synth:seed=2" $cache >"$WORK/bench.json" \
