@@ -60,6 +60,8 @@
 #                              spec's file) is synthesized
 #   tools/gpu/check.sh grouped (after warm) the grouped routed mmvq off / on / on past the
 #                              table's limits (EXP_MAX): bench --batch BATCHES, then tune
+#   tools/gpu/check.sh replay  (after warm) issue 28: tiered tg128 under --routing (ROUTING) at
+#                              BUDGETS in PROCS fresh processes, hwprofile, llama-bench -ncmoe
 #   tools/gpu/check.sh cpu     the whole CPU test suite with this machine's compiler
 #   tools/gpu/check.sh all     test, then bench
 # Carry .gpu-carry (made here by tools/gpu/prepare.sh): the Debian packages of the header
@@ -535,6 +537,38 @@ grouped)  # (after warm) the grouped routed mmvq: bench --batch (BATCHES) in fre
     echo "$v"; grep -E "every repetition|step" "$OUT/$name.log" | head -12
   done
   [ -n "${NO_TUNE:-}" ] || { run tune $M tune; grep -E "^\{|->" "$OUT/tune.log"; }
+  ;;
+replay)  # (after warm) issue 28: tiered decode under --routing ROUTING (default the qwen3-30b
+  # preset) at BUDGETS (10 25), PROCS (3) fresh processes each, budgets interleaved; tg128 x5
+  # repetitions (every one, first apart, cv), the tiering counters, the peak device memory;
+  # hwprofile (host read and pinned link bandwidth, for the roofline); llama-bench -ncmoe
+  # 43 / 35 tg128 on the same file when built (it cannot replay routing: its own routing)
+  F=/tmp/q30v-q4_k_m.gguf
+  run hwprofile $M hwprofile -o "$OUT/hw.json"
+  python3 -c "import json,sys; j=json.load(open(sys.argv[1])); print({k: v for k, v in j.items() if not isinstance(v, (list, dict))})" "$OUT/hw.json" 2>/dev/null | cut -c1-600
+  for proc in $(seq 1 "${PROCS:-3}"); do
+    for b in ${BUDGETS:-10 25}; do
+      name="replay_b${b}_$proc"
+      nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 100 >"$OUT/$name.mem" 2>/dev/null &
+      smi=$!
+      run "$name" $M bench -m "$F" --device cuda --expert-cache "$b%" --routing "${ROUTING:-synth:preset=qwen3-30b}" \
+        -p 0 -n 128 -r 5 ${REPLAY_ARGS:-}
+      kill $smi 2>/dev/null; wait $smi 2>/dev/null
+      echo "$name: peak $(sort -n "$OUT/$name.mem" | tail -1) MiB"
+      grep -E "policy auto|every repetition|tiering:" "$OUT/$name.log" | cut -c1-400
+    done
+  done
+  L=/tmp/llama.cpp/build/bin/llama-bench
+  if [ -x $L ] && [ -z "${NO_LLAMA:-}" ]; then
+    for n in 43 35; do
+      nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 100 >"$OUT/llama$n.mem" 2>/dev/null &
+      smi=$!
+      run "llama_ncmoe$n" $L -m "$F" -ngl 99 -fa 1 -t "$JOBS" -ncmoe $n -p 0 -n 128 -r 3
+      kill $smi 2>/dev/null; wait $smi 2>/dev/null
+      echo "llama -ncmoe $n: peak $(sort -n "$OUT/llama$n.mem" | tail -1) MiB"
+      grep -E "tg128" "$OUT/llama_ncmoe$n.log"
+    done
+  fi
   ;;
 cpu)
   build
