@@ -30,7 +30,11 @@ double PrefillPacer::chunk_extra_s(uint32_t bucket_tokens) const { return extra_
 
 uint32_t PrefillPacer::budget(uint32_t decoding, uint32_t waiting) {
   if (decoding == 0 || o_.ratio <= 1) return o_.max_chunk;
-  if (decode_s_ <= 0) return o_.min_chunk;
+  // No prompt tokens this step: a plain decode step measures d, which nothing else does
+  // (with prompts waiting every step would carry a chunk, and d would stay unknown: an
+  // H100 served 8 tiered streams with the whole crowd admitted 16 tokens a step, ttft p99
+  // 18.6 s); again after `reprobe` prompt steps without one (d grows with the decoders).
+  if (decode_s_ <= 0 || (o_.reprobe > 0 && since_plain_ >= o_.reprobe)) return 0;
   const double scale = std::clamp(static_cast<double>(waiting) / decoding, 1.0, kMaxWaitScale);
   const double target = (o_.ratio - 1) * decode_s_ * scale;
   // The largest measured bucket within the target; where even the smallest measured one
@@ -62,10 +66,12 @@ void PrefillPacer::observe(uint32_t decode_rows, uint32_t prompt_tokens, double 
   if (!(seconds >= 0) || !std::isfinite(seconds)) return;
   const auto blend = [this](double& avg, double v) { avg = avg <= 0 ? v : avg + o_.alpha * (v - avg); };
   if (prompt_tokens == 0) {
-    if (decode_rows > 0) blend(decode_s_, seconds);
+    if (decode_rows > 0) blend(decode_s_, seconds), since_plain_ = 0;
     return;
   }
-  if (decode_rows == 0 || decode_s_ <= 0) return;  // a prompt-only step says nothing of the extra time
+  if (decode_rows == 0) return;  // a prompt-only step says nothing of the extra time
+  ++since_plain_;
+  if (decode_s_ <= 0) return;
   ++prompt_steps_;
   // A floor keeps a measured bucket distinguishable from an unmeasured one (0).
   blend(extra_s_[bucket_of(prompt_tokens)], std::max(seconds - decode_s_, 1e-9));

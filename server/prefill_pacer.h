@@ -11,7 +11,9 @@
 // smallest's extra time: a prompt is not admitted 16 tokens at a time at nearly a full
 // chunk's cost, while a linear cost (a CPU) keeps the smallest stall. The next bucket up is tried once
 // when unmeasured and again every `reprobe` prompt steps (costs drift with the number of
-// decoders). Nothing decoding: max_chunk (no one waits). ratio 0 turns pacing off. The
+// decoders). A step without prompt tokens (budget 0) measures d where it is unknown, and
+// again after `reprobe` prompt steps in a row (with prompts waiting no step is plain by
+// itself). Nothing decoding: max_chunk (no one waits). ratio 0 turns pacing off. The
 // allowance is scaled by the requests waiting for their first token over those decoding
 // (at least 1): the stall a step may add to each decoding stream grows with how many
 // streams it admits sooner.
@@ -29,12 +31,13 @@ class PrefillPacer {
     uint32_t min_chunk = 16;
     double ratio = 2.0;        // a prompt step's time over a plain decode step's; 0: off
     double alpha = 0.25;       // the moving averages' weight of the newest step
-    uint32_t reprobe = 32;     // prompt steps between tries of the next bucket up
+    uint32_t reprobe = 32;     // prompt steps between tries of the next bucket up (and plain steps)
   };
   explicit PrefillPacer(Options o);
 
   // The prompt tokens the next step may carry beside `decoding` requests decoding while
-  // `waiting` requests' prompts go in: the allowance grows with waiting / decoding (up to
+  // `waiting` requests' prompts go in (0: a plain decode step, to measure one): the
+  // allowance grows with waiting / decoding (up to
   // kMaxWaitScale), so a crowd of new requests (32 streams starting together) is admitted
   // in big chunks while one long prompt beside many streams goes in paced.
   uint32_t budget(uint32_t decoding, uint32_t waiting);
@@ -55,6 +58,7 @@ class PrefillPacer {
   double decode_s_ = 0;
   std::vector<double> extra_s_;  // per bucket; 0: unmeasured
   uint32_t prompt_steps_ = 0;
+  uint32_t since_plain_ = 0;  // prompt steps beside decoders since the last plain decode step
 };
 
 }  // namespace mt

@@ -7,6 +7,7 @@
 
 #include <functional>
 #include <map>
+#include <vector>
 
 namespace mt {
 namespace {
@@ -46,12 +47,12 @@ void expect_settled(const std::map<uint32_t, int>& seen, uint32_t most, uint32_t
   EXPECT_EQ(seen.count(never), 0u);
 }
 
-TEST(PrefillPacer, FullChunkWithoutDecodersMinChunkUntilMeasured) {
+TEST(PrefillPacer, FullChunkWithoutDecodersAPlainStepFirstThenMinChunkUntilMeasured) {
   PrefillPacer p({.max_chunk = 256, .min_chunk = 16, .ratio = 2.0});
   EXPECT_EQ(p.budget(0, 1), 256u);
-  EXPECT_EQ(p.budget(8, 1), 16u);
-  p.observe(0, 64, 0.050);  // a prompt-only step tells nothing of the extra time
-  EXPECT_EQ(p.budget(8, 1), 16u);
+  EXPECT_EQ(p.budget(8, 1), 0u);  // d unknown: a plain decode step measures it
+  p.observe(0, 64, 0.050);        // a prompt-only step tells nothing of the extra time
+  EXPECT_EQ(p.budget(8, 1), 0u);
   p.observe(4, 0, 0.010);
   EXPECT_EQ(p.budget(8, 1), 16u);
   EXPECT_EQ(p.chunk_extra_s(16), 0);
@@ -59,6 +60,31 @@ TEST(PrefillPacer, FullChunkWithoutDecodersMinChunkUntilMeasured) {
   EXPECT_NEAR(p.chunk_extra_s(16), 0.002, 1e-9);
   EXPECT_EQ(p.budget(8, 1), 32u);
   EXPECT_EQ(p.budget(0, 1), 256u);
+}
+
+// A crowd arriving together (the first two prompts in, 30 waiting): every step would carry
+// prompt tokens, so without a plain step d stays unknown and the crowd goes in 16 tokens
+// a step. One plain step, then the chunks grow to what the ratio allows; after `reprobe`
+// prompt steps in a row another plain step refreshes d.
+TEST(PrefillPacer, PromptStepsInARowTakeAPlainStepToMeasureTheDecodeStep) {
+  PrefillPacer p({.max_chunk = 256, .min_chunk = 16, .ratio = 2.0, .alpha = 0.5, .reprobe = 8});
+  const auto step = [](uint32_t n) { return 0.005 + (n > 0 ? 0.004 + 0.00002 * n : 0.0); };
+  std::vector<uint32_t> given;
+  for (int s = 0; s < 20; ++s) {
+    const uint32_t n = p.budget(2, 30);
+    given.push_back(n);
+    p.observe(2, n, step(n));
+  }
+  ASSERT_EQ(given[0], 0u);  // the plain step
+  EXPECT_NEAR(p.decode_step_s(), 0.005, 1e-9);
+  EXPECT_EQ(given[1], 16u);
+  EXPECT_EQ(given[2], 32u);  // each unmeasured bucket up once
+  EXPECT_EQ(given[5], 256u);
+  int plain = 0;
+  for (size_t s = 1; s < given.size(); ++s) plain += given[s] == 0;
+  EXPECT_EQ(plain, 2);                 // after 8 and 16 prompt steps in a row
+  EXPECT_EQ(given[9], 0u);
+  EXPECT_EQ(given[19], 256u);          // 8x allowance: 40 ms, 256 tokens add 9.1 ms
 }
 
 // Linear with a small fixed part: 1 ms + 40 us per token beside a 5 ms decode step. Within
