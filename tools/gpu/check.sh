@@ -544,8 +544,8 @@ replay)  # (after warm) issue 28: tiered decode under --routing ROUTING (default
   # hwprofile (host read and pinned link bandwidth, for the roofline); llama-bench -ncmoe
   # 43 / 35 tg128 on the same file when built (it cannot replay routing: its own routing)
   F=/tmp/q30v-q4_k_m.gguf
-  run hwprofile $M hwprofile -o "$OUT/hw.json"
-  python3 -c "import json,sys; j=json.load(open(sys.argv[1])); print({k: v for k, v in j.items() if not isinstance(v, (list, dict))})" "$OUT/hw.json" 2>/dev/null | cut -c1-600
+  [ -n "${NO_HW:-}" ] || run hwprofile $M hwprofile -o "$OUT/hw.json"
+  [ -n "${NO_HW:-}" ] || python3 -c "import json,sys; j=json.load(open(sys.argv[1])); print({k: v for k, v in j.items() if not isinstance(v, (list, dict))})" "$OUT/hw.json" 2>/dev/null | cut -c1-600
   for proc in $(seq 1 "${PROCS:-3}"); do
     for b in ${BUDGETS:-10 25}; do
       name="replay_b${b}_$proc"
