@@ -67,10 +67,18 @@ StatusOr<std::unique_ptr<CudaTiering>> make_cuda_tiering(const Model& model, Exp
     return std::unique_ptr<ExpertDevice>(std::move(d));
   };
   spec.pin_budget = options.pin_budget;
-  spec.show_progress = true;
+  spec.show_progress = !options.pin_background;
+  spec.pin_background = options.pin_background;
   auto t = std::make_unique<CudaTiering>();
   t->options = options;
   MT_RETURN_IF_ERROR(build_tiering(std::move(spec), *t));
+  if (options.pin_background) {
+    log_info("GPU tiering: pinning " + std::to_string(t->pins.pinned.size()) + " of " +
+             std::to_string(t->geometry.layers.size()) + " expert layers (" + human_bytes(t->pins.pinned_bytes) +
+             ") in the background, the others' copies from pageable memory meanwhile; expert cache " +
+             human_bytes(t->plan.used_bytes()) + " in " + std::to_string(t->plan.pools.size()) + " pool(s)");
+    return t;
+  }
   log_info("GPU tiering: " + std::to_string(t->pins.pinned.size() - t->store->pin_failures().size()) + " of " +
            std::to_string(t->geometry.layers.size()) + " expert layers pinned (" + human_bytes(t->store->pinned_bytes()) +
            ") " + pin_timing_text(t->store->pin_timing()) + ", " + std::to_string(t->store->pin_failures().size()) +

@@ -50,6 +50,7 @@ struct CudaTieringOptions {
   uint64_t pin_budget = ~uint64_t{0};  // host bytes of expert layers to pin (default: all)
   uint64_t pin_limit = ~uint64_t{0};   // refuse pinned allocations past this many bytes (tests)
   uint32_t stream_threshold = 64;      // batch from which prefill streams whole layers (0: never)
+  bool pin_background = false;         // pin while the first tokens run from pageable banks
 };
 
 // Everything the tiered GPU path needs, owned together (experts/tiering.h ExpertTiering).

@@ -1,6 +1,7 @@
 #include "experts/host_store.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -83,6 +84,8 @@ HostExpertStore::HostExpertStore(HostExpertStore&& other) noexcept { *this = std
 
 HostExpertStore& HostExpertStore::operator=(HostExpertStore&& other) noexcept {
   if (this == &other) return *this;
+  wait_pinning();
+  other.wait_pinning();
   release();
   // Moving the vector keeps its elements in place, so Layer::geo stays valid.
   geometry_ = std::move(other.geometry_);
@@ -90,14 +93,17 @@ HostExpertStore& HostExpertStore::operator=(HostExpertStore&& other) noexcept {
   for (size_t i = 0; i < layers_.size(); ++i) layers_[i].geo = &geometry_.layers[i];
   index_ = std::move(other.index_);
   allocator_ = std::exchange(other.allocator_, nullptr);
-  pinned_bytes_ = std::exchange(other.pinned_bytes_, 0);
+  pinned_bytes_.store(other.pinned_bytes_.exchange(0));
   failures_ = std::move(other.failures_);
   pin_timing_ = other.pin_timing_;
   other.layers_.clear();
   return *this;
 }
 
-HostExpertStore::~HostExpertStore() { release(); }
+HostExpertStore::~HostExpertStore() {
+  wait_pinning();
+  release();
+}
 
 void HostExpertStore::release() {
   for (Layer& l : layers_) {
@@ -108,6 +114,37 @@ void HostExpertStore::release() {
   pinned_bytes_ = 0;
 }
 
+uint8_t* HostExpertStore::pinned_of(const Layer& l) {
+  // Written once (null -> the complete copy) by the pinning thread, read by any.
+  return std::atomic_ref<uint8_t*>(const_cast<Layer&>(l).pinned).load(std::memory_order_acquire);
+}
+
+HostExpertStore::PinTiming HostExpertStore::pin_timing() const {
+  std::lock_guard<std::mutex> lock(pin_mu_);
+  return pin_timing_;
+}
+
+std::vector<PinFailure> HostExpertStore::pin_failures() const {
+  std::lock_guard<std::mutex> lock(pin_mu_);
+  return failures_;
+}
+
+void HostExpertStore::pin_in_background(std::vector<uint32_t> layers, HostAllocator& allocator, int copy_threads) {
+  MT_CHECK_MSG(!background_.joinable(), "one background pin at a time");
+  MT_CHECK_MSG(allocator_ == nullptr || allocator_ == &allocator, "pinned copies must come from one allocator");
+  pinning_.store(true, std::memory_order_release);
+  background_ = std::thread([this, layers = std::move(layers), &allocator, copy_threads] {
+    const uint32_t n = pin(layers, allocator, false, copy_threads);
+    pinning_.store(false, std::memory_order_release);
+    log_info("pinned in the background: " + std::to_string(n) + " expert layers (" + human_bytes(pinned_bytes()) + ") " +
+             pin_timing_text(pin_timing()) + ", " + std::to_string(pin_failures().size()) + " refused");
+  });
+}
+
+void HostExpertStore::wait_pinning() {
+  if (background_.joinable()) background_.join();
+}
+
 const HostExpertStore::Layer& HostExpertStore::layer(uint32_t block) const {
   MT_CHECK_MSG(is_moe_layer(block), "not a MoE layer of this store");
   return layers_[static_cast<size_t>(index_[block])];
@@ -115,7 +152,7 @@ const HostExpertStore::Layer& HostExpertStore::layer(uint32_t block) const {
 
 bool HostExpertStore::is_moe_layer(uint32_t layer) const { return layer < index_.size() && index_[layer] >= 0; }
 
-bool HostExpertStore::pinned(uint32_t block) const { return layer(block).pinned != nullptr; }
+bool HostExpertStore::pinned(uint32_t block) const { return pinned_of(layer(block)) != nullptr; }
 
 uint64_t HostExpertStore::proj_bytes(uint32_t block, ExpertProj p) const {
   return layer(block).geo->proj[static_cast<int>(p)].bytes_per_expert;
@@ -123,8 +160,9 @@ uint64_t HostExpertStore::proj_bytes(uint32_t block, ExpertProj p) const {
 
 const uint8_t* HostExpertStore::pinned_expert(uint32_t block, uint32_t expert) const {
   const Layer& l = layer(block);
-  MT_CHECK(l.pinned != nullptr && expert < l.geo->n_expert);
-  return l.pinned + static_cast<uint64_t>(expert) * l.geo->bytes_per_expert();
+  uint8_t* bank = pinned_of(l);
+  MT_CHECK(bank != nullptr && expert < l.geo->n_expert);
+  return bank + static_cast<uint64_t>(expert) * l.geo->bytes_per_expert();
 }
 
 const uint8_t* HostExpertStore::expert_proj(uint32_t block, uint32_t expert, ExpertProj p) const {
@@ -132,7 +170,7 @@ const uint8_t* HostExpertStore::expert_proj(uint32_t block, uint32_t expert, Exp
   MT_CHECK(expert < l.geo->n_expert);
   const int pi = static_cast<int>(p);
   if (!l.geo->proj[pi].present) return nullptr;
-  if (l.pinned != nullptr) {
+  if (pinned_of(l) != nullptr) {
     uint64_t offset = 0;
     for (int q = 0; q < pi; ++q) offset += l.geo->proj[q].bytes_per_expert;
     return pinned_expert(block, expert) + offset;
@@ -206,14 +244,14 @@ uint32_t HostExpertStore::pin(std::span<const uint32_t> blocks, HostAllocator& a
   for (uint32_t b : blocks) {
     const Layer& l = layer(b);
     total += l.geo->bank_bytes();
-    if (l.pinned != nullptr) continue;
+    if (pinned_of(l) != nullptr) continue;
     todo.push_back(b);
     bank_bytes.push_back(l.geo->bank_bytes());
   }
   const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const int threads = std::clamp(copy_threads > 0 ? copy_threads : hw, 1, kMaxCopyThreads);
-  pin_timing_ = PinTiming{};
-  pin_timing_.copy_threads = threads;
+  PinTiming timing;
+  timing.copy_threads = threads;
   Progress progress("pinning experts", total, show_progress);
   uint64_t done = total - std::accumulate(bank_bytes.begin(), bank_bytes.end(), uint64_t{0});
   uint32_t pinned_now = 0;
@@ -227,11 +265,12 @@ uint32_t HostExpertStore::pin(std::span<const uint32_t> blocks, HostAllocator& a
       const auto wait0 = std::chrono::steady_clock::now();
       std::string why;
       uint8_t* dst = banks.wait(i, &why);
-      pin_timing_.wait_s += seconds_since(wait0);
+      timing.wait_s += seconds_since(wait0);
       done += bank_bytes[i];
       if (dst == nullptr) {
         log_warn(std::string("pinning layer ") + std::to_string(b) + " (" + human_bytes(bank_bytes[i]) + ") with the " +
                  allocator.name() + " allocator failed: " + why + "; the layer stays pageable");
+        std::lock_guard<std::mutex> lock(pin_mu_);
         failures_.push_back({b, bank_bytes[i], why});
         continue;
       }
@@ -250,16 +289,18 @@ uint32_t HostExpertStore::pin(std::span<const uint32_t> blocks, HostAllocator& a
           }
         }
       }, 1);
-      pin_timing_.copy_s += seconds_since(copy0);
-      l.pinned = dst;
+      timing.copy_s += seconds_since(copy0);
+      std::atomic_ref<uint8_t*>(l.pinned).store(dst, std::memory_order_release);  // the copy complete first
       pinned_bytes_ += bank_bytes[i];
       ++pinned_now;
       progress.update(done);
     }
-    pin_timing_.alloc_s = banks.alloc_s();
+    timing.alloc_s = banks.alloc_s();
   }
   progress.finish();
-  pin_timing_.wall_s = seconds_since(t0);
+  timing.wall_s = seconds_since(t0);
+  std::lock_guard<std::mutex> lock(pin_mu_);
+  pin_timing_ = timing;
   return pinned_now;
 }
 

@@ -15,10 +15,13 @@
 // metadata sizes alone (seed 001: exact compact sizes, not max-stride padded ones).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
+#include <mutex>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/status.h"
@@ -87,13 +90,22 @@ class HostExpertStore {
   uint32_t pin(std::span<const uint32_t> layers, HostAllocator& allocator, bool show_progress = false,
                int copy_threads = 0);
   static constexpr int kMaxCopyThreads = 16;
+  // pin() on a thread of its own; returns at once. Each layer switches from its source view
+  // to its pinned copy when the copy is complete (expert_proj, pinned and pinned_expert see
+  // a layer pageable, then pinned: never a partial copy), so the first tokens run from
+  // pageable memory while the rest is pinned. One background pin at a time (MT_CHECK);
+  // wait_pinning() joins it (the destructor and a move do too); pin_timing and
+  // pin_failures read the last finished pin.
+  void pin_in_background(std::vector<uint32_t> layers, HostAllocator& allocator, int copy_threads = 0);
+  void wait_pinning();
+  bool pinning() const { return pinning_.load(std::memory_order_acquire); }
   // Where the last pin() call's time went: its wall time, the allocator's time (on its own
   // thread) and the time the copies took and waited for an allocation.
   struct PinTiming {
     double wall_s = 0, alloc_s = 0, copy_s = 0, wait_s = 0;
     int copy_threads = 0;
   };
-  const PinTiming& pin_timing() const { return pin_timing_; }
+  PinTiming pin_timing() const;
 
   // The expert's bytes of one projection: the pinned copy if the layer is pinned, else
   // the source view; nullptr for an absent projection (ungated experts have no gate).
@@ -103,26 +115,30 @@ class HostExpertStore {
   const uint8_t* pinned_expert(uint32_t layer, uint32_t expert) const;
   bool is_moe_layer(uint32_t layer) const;
   bool pinned(uint32_t layer) const;
-  uint64_t pinned_bytes() const { return pinned_bytes_; }
-  const std::vector<PinFailure>& pin_failures() const { return failures_; }
+  uint64_t pinned_bytes() const { return pinned_bytes_.load(std::memory_order_acquire); }
+  std::vector<PinFailure> pin_failures() const;
   const ExpertGeometry& geometry() const { return geometry_; }
 
  private:
   struct Layer {
     const LayerExpertGeometry* geo = nullptr;
     ProjSource source[kExpertProjCount];
-    uint8_t* pinned = nullptr;  // (n_expert, bytes_per_expert) when pinned
+    uint8_t* pinned = nullptr;  // (n_expert, bytes_per_expert) when pinned; atomic_ref access
   };
   const Layer& layer(uint32_t block) const;
+  static uint8_t* pinned_of(const Layer& l);
   void release();
 
   ExpertGeometry geometry_;
   std::vector<Layer> layers_;       // geometry_.layers order
   std::vector<int32_t> index_;      // block index -> position in layers_, -1: not MoE
   HostAllocator* allocator_ = nullptr;  // the one pinned copies came from
-  uint64_t pinned_bytes_ = 0;
+  std::atomic<uint64_t> pinned_bytes_{0};
+  mutable std::mutex pin_mu_;           // failures_ and pin_timing_ (a background pin writes them)
   std::vector<PinFailure> failures_;
   PinTiming pin_timing_;
+  std::thread background_;
+  std::atomic<bool> pinning_{false};
 };
 
 // "in 4.2 s (page-locking 3.1 s on its own thread, copies 3.9 s on 16 threads)".

@@ -35,7 +35,13 @@ Status build_tiering(TieringSpec spec, ExpertTiering& t) {
   t.store = std::make_unique<HostExpertStore>(t.geometry, spec.source);
   MT_ASSIGN_OR_RETURN(t.device, t.make_device(t));  // its pinned staging before the layers
   t.pins = choose_pinned_layers(t.geometry, spec.pin_budget);
-  t.store->pin(t.pins.pinned, *t.allocator, spec.show_progress);
+  if (spec.pin_background) {
+    // Few copy threads: the first tokens' CPU experts run meanwhile (page-locking, on its
+    // own thread, is most of the time).
+    t.store->pin_in_background(t.pins.pinned, *t.allocator, kBackgroundCopyThreads);
+  } else {
+    t.store->pin(t.pins.pinned, *t.allocator, spec.show_progress);
+  }
   t.executor = std::make_unique<TieredExecutor>(*t.scheduler, *t.device, *t.cpu, t.n_layer);
   t.bound();
   return {};

@@ -62,7 +62,10 @@ struct TieringSpec {
   ExpertDeviceFactory make_device;
   uint64_t pin_budget = 0;                    // host bytes of expert layers to pin
   bool show_progress = false;                 // pinning's progress on a terminal
+  bool pin_background = false;                // pin on a thread of its own (the first tokens pageable)
 };
+
+inline constexpr int kBackgroundCopyThreads = 4;
 
 // Fills `t` (a fresh object, possibly of a derived type) from the spec. Errors: the
 // device's (not enough device memory, a refused staging buffer).

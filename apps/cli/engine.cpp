@@ -212,6 +212,7 @@ Status Engine::tier_gpu(const TieringSetup& setup, const BankOptions& banks) {
   o.pin_budget = banks.pin_budget;
   o.pin_limit = banks.pin_limit;
   o.stream_threshold = banks.stream_threshold;
+  o.pin_background = banks.pin_background;
   SchedulerOptions so = setup.scheduler;
   if (so.split_misses && so.hw.source != "measured") {
     // The split of misses weighs the link against the CPU: with no measured profile, the
@@ -273,6 +274,12 @@ std::string Engine::tiering_summary() const {
     const cuda::CudaTiering& t = *gpu_->tiering;
     const cuda::ExpertCacheCounters& c = t.cache->counters();
     const size_t refused = t.store->pin_failures().size();
+    if (t.store->pinning()) {
+      return "host banks: pinning in the background, " + human_bytes(t.store->pinned_bytes()) + " of " +
+             human_bytes(t.pins.pinned_bytes) + " so far; device cache " + human_bytes(t.cache->device_bytes()) +
+             "; copied " + human_bytes(c.bytes_copied) + " (" + human_bytes(c.bytes_through_ring) +
+             " through the staging ring)";
+    }
     return "host banks: pinned " + std::to_string(t.pins.pinned.size() - refused) + " layers (" +
            human_bytes(t.store->pinned_bytes()) + "), pageable " + std::to_string(t.pins.pageable.size() + refused) +
            " (" + std::to_string(refused) + " refused pins); device cache " + human_bytes(t.cache->device_bytes()) +

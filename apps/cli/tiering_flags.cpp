@@ -87,6 +87,9 @@ void add_bank_flags(CLI::App& app, BankFlags* f) {
                  "--device cuda)");
   app.add_option("--pin-limit", f->pin_limit,
                  "with --expert-cache: refuse pinned allocations past SIZE, as a driver may (the layers stay pageable)");
+  app.add_flag("--pin-background", f->pin_background,
+               "with --expert-cache on cuda: pin the expert layers on a thread of their own while the first tokens "
+               "copy from pageable memory (each layer switches to its pinned copy when complete)");
   app.add_option("--stream-threshold", f->stream_threshold,
                  "with --expert-cache on cuda: prefill batches of at least N tokens stream the expert banks (0: never)");
 }
@@ -95,6 +98,10 @@ StatusOr<BankOptions> resolve_bank_flags(const BankFlags& f, bool gpu) {
   BankOptions o;
   o.gpu = gpu;
   o.stream_threshold = f.stream_threshold;
+  if (f.pin_background && !gpu) {
+    return invalid_argument("--pin-background pins the host banks for the GPU's copies: it needs --device cuda");
+  }
+  o.pin_background = f.pin_background;
   if (f.pin_budget.empty()) {
     o.pin_budget = gpu ? ~uint64_t{0} : 0;
   } else {

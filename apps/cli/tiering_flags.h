@@ -56,10 +56,12 @@ void add_tiering_flags(CLI::App& app, TieringFlags* f);
 struct BankFlags {
   std::string pin_budget, pin_limit;
   uint32_t stream_threshold = 64;
+  bool pin_background = false;
 };
 struct BankOptions {
   uint64_t pin_budget = 0, pin_limit = ~uint64_t{0};
   uint32_t stream_threshold = 64;
+  bool pin_background = false;
   bool gpu = false;
 };
 // --max-admissions' default on the GPU (auto): 2 per layer-step.

@@ -70,6 +70,7 @@ expect_error 1 "-f: cannot read" -- "${RUN[@]}" -n 4 -f "$WORK/missing.txt"
 printf 'In the beginning' >"$WORK/prompt.txt"
 expect_error 1 "give the prompt with -p or -f, not both" -- "${RUN[@]}" -n 4 -p x -f "$WORK/prompt.txt"
 expect_error 1 "give --n-cpu-moe N or --expert-cache SIZE, not both" -- "${RUN[@]}" -n 4 --n-cpu-moe 2 --expert-cache 50%
+expect_error 1 "--pin-background pins the host banks for the GPU's copies: it needs --device cuda" -- "${RUN[@]}" -n 4 --expert-cache 50% --pin-background
 expect_error 1 "--n-cpu-moe -1: must be >= 0" -- "${RUN[@]}" -n 4 --n-cpu-moe -1
 expect_error 2 "--output: .*not in" -- "$MOETIER" bench -m "$MODEL" -o xml
 expect_error 1 "-p and -n must be >= 0" -- "$MOETIER" bench -m "$MODEL" -p 16,-5

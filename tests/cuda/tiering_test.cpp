@@ -302,6 +302,54 @@ TEST(CudaTiering, AForcedPinRefusalLeavesTheLayerPageableAndTheOutputCorrect) {
   (*tiered)->set_tiering(nullptr);
 }
 
+// --pin-background: the tiering returns before its layers are pinned; the first tokens copy
+// from pageable banks (the staging ring) while layers switch to their pinned copies one by
+// one; greedy tokens equal the resident run's during and after the pinning, and every
+// layer ends pinned.
+TEST(CudaTiering, BackgroundPinningGivesTheResidentTokensDuringAndAfter) {
+  MT_SKIP_WITHOUT_DEVICE();
+  auto host = test::load_tiny(Arch::kQwen3Moe, "q4_k_m", "tiering-pinbg");
+  ASSERT_TRUE(host.ok()) << host.status().to_string();
+  std::vector<int32_t> prompt(12);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>((i * 13 + 5) % 200);
+  std::vector<int32_t> ref;
+  {
+    auto resident = CudaModel::load(**host);
+    ASSERT_TRUE(resident.ok());
+    auto seq = (*resident)->new_sequence(64);
+    ASSERT_TRUE(seq.ok());
+    ref = greedy(**seq, prompt, 32, kHybridMaxTokens);
+  }
+  auto geometry = read_expert_geometry((*host)->file());
+  ASSERT_TRUE(geometry.ok());
+  CudaOptions options;
+  options.experts_on_host = true;
+  auto tiered = CudaModel::load(**host, options);
+  ASSERT_TRUE(tiered.ok());
+  CudaTieringOptions to;
+  to.stream_threshold = 0;
+  to.pin_background = true;
+  auto tier = make_cuda_tiering(**host, *geometry, plan_pools(*geometry, geometry->compact_bytes / 4), CacheOptions{},
+                                SchedulerOptions{}, to, std::make_unique<ModelCpuExperts>(**host));
+  ASSERT_TRUE(tier.ok()) << tier.status().to_string();
+  (*tiered)->set_tiering(tier->get());
+  {
+    auto seq = (*tiered)->new_sequence(64);
+    ASSERT_TRUE(seq.ok());
+    EXPECT_EQ(greedy(**seq, prompt, 32), ref);
+  }
+  (*tier)->store->wait_pinning();
+  EXPECT_FALSE((*tier)->store->pinning());
+  EXPECT_TRUE((*tier)->store->pin_failures().empty());
+  for (const LayerExpertGeometry& l : geometry->layers) EXPECT_TRUE((*tier)->store->pinned(l.layer)) << l.layer;
+  {
+    auto seq = (*tiered)->new_sequence(64);
+    ASSERT_TRUE(seq.ok());
+    EXPECT_EQ(greedy(**seq, prompt, 32), ref);
+  }
+  (*tiered)->set_tiering(nullptr);
+}
+
 TEST(CudaTiering, ASequenceOfAnExpertsOnHostModelNeedsATiering) {
   MT_SKIP_WITHOUT_DEVICE();
   synth::SynthConfig c = synth::tiny_for(Arch::kQwen3Moe);

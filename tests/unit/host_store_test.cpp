@@ -9,8 +9,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <random>
+#include <thread>
 
 #include "experts/host_store.h"
 #include "gguf/reader.h"
@@ -113,6 +115,69 @@ TEST(HostStore, ResolverViewsWithPaddedStrides) {
 // The copies run on several threads (experts split between them) while the banks are
 // page-locked on a thread of their own: 1, 3 and 16 threads give the source's bytes in
 // every expert's run, and the timing says how many threads copied.
+// A background pin: readers on another thread see every expert's exact bytes the whole
+// time (each layer its source view, then its complete pinned copy), and after
+// wait_pinning every layer is pinned with the source's bytes; the allocator refusing one
+// layer leaves it pageable and recorded, as pin() does.
+TEST(HostStore, BackgroundPinSwitchesLayersWhileReadersSeeExactBytes) {
+  const FakeFile f = fake_file(257);
+  const HostExpertStore view = HostExpertStore::from_mapping(f.geometry, f.bytes.data());
+  const std::vector<uint32_t> order = {1, 2, 5};
+  const LayerExpertGeometry& merged = f.geometry.layers[1];
+  // A limit that refuses block 2's bank (the largest) but lets 1 and 5 through.
+  const uint64_t limit = f.geometry.layers[0].bank_bytes() + f.geometry.layers[2].bank_bytes();
+  ASSERT_LT(limit, merged.bank_bytes() + f.geometry.layers[0].bank_bytes());
+  SimulatedPinnedAllocator alloc(limit);
+  HostExpertStore s = HostExpertStore::from_mapping(f.geometry, f.bytes.data());
+  std::atomic<bool> stop{false};
+  std::atomic<int64_t> mismatches{0}, reads{0}, pinned_reads{0};
+  std::thread reader([&] {
+    while (!stop.load()) {
+      for (uint32_t layer : order) {
+        for (uint32_t e = 0; e < 257; e += 5) {
+          for (int p = 0; p < kExpertProjCount; ++p) {
+            const auto proj = static_cast<ExpertProj>(p);
+            const uint64_t n = s.proj_bytes(layer, proj);
+            if (n == 0) continue;
+            const bool was_pinned = s.pinned(layer);
+            if (std::memcmp(s.expert_proj(layer, e, proj), view.expert_proj(layer, e, proj), n) != 0) ++mismatches;
+            ++reads;
+            pinned_reads += was_pinned;
+          }
+        }
+      }
+    }
+  });
+  s.pin_in_background(order, alloc, 2);
+  s.wait_pinning();
+  EXPECT_FALSE(s.pinning());
+  stop = true;
+  reader.join();
+  EXPECT_EQ(mismatches.load(), 0) << "of " << reads.load() << " reads (" << pinned_reads.load() << " pinned)";
+  EXPECT_GT(reads.load(), 0);
+  EXPECT_TRUE(s.pinned(1) && s.pinned(5));
+  EXPECT_FALSE(s.pinned(2));
+  ASSERT_EQ(s.pin_failures().size(), 1u);
+  EXPECT_EQ(s.pin_failures()[0].layer, 2u);
+  EXPECT_EQ(s.pinned_bytes(), limit);
+  EXPECT_EQ(s.pin_timing().copy_threads, 2);
+  for (uint32_t e = 0; e < 257; ++e) {
+    for (int p = 0; p < kExpertProjCount; ++p) {
+      const auto proj = static_cast<ExpertProj>(p);
+      const uint64_t n = s.proj_bytes(5, proj);
+      if (n == 0) continue;
+      ASSERT_EQ(std::memcmp(s.expert_proj(5, e, proj), view.expert_proj(5, e, proj), n), 0);
+      EXPECT_NE(s.expert_proj(5, e, proj), view.expert_proj(5, e, proj));  // the pinned copy, not the view
+    }
+  }
+  // A store destroyed while its background pin runs waits for it (no use after free).
+  {
+    SimulatedPinnedAllocator alloc2;
+    HostExpertStore t = HostExpertStore::from_mapping(f.geometry, f.bytes.data());
+    t.pin_in_background(order, alloc2, 1);
+  }
+}
+
 TEST(HostStore, PinOnSeveralThreadsCopiesEveryExpertExactly) {
   const FakeFile f = fake_file(37);  // 37 experts: uneven shares for 3 and 16 threads
   const HostExpertStore view = HostExpertStore::from_mapping(f.geometry, f.bytes.data());

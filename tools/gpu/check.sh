@@ -558,6 +558,16 @@ replay)  # (after warm) issue 28: tiered decode under --routing ROUTING (default
       grep -E "policy auto|every repetition|tiering:" "$OUT/$name.log" | cut -c1-400
     done
   done
+  # Load time to the first token (issue 28: <= 5 s): run -n 1, pinning first vs in the
+  # background, 2 fresh processes each, the wall time of the whole command
+  for proc in 1 2; do
+    for a in "" "--pin-background"; do
+      name="load$(echo "$a" | tr -d ' -')_$proc"
+      s0=$(date +%s.%N)
+      run "$name" $M run -m "$F" --device cuda --expert-cache 25% -p "hello" -n 1 $a
+      echo "$name: $(python3 -c "import sys; print(round(float(sys.argv[1]) - float(sys.argv[2]), 2))" "$(date +%s.%N)" "$s0") s to exit; $(grep -E 'pinned' "$OUT/$name.log" | head -2 | tr '\n' ' ' | cut -c1-300)"
+    done
+  done
   L=/tmp/llama.cpp/build/bin/llama-bench
   if [ -x $L ] && [ -z "${NO_LLAMA:-}" ]; then
     for n in 43 35; do
