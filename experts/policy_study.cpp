@@ -2,6 +2,7 @@
 #include "experts/policy_study.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <utility>
 
 #include "experts/replay.h"
@@ -63,6 +64,17 @@ StatusOr<PolicyPick> pick_policy_by_warmup(const RoutingTrace& trace, uint64_t w
     if (t.hit_rate > best) best = t.hit_rate, pick.policy = t.policy;
   }
   return pick;
+}
+
+std::string policy_pick_text(const PolicyPick& pick) {
+  std::string line = std::string("policy auto: ") + cache_policy_name(pick.policy) + " (hit rates over the first " +
+                     std::to_string(pick.warmup_steps) + " steps:";
+  for (const PolicyTrial& t : pick.trials) {
+    char cell[48];
+    std::snprintf(cell, sizeof cell, " %s %.3f", cache_policy_name(t.policy), t.hit_rate);
+    line += cell;
+  }
+  return line + ")";
 }
 
 }  // namespace mt

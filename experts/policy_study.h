@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "core/status.h"
@@ -51,6 +52,8 @@ struct PolicyPick {
   uint64_t warmup_steps = 0;
   std::vector<PolicyTrial> trials;
 };
+// "policy auto: lru (hit rates over the first 128 steps: lru 0.600 frequency 0.510 lru2 0.562)".
+std::string policy_pick_text(const PolicyPick& pick);
 // The candidate with the best hit rate over steps warmup_steps / 2 .. warmup_steps.
 StatusOr<PolicyPick> pick_policy_by_warmup(const RoutingTrace& trace, uint64_t warmup_steps, const StudySetup& setup,
                                            std::span<const CachePolicy> candidates);

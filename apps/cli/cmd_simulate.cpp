@@ -32,7 +32,6 @@ struct SimulateFlags {
   std::vector<std::string> sweep_budgets, sweep_policies = {"lru", "frequency", "lru2"};
 };
 
-
 // The routing to replay: a record (--trace, --routing trace:FILE), a generated stream
 // (--routing synth:...) or the older --synthetic stream; `source` names it.
 StatusOr<RoutingTrace> load_routing(SimulateFlags& f, const ExpertGeometry& g, uint32_t top_k, std::string& source) {
@@ -159,22 +158,14 @@ int run(SimulateFlags f) {
   // warm-up window.
   nlohmann::ordered_json auto_pick;
   std::string auto_text;
-  const TieringFlags& tf = f.tiering;
-  if (tf.policy == "auto" && tf.n_cpu_moe < 0 && tf.admit_after == 0 && tf.min_dwell == 0) {
+  if (picks_policy_by_measurement(f.tiering)) {
     const StudySetup study{&g, &setup->plan, n_blocks, setup->cache, setup->scheduler};
     auto pick = pick_policy_by_warmup(trace, f.warmup, study, kAutoPolicyCandidates);
     if (!pick.ok()) return fail("simulate", pick.status());
     setup->policy = setup->cache.policy = pick->policy;
     auto_pick = {{"picked", cache_policy_name(pick->policy)}, {"warmup_steps", pick->warmup_steps}};
-    auto_text = std::string("policy auto: ") + cache_policy_name(pick->policy) + " (hit rates over the first " +
-                std::to_string(pick->warmup_steps) + " steps:";
-    for (const PolicyTrial& t : pick->trials) {
-      auto_pick["warmup_hit_rate"][cache_policy_name(t.policy)] = t.hit_rate;
-      char cell[48];
-      std::snprintf(cell, sizeof cell, " %s %.3f", cache_policy_name(t.policy), t.hit_rate);
-      auto_text += cell;
-    }
-    auto_text += ")\n";
+    for (const PolicyTrial& t : pick->trials) auto_pick["warmup_hit_rate"][cache_policy_name(t.policy)] = t.hit_rate;
+    auto_text = policy_pick_text(*pick) + "\n";
   }
   ExpertScheduler scheduler(g, setup->plan, n_blocks, setup->cache, setup->scheduler);
   auto traffic = replay_trace(trace, scheduler, g.n_expert);

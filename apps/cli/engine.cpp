@@ -151,9 +151,7 @@ StatusOr<std::unique_ptr<RoutingReplay>> make_routing_replay(const Model& model,
 
 StatusOr<std::string> pick_policy_for_replay(const Model& model, std::string_view routing, const TieringFlags& flags,
                                              TieringSetup& setup, uint64_t warmup) {
-  if (routing.empty() || flags.policy != "auto" || flags.n_cpu_moe >= 0 || flags.admit_after > 0 || flags.min_dwell > 0) {
-    return std::string();
-  }
+  if (routing.empty() || !picks_policy_by_measurement(flags)) return std::string();
   if (warmup < 2) return invalid_argument("pick_policy_for_replay: a warm-up of at least 2 tokens");
   MT_ASSIGN_OR_RETURN(std::unique_ptr<RoutingReplay> stream, make_routing_replay(model, routing));
   const std::vector<LayerWeights>& layers = model.weights().layers;
@@ -181,14 +179,7 @@ StatusOr<std::string> pick_policy_for_replay(const Model& model, std::string_vie
   const StudySetup study{&setup.geometry, &setup.plan, n_blocks, setup.cache, setup.scheduler};
   MT_ASSIGN_OR_RETURN(PolicyPick pick, pick_policy_by_warmup(trace, warmup, study, kAutoPolicyCandidates));
   setup.policy = setup.cache.policy = pick.policy;
-  std::string line = std::string("policy auto: ") + cache_policy_name(pick.policy) + " (hit rates over the routing's first " +
-                     std::to_string(pick.warmup_steps) + " tokens:";
-  for (const PolicyTrial& t : pick.trials) {
-    char cell[48];
-    std::snprintf(cell, sizeof cell, " %s %.3f", cache_policy_name(t.policy), t.hit_rate);
-    line += cell;
-  }
-  return line + ")";
+  return policy_pick_text(pick);
 }
 
 Status Engine::enable_tiering(const TieringSetup& setup, const BankOptions& banks) {
@@ -274,15 +265,14 @@ std::string Engine::tiering_summary() const {
     const cuda::CudaTiering& t = *gpu_->tiering;
     const cuda::ExpertCacheCounters& c = t.cache->counters();
     const size_t refused = t.store->pin_failures().size();
-    if (t.store->pinning()) {
-      return "host banks: pinning in the background, " + human_bytes(t.store->pinned_bytes()) + " of " +
-             human_bytes(t.pins.pinned_bytes) + " so far; device cache " + human_bytes(t.cache->device_bytes()) +
-             "; copied " + human_bytes(c.bytes_copied) + " (" + human_bytes(c.bytes_through_ring) +
-             " through the staging ring)";
-    }
-    return "host banks: pinned " + std::to_string(t.pins.pinned.size() - refused) + " layers (" +
-           human_bytes(t.store->pinned_bytes()) + "), pageable " + std::to_string(t.pins.pageable.size() + refused) +
-           " (" + std::to_string(refused) + " refused pins); device cache " + human_bytes(t.cache->device_bytes()) +
+    const std::string banks =
+        t.store->pinning()
+            ? "pinning in the background, " + human_bytes(t.store->pinned_bytes()) + " of " +
+                  human_bytes(t.pins.pinned_bytes) + " so far"
+            : "pinned " + std::to_string(t.pins.pinned.size() - refused) + " layers (" +
+                  human_bytes(t.store->pinned_bytes()) + "), pageable " +
+                  std::to_string(t.pins.pageable.size() + refused) + " (" + std::to_string(refused) + " refused pins)";
+    return "host banks: " + banks + "; device cache " + human_bytes(t.cache->device_bytes()) +
            "; copied " + human_bytes(c.bytes_copied) + " (" + human_bytes(c.bytes_through_ring) +
            " through the staging ring); prefill streamed " + std::to_string(c.streamed_layers) + " layer banks, " +
            human_bytes(c.bytes_streamed);

@@ -48,9 +48,8 @@ StatusOr<std::unique_ptr<RoutingReplay>> make_routing_replay(const Model& model,
 // auto picks as `simulate` does (experts/policy_study.h): a second replay of the same
 // value gives the stream's first `warmup` tokens, each candidate policy runs them through
 // setup's cache and scheduler, and the best hit rate over the second half is kept in
-// setup. Returns the line to show ("policy auto: lru (hit rates over the first 128 steps:
-// lru 0.61 ...)"), or "" where it does not apply (no --routing, another policy,
-// --n-cpu-moe, or the frequency policy's own flags given).
+// setup. Returns the line to show (policy_pick_text), or "" where it does not apply (no
+// --routing, or not picks_policy_by_measurement).
 StatusOr<std::string> pick_policy_for_replay(const Model& model, std::string_view routing, const TieringFlags& flags,
                                              TieringSetup& setup, uint64_t warmup = 128);
 

@@ -54,6 +54,10 @@ void add_tiering_flags(CLI::App& app, TieringFlags* f) {
       ->check(CLI::IsMember({"popular", "ids"}));
 }
 
+bool picks_policy_by_measurement(const TieringFlags& f) {
+  return f.policy == "auto" && f.n_cpu_moe < 0 && f.admit_after == 0 && f.min_dwell == 0;
+}
+
 Status apply_device_defaults(const TieringFlags& f, bool gpu, TieringSetup& s) {
   if (f.max_admissions < 0 && gpu) s.scheduler.max_admissions = kGpuMaxAdmissions;
   if (gpu && f.policy == "auto" && f.n_cpu_moe < 0) s.policy = s.cache.policy = CachePolicy::kFrequency;

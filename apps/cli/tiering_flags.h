@@ -87,6 +87,9 @@ struct TieringSetup {
 
 // Reads the geometry from the file and resolves every flag; errors name the flag.
 StatusOr<TieringSetup> make_tiering_setup(const gguf::GgufFile& file, const TieringFlags& f);
+// True when `--cache-policy auto` picks by measuring the candidates on the routing's first
+// steps: auto, not --n-cpu-moe, and neither of the frequency policy's own flags given.
+bool picks_policy_by_measurement(const TieringFlags& f);
 // The defaults that depend on where the experts run (gpu: --device cuda, else the CPU's
 // simulated device): the admission cap, the split of misses and the cache policy.
 Status apply_device_defaults(const TieringFlags& f, bool gpu, TieringSetup& s);

@@ -72,7 +72,7 @@ PY
 "$PY" - "$WORK/t.err" "$MOETIER" "$MODEL" <<'PY' || fail "run's policy auto != simulate's on the same stream"
 import json, re, subprocess, sys
 err = open(sys.argv[1]).read()
-m = re.search(r"policy auto: (\S+) \(hit rates over the routing's first 128 tokens: (.*)\)", err)
+m = re.search(r"policy auto: (\S+) \(hit rates over the first 128 steps: (.*)\)", err)
 assert m, "run printed no 'policy auto' line: " + err
 rates = dict(zip(m.group(2).split()[0::2], map(float, m.group(2).split()[1::2])))
 sim = json.loads(subprocess.run([sys.argv[2], "simulate", "-m", sys.argv[3], "--routing",

@@ -262,25 +262,44 @@ TEST(CudaTiering, StreamModeGreedyTokensEqualTheResidentRun) {
   check_model(kjv_path(), kjv_prompt(), false, MoeMode::kStream);
 }
 
+// The pinning tests' 12-token prompt (ids below the tiny vocabulary).
+std::vector<int32_t> pin_prompt(int mul, int add) {
+  std::vector<int32_t> prompt(12);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>((i * mul + add) % 200);
+  return prompt;
+}
+
+// 32 greedy tokens of a fresh sequence of m (empty when it cannot make one).
+std::vector<int32_t> greedy_32(CudaModel& m, const std::vector<int32_t>& prompt, size_t piece = 0) {
+  auto seq = m.new_sequence(64);
+  EXPECT_TRUE(seq.ok());
+  return seq.ok() ? greedy(**seq, prompt, 32, piece) : std::vector<int32_t>{};
+}
+
+// The resident run's 32 greedy tokens, the prompt whole as the hybrid step takes it.
+std::vector<int32_t> resident_greedy_32(const Model& host, const std::vector<int32_t>& prompt) {
+  auto resident = CudaModel::load(host);
+  EXPECT_TRUE(resident.ok());
+  return resident.ok() ? greedy_32(**resident, prompt, kHybridMaxTokens) : std::vector<int32_t>{};
+}
+
+// The model with its routed experts left in host memory, for a tiering.
+StatusOr<std::unique_ptr<CudaModel>> load_experts_on_host(const Model& host) {
+  CudaOptions options;
+  options.experts_on_host = true;
+  return CudaModel::load(host, options);
+}
+
 TEST(CudaTiering, AForcedPinRefusalLeavesTheLayerPageableAndTheOutputCorrect) {
   MT_SKIP_WITHOUT_DEVICE();
   auto host = test::load_tiny(Arch::kQwen3Moe, "q4_k_m", "tiering-pinfail");
   ASSERT_TRUE(host.ok()) << host.status().to_string();
-  std::vector<int32_t> prompt(12);
-  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>((i * 17 + 3) % 200);
-  std::vector<int32_t> ref;
-  {
-    auto resident = CudaModel::load(**host);
-    ASSERT_TRUE(resident.ok());
-    auto seq = (*resident)->new_sequence(64);
-    ASSERT_TRUE(seq.ok());
-    ref = greedy(**seq, prompt, 32, kHybridMaxTokens);  // the prompt as the hybrid step takes it: whole
-  }
+  const std::vector<int32_t> prompt = pin_prompt(17, 3);
+  const std::vector<int32_t> ref = resident_greedy_32(**host, prompt);
+  ASSERT_EQ(ref.size(), 32u);
   auto geometry = read_expert_geometry((*host)->file());
   ASSERT_TRUE(geometry.ok());
-  CudaOptions options;
-  options.experts_on_host = true;
-  auto tiered = CudaModel::load(**host, options);
+  auto tiered = load_experts_on_host(**host);
   ASSERT_TRUE(tiered.ok());
   CudaTieringOptions to;  // pin everything, but the allocator refuses past one layer's bank (+ staging)
   to.stream_threshold = 0;  // staging buffers of one expert each; the prompt through the hybrid step
@@ -293,11 +312,7 @@ TEST(CudaTiering, AForcedPinRefusalLeavesTheLayerPageableAndTheOutputCorrect) {
   EXPECT_FALSE((*tier)->store->pin_failures().empty());
   EXPECT_NE((*tier)->store->pin_failures()[0].reason.find("pin limit"), std::string::npos);
   (*tiered)->set_tiering(tier->get());
-  {
-    auto seq = (*tiered)->new_sequence(64);
-    ASSERT_TRUE(seq.ok());
-    EXPECT_EQ(greedy(**seq, prompt, 32), ref);
-  }
+  EXPECT_EQ(greedy_32(**tiered, prompt), ref);
   EXPECT_GT((*tier)->cache->counters().bytes_through_ring, 0u);
   (*tiered)->set_tiering(nullptr);
 }
@@ -310,21 +325,12 @@ TEST(CudaTiering, BackgroundPinningGivesTheResidentTokensDuringAndAfter) {
   MT_SKIP_WITHOUT_DEVICE();
   auto host = test::load_tiny(Arch::kQwen3Moe, "q4_k_m", "tiering-pinbg");
   ASSERT_TRUE(host.ok()) << host.status().to_string();
-  std::vector<int32_t> prompt(12);
-  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>((i * 13 + 5) % 200);
-  std::vector<int32_t> ref;
-  {
-    auto resident = CudaModel::load(**host);
-    ASSERT_TRUE(resident.ok());
-    auto seq = (*resident)->new_sequence(64);
-    ASSERT_TRUE(seq.ok());
-    ref = greedy(**seq, prompt, 32, kHybridMaxTokens);
-  }
+  const std::vector<int32_t> prompt = pin_prompt(13, 5);
+  const std::vector<int32_t> ref = resident_greedy_32(**host, prompt);
+  ASSERT_EQ(ref.size(), 32u);
   auto geometry = read_expert_geometry((*host)->file());
   ASSERT_TRUE(geometry.ok());
-  CudaOptions options;
-  options.experts_on_host = true;
-  auto tiered = CudaModel::load(**host, options);
+  auto tiered = load_experts_on_host(**host);
   ASSERT_TRUE(tiered.ok());
   CudaTieringOptions to;
   to.stream_threshold = 0;
@@ -333,20 +339,12 @@ TEST(CudaTiering, BackgroundPinningGivesTheResidentTokensDuringAndAfter) {
                                 SchedulerOptions{}, to, std::make_unique<ModelCpuExperts>(**host));
   ASSERT_TRUE(tier.ok()) << tier.status().to_string();
   (*tiered)->set_tiering(tier->get());
-  {
-    auto seq = (*tiered)->new_sequence(64);
-    ASSERT_TRUE(seq.ok());
-    EXPECT_EQ(greedy(**seq, prompt, 32), ref);
-  }
+  EXPECT_EQ(greedy_32(**tiered, prompt), ref);  // while the layers are pinned
   (*tier)->store->wait_pinning();
   EXPECT_FALSE((*tier)->store->pinning());
   EXPECT_TRUE((*tier)->store->pin_failures().empty());
   for (const LayerExpertGeometry& l : geometry->layers) EXPECT_TRUE((*tier)->store->pinned(l.layer)) << l.layer;
-  {
-    auto seq = (*tiered)->new_sequence(64);
-    ASSERT_TRUE(seq.ok());
-    EXPECT_EQ(greedy(**seq, prompt, 32), ref);
-  }
+  EXPECT_EQ(greedy_32(**tiered, prompt), ref);
   (*tiered)->set_tiering(nullptr);
 }
 
