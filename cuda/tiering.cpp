@@ -56,7 +56,8 @@ StatusOr<std::unique_ptr<CudaTiering>> make_cuda_tiering(const Model& model, Exp
     if (!x.present()) return ProjSource{};
     return ProjSource{file.tensor_data(*file.find_tensor(x.name)).data(), x.matrix_bytes};
   };
-  spec.allocator = std::make_unique<CudaPinnedAllocator>(options.pin_limit);
+  MT_ASSIGN_OR_RETURN(const PinMode pin_mode, pin_mode_from_env());
+  spec.allocator = std::make_unique<CudaPinnedAllocator>(options.pin_limit, pin_mode);
   spec.cpu = std::move(cpu);
   const HParams& hp = model.hparams();
   const uint32_t buffers = stream_buffers(options, scheduler_options);

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <future>
 #include <mutex>
 #include <new>
 #include <numeric>
@@ -101,6 +102,7 @@ HostExpertStore& HostExpertStore::operator=(HostExpertStore&& other) noexcept {
 }
 
 HostExpertStore::~HostExpertStore() {
+  stop_pinning_.store(true, std::memory_order_release);
   wait_pinning();
   release();
 }
@@ -188,13 +190,13 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 // handed to the copying thread one by one (null: refused, with the reason).
 class BankAllocations {
  public:
-  BankAllocations(std::vector<uint64_t> bytes, HostAllocator& allocator)
-      : bytes_(std::move(bytes)), got_(bytes_.size()), why_(bytes_.size()) {
-    thread_ = std::thread([this, &allocator] {
-      for (size_t i = 0; i < bytes_.size(); ++i) {
+  BankAllocations(std::vector<uint64_t> bytes, HostAllocator& allocator, const std::atomic<bool>& stop)
+      : bytes_(std::move(bytes)), got_(bytes_.size()), why_(bytes_.size()), allocator_(allocator) {
+    thread_ = std::thread([this, &stop] {
+      for (size_t i = 0; i < bytes_.size() && !stop.load(std::memory_order_acquire); ++i) {
         const auto t0 = std::chrono::steady_clock::now();
         std::string why;
-        auto* p = static_cast<uint8_t*>(allocator.allocate_pinned(bytes_[i], &why));
+        auto* p = static_cast<uint8_t*>(allocator_.reserve(bytes_[i], &why));
         if (p == nullptr && why.empty()) why = "allocator gave no reason";
         std::lock_guard<std::mutex> lock(mu_);
         alloc_s_ += seconds_since(t0);
@@ -205,16 +207,27 @@ class BankAllocations {
       }
     });
   }
-  ~BankAllocations() { thread_.join(); }
+  // Joins the allocating thread and frees what nobody took (a pin stopped part way).
+  ~BankAllocations() {
+    thread_.join();
+    for (size_t i = taken_; i < got_.size(); ++i) {
+      if (got_[i] != nullptr) allocator_.free_pinned(got_[i], bytes_[i]);
+    }
+  }
   BankAllocations(const BankAllocations&) = delete;
   BankAllocations& operator=(const BankAllocations&) = delete;
 
-  // Layer i's bank once allocated (null: refused, `why` says why).
+  // Layer i's bank once allocated (null: refused, `why` says why); i in order, each once.
   uint8_t* wait(size_t i, std::string* why) {
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait(lock, [&] { return ready_ > i; });
+    taken_ = i + 1;
     *why = why_[i];
     return got_[i];
+  }
+  void add_alloc_s(double s) {
+    std::lock_guard<std::mutex> lock(mu_);
+    alloc_s_ += s;
   }
   double alloc_s() {
     std::lock_guard<std::mutex> lock(mu_);
@@ -225,9 +238,10 @@ class BankAllocations {
   std::vector<uint64_t> bytes_;
   std::vector<uint8_t*> got_;
   std::vector<std::string> why_;
+  HostAllocator& allocator_;
   std::mutex mu_;
   std::condition_variable cv_;
-  size_t ready_ = 0;
+  size_t ready_ = 0, taken_ = 0;
   double alloc_s_ = 0;
   std::thread thread_;
 };
@@ -255,10 +269,37 @@ uint32_t HostExpertStore::pin(std::span<const uint32_t> blocks, HostAllocator& a
   Progress progress("pinning experts", total, show_progress);
   uint64_t done = total - std::accumulate(bank_bytes.begin(), bank_bytes.end(), uint64_t{0});
   uint32_t pinned_now = 0;
+  auto refuse = [&](uint32_t b, uint64_t bytes, const std::string& why) {
+    log_warn(std::string("pinning layer ") + std::to_string(b) + " (" + human_bytes(bytes) + ") with the " +
+             allocator.name() + " allocator failed: " + why + "; the layer stays pageable");
+    std::lock_guard<std::mutex> lock(pin_mu_);
+    failures_.push_back({b, bytes, why});
+  };
   {
-    BankAllocations banks(bank_bytes, allocator);
+    BankAllocations banks(bank_bytes, allocator, stop_pinning_);
     ThreadPool pool(threads);
-    for (size_t i = 0; i < todo.size(); ++i) {
+    // The layer being page-locked (lock_filled) while the next one copies; published once
+    // its lock returns.
+    struct Locking {
+      std::future<Status> status;
+      size_t i = 0;
+      uint8_t* dst = nullptr;
+    } locking;
+    auto finish_locking = [&] {
+      if (!locking.status.valid()) return;
+      const Status st = locking.status.get();
+      const uint32_t b = todo[locking.i];
+      if (!st.ok()) {
+        allocator.free_pinned(locking.dst, bank_bytes[locking.i]);
+        refuse(b, bank_bytes[locking.i], st.message());
+        return;
+      }
+      Layer& l = layers_[static_cast<size_t>(index_[b])];
+      std::atomic_ref<uint8_t*>(l.pinned).store(locking.dst, std::memory_order_release);  // copied and locked first
+      pinned_bytes_ += bank_bytes[locking.i];
+      ++pinned_now;
+    };
+    for (size_t i = 0; i < todo.size() && !stop_pinning_.load(std::memory_order_acquire); ++i) {
       const uint32_t b = todo[i];
       Layer& l = layers_[static_cast<size_t>(index_[b])];
       const LayerExpertGeometry& g = *l.geo;
@@ -268,10 +309,7 @@ uint32_t HostExpertStore::pin(std::span<const uint32_t> blocks, HostAllocator& a
       timing.wait_s += seconds_since(wait0);
       done += bank_bytes[i];
       if (dst == nullptr) {
-        log_warn(std::string("pinning layer ") + std::to_string(b) + " (" + human_bytes(bank_bytes[i]) + ") with the " +
-                 allocator.name() + " allocator failed: " + why + "; the layer stays pageable");
-        std::lock_guard<std::mutex> lock(pin_mu_);
-        failures_.push_back({b, bank_bytes[i], why});
+        refuse(b, bank_bytes[i], why);
         continue;
       }
       allocator_ = &allocator;
@@ -290,11 +328,18 @@ uint32_t HostExpertStore::pin(std::span<const uint32_t> blocks, HostAllocator& a
         }
       }, 1);
       timing.copy_s += seconds_since(copy0);
-      std::atomic_ref<uint8_t*>(l.pinned).store(dst, std::memory_order_release);  // the copy complete first
-      pinned_bytes_ += bank_bytes[i];
-      ++pinned_now;
+      finish_locking();
+      const uint64_t bytes = bank_bytes[i];
+      locking = {std::async(std::launch::async, [&allocator, &banks, dst, bytes] {
+                   const auto lock0 = std::chrono::steady_clock::now();
+                   Status st = allocator.lock_filled(dst, bytes);
+                   banks.add_alloc_s(seconds_since(lock0));
+                   return st;
+                 }),
+                 i, dst};
       progress.update(done);
     }
+    finish_locking();
     timing.alloc_s = banks.alloc_s();
   }
   progress.finish();

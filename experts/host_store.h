@@ -43,6 +43,12 @@ class HostAllocator {
   virtual void* allocate_pinned(uint64_t bytes, std::string* why) = 0;
   virtual void free_pinned(void* p, uint64_t bytes) = 0;
   virtual const char* name() const = 0;
+  // Two steps for a bank that is filled right after: reserve() may return memory not yet
+  // page-locked, and lock_filled() page-locks it once the bytes are in, so the fill's page
+  // faults run on the copy threads instead of inside the driver's single-threaded pinning.
+  // free_pinned releases either (locked or not). Default: allocate_pinned, nothing to lock.
+  virtual void* reserve(uint64_t bytes, std::string* why) { return allocate_pinned(bytes, why); }
+  virtual Status lock_filled(void* /*p*/, uint64_t /*bytes*/) { return {}; }
 };
 
 // Aligned ordinary host memory standing in for pinned memory (tests, CPU-only builds). A
@@ -84,9 +90,12 @@ class HostExpertStore {
   // Copies each listed MoE layer into one pinned allocation; returns how many layers were
   // pinned by this call. Already pinned layers are skipped. Every call of a store uses the
   // same allocator, which must outlive the store. Refusals go to pin_failures() and the log.
-  // The allocations run in order on a thread of their own (page-locking is the driver's
-  // work) while `copy_threads` threads copy the layer before, expert by expert, faulting
-  // the mapping's pages in parallel (0: the machine's threads, at most kMaxCopyThreads).
+  // The allocations (HostAllocator::reserve) run in order on a thread of their own
+  // (page-locking is the driver's work) while `copy_threads` threads copy the layer before,
+  // expert by expert, faulting the mapping's pages in parallel (0: the machine's threads, at
+  // most kMaxCopyThreads); then lock_filled runs on another thread while the next layer
+  // copies, and the layer is published once locked (a refused lock: the layer stays
+  // pageable, recorded like a refused allocation).
   uint32_t pin(std::span<const uint32_t> layers, HostAllocator& allocator, bool show_progress = false,
                int copy_threads = 0);
   static constexpr int kMaxCopyThreads = 16;
@@ -94,7 +103,8 @@ class HostExpertStore {
   // to its pinned copy when the copy is complete (expert_proj, pinned and pinned_expert see
   // a layer pageable, then pinned: never a partial copy), so the first tokens run from
   // pageable memory while the rest is pinned. One background pin at a time (MT_CHECK);
-  // wait_pinning() joins it (the destructor and a move do too); pin_timing and
+  // wait_pinning() joins it (a move does too); the destructor stops it at the next layer
+  // (a process that finishes before the pin does not wait for the rest); pin_timing and
   // pin_failures read the last finished pin.
   void pin_in_background(std::vector<uint32_t> layers, HostAllocator& allocator, int copy_threads = 0);
   void wait_pinning();
@@ -139,6 +149,7 @@ class HostExpertStore {
   PinTiming pin_timing_;
   std::thread background_;
   std::atomic<bool> pinning_{false};
+  std::atomic<bool> stop_pinning_{false};  // the destructor's request: no further layer
 };
 
 // "in 4.2 s (page-locking 3.1 s on its own thread, copies 3.9 s on 16 threads)".

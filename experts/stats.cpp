@@ -66,6 +66,47 @@ StatsTotals stats_totals(const ExpertScheduler& s) {
   return t;
 }
 
+TierRoofline tier_roofline(const ExpertScheduler& s, const HwProfile& hw) {
+  TierRoofline r;
+  if (s.tokens() == 0) return r;
+  const uint32_t n = static_cast<uint32_t>(s.cache().n_layers());
+  double cpu_bytes = 0, expert_bytes = 0;
+  uint32_t moe_layers = 0;
+  for (uint32_t l = 0; l < n; ++l) {
+    if (!has_experts(s, l)) continue;
+    cpu_bytes += static_cast<double>(s.counters(l).cpu_experts) * static_cast<double>(s.expert_bytes(l));
+    expert_bytes += static_cast<double>(s.expert_bytes(l));
+    ++moe_layers;
+  }
+  const StatsTotals t = stats_totals(s);
+  r.cpu_bytes_per_token = cpu_bytes / static_cast<double>(s.tokens());
+  r.h2d_bytes_per_token = t.h2d_bytes_per_token;
+  r.host_gbps = hw.host_read_gbps(~0u);
+  const uint64_t mean_expert = moe_layers == 0 ? 0 : static_cast<uint64_t>(expert_bytes / moe_layers);
+  r.link_gbps = hw.h2d_gbps(mean_expert, true);
+  const double bytes = r.cpu_bytes_per_token + r.h2d_bytes_per_token;
+  const double gbps = r.host_gbps + r.link_gbps;
+  if (bytes > 0 && gbps > 0) r.tokens_per_s = 1e9 * gbps / bytes;
+  return r;
+}
+
+std::string tier_roofline_text(const TierRoofline& r, double achieved_tokens_per_s, const std::string& hw_source) {
+  char line[320];
+  const double mb = 1e-6;
+  if (r.tokens_per_s <= 0) {
+    std::snprintf(line, sizeof line, "roofline: none (%.1f MB/token crossed, host %.1f + link %.1f GB/s)",
+                  mb * (r.cpu_bytes_per_token + r.h2d_bytes_per_token), r.host_gbps, r.link_gbps);
+    return line;
+  }
+  std::snprintf(line, sizeof line,
+                "roofline (host %.1f + link %.1f GB/s, %s): %.1f MB/token (CPU experts %.1f + copied %.1f) = %.1f tok/s; "
+                "%.2f tok/s is %.1f%%",
+                r.host_gbps, r.link_gbps, hw_source.c_str(), mb * (r.cpu_bytes_per_token + r.h2d_bytes_per_token),
+                mb * r.cpu_bytes_per_token, mb * r.h2d_bytes_per_token, r.tokens_per_s, achieved_tokens_per_s,
+                100.0 * achieved_tokens_per_s / r.tokens_per_s);
+  return line;
+}
+
 std::string stats_json(const ExpertScheduler& s, CachePolicy policy, uint64_t budget_bytes,
                        const std::vector<LayerTiming>* timing) {
   auto counters = [](const CacheCounters& c, const SchedulerCounters& k) {

@@ -48,6 +48,21 @@ struct TopShare {
 TopShare top_share(std::span<const uint64_t> selections, double fraction);
 StatsTotals stats_totals(const ExpertScheduler& s);
 
+// The host memory plus link roofline of tiered decode (issue 28): per token, the bytes of
+// the experts the CPU computed and the bytes copied host-to-device, over the host read
+// bandwidth (the profile's best) plus the pinned link bandwidth (at the mean expert's
+// size): the speed if both streams ran at full rate, in parallel, with nothing else in the
+// step (the device's own compute, attention and the dense weights, counts as free).
+struct TierRoofline {
+  double cpu_bytes_per_token = 0, h2d_bytes_per_token = 0;
+  double host_gbps = 0, link_gbps = 0;
+  double tokens_per_s = 0;  // 0 when nothing crossed (everything hit) or no bandwidth known
+};
+TierRoofline tier_roofline(const ExpertScheduler& s, const HwProfile& hw);
+// "roofline (host 116.7 + link 52.1 GB/s, assumed): 379.8 MB/token (CPU experts 223.9 +
+// copied 155.9) = 448.6 tok/s; 103.5 tok/s is 23.1%"
+std::string tier_roofline_text(const TierRoofline& r, double achieved_tokens_per_s, const std::string& hw_source);
+
 // Pretty JSON (2-space indent).
 // timing: per layer (indexed as the cache's layers), or null.
 std::string stats_json(const ExpertScheduler& s, CachePolicy policy, uint64_t budget_bytes,

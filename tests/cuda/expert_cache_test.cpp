@@ -8,7 +8,10 @@
 // store are errors.
 #include <gtest/gtest.h>
 
+#include <cuda_runtime.h>
+
 #include <algorithm>
+#include <cstring>
 #include <iterator>
 #include <memory>
 #include <string>
@@ -133,6 +136,42 @@ PoolPlan three_slots_per_layer(const ExpertGeometry& g) {
 }
 
 const uint8_t* slot_base(const ExpertViews& v) { return v.gate.data != nullptr ? v.gate.data : v.up.data; }
+
+// CudaPinnedAllocator's two modes: register mode reserves ordinary memory, the caller
+// fills it, lock_filled page-locks it (the driver then reports it as registered host
+// memory and a copy from it round-trips); alloc mode's reserve is already locked; both
+// honour the limit and free what they gave.
+TEST(CudaPinnedAllocator, RegisterModeLocksTheFilledBankAndAllocModeIsLockedAtOnce) {
+  MT_SKIP_WITHOUT_DEVICE();
+  constexpr uint64_t kBytes = (8ull << 20) + 4096;
+  for (PinMode mode : {PinMode::kRegister, PinMode::kAlloc}) {
+    SCOPED_TRACE(mode == PinMode::kRegister ? "register" : "alloc");
+    CudaPinnedAllocator pins(2 * kBytes, mode);
+    std::string why;
+    auto* p = static_cast<uint8_t*>(pins.reserve(kBytes, &why));
+    ASSERT_NE(p, nullptr) << why;
+    for (uint64_t i = 0; i < kBytes; ++i) p[i] = static_cast<uint8_t>((i * 2654435761u) >> 11);
+    ASSERT_TRUE(pins.lock_filled(p, kBytes).ok());
+    cudaPointerAttributes attr{};
+    ASSERT_EQ(cudaPointerGetAttributes(&attr, p), cudaSuccess);
+    EXPECT_EQ(attr.type, cudaMemoryTypeHost) << "not page-locked after lock_filled";
+    DeviceBuffer d(kBytes);
+    ASSERT_EQ(cudaMemcpy(d.get(), p, kBytes, cudaMemcpyHostToDevice), cudaSuccess);
+    std::vector<uint8_t> back(kBytes);
+    ASSERT_EQ(cudaMemcpy(back.data(), d.get(), kBytes, cudaMemcpyDeviceToHost), cudaSuccess);
+    EXPECT_EQ(std::memcmp(back.data(), p, kBytes), 0);
+    EXPECT_EQ(pins.allocated_bytes(), kBytes);
+    EXPECT_EQ(pins.reserve(2 * kBytes, &why), nullptr);  // past the limit
+    EXPECT_NE(why.find("limit"), std::string::npos) << why;
+    auto* staging = static_cast<uint8_t*>(pins.allocate_pinned(kBytes, &why));  // locked at once in both modes
+    ASSERT_NE(staging, nullptr) << why;
+    ASSERT_EQ(cudaPointerGetAttributes(&attr, staging), cudaSuccess);
+    EXPECT_EQ(attr.type, cudaMemoryTypeHost);
+    pins.free_pinned(staging, kBytes);
+    pins.free_pinned(p, kBytes);
+    EXPECT_EQ(pins.allocated_bytes(), 0u);
+  }
+}
 
 TEST(CudaExpertCache, SlotViewsNameTheSlotBytesAndShapes) {
   MT_SKIP_WITHOUT_DEVICE();

@@ -10,7 +10,10 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstring>
+#include <functional>
+#include <memory>
 #include <random>
 #include <thread>
 
@@ -176,6 +179,99 @@ TEST(HostStore, BackgroundPinSwitchesLayersWhileReadersSeeExactBytes) {
     HostExpertStore t = HostExpertStore::from_mapping(f.geometry, f.bytes.data());
     t.pin_in_background(order, alloc2, 1);
   }
+}
+
+// An allocator that locks after the fill (as CudaPinnedAllocator's register mode does):
+// reserve() hands out ordinary memory, lock_filled() records what it saw and refuses the
+// call numbered `refuse_at` (0-based); `hold_first` makes the first lock wait for `release`.
+class TwoStepAllocator final : public HostAllocator {
+ public:
+  std::function<void(void* p, uint64_t bytes)> on_lock;  // called before the verdict
+  int refuse_at = -1;
+  bool hold_first = false;
+  std::atomic<bool> release{false};
+  std::atomic<int> locks{0}, reserves{0};
+  std::atomic<int64_t> outstanding{0};
+
+  void* allocate_pinned(uint64_t bytes, std::string* why) override { return reserve(bytes, why); }
+  void* reserve(uint64_t bytes, std::string*) override {
+    ++reserves;
+    outstanding += static_cast<int64_t>(bytes);
+    return ::operator new(bytes);
+  }
+  void free_pinned(void* p, uint64_t bytes) override {
+    outstanding -= static_cast<int64_t>(bytes);
+    ::operator delete(p);
+  }
+  Status lock_filled(void* p, uint64_t bytes) override {
+    const int n = locks++;
+    if (hold_first && n == 0) {
+      while (!release.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    if (on_lock) on_lock(p, bytes);
+    if (n == refuse_at) return io_error("lock refused by the test");
+    return {};
+  }
+  const char* name() const override { return "two-step"; }
+};
+
+TEST(HostStore, LockAfterFillSeesTheWholeBankAndARefusedLockKeepsTheLayerPageable) {
+  const FakeFile f = fake_file(23);
+  const HostExpertStore view = HostExpertStore::from_mapping(f.geometry, f.bytes.data());
+  const std::vector<uint32_t> order = {1, 2, 5};
+  TwoStepAllocator alloc;
+  alloc.refuse_at = 1;  // block 2's bank
+  {
+    HostExpertStore s = HostExpertStore::from_mapping(f.geometry, f.bytes.data());
+    int checked = 0;
+    alloc.on_lock = [&](void* p, uint64_t bytes) {
+      // At its lock a bank holds every expert's bytes and is not yet published.
+      const uint32_t layer = order[static_cast<size_t>(checked++)];
+      EXPECT_FALSE(s.pinned(layer)) << "layer " << layer << " published before its lock";
+      const LayerExpertGeometry& g = f.geometry.layers[static_cast<size_t>(checked - 1)];
+      ASSERT_EQ(bytes, g.bank_bytes());
+      const auto* bank = static_cast<const uint8_t*>(p);
+      for (uint32_t e = 0; e < 23; ++e) {
+        for (int q = 0; q < kExpertProjCount; ++q) {
+          const uint64_t n = view.proj_bytes(layer, static_cast<ExpertProj>(q));
+          if (n == 0) continue;
+          EXPECT_EQ(std::memcmp(bank, view.expert_proj(layer, e, static_cast<ExpertProj>(q)), n), 0)
+              << "layer " << layer << " expert " << e << " proj " << q << " not filled at its lock";
+          bank += n;
+        }
+      }
+    };
+    EXPECT_EQ(s.pin(order, alloc, false, 3), 2u);
+    EXPECT_EQ(checked, 3);
+    EXPECT_TRUE(s.pinned(1) && s.pinned(5));
+    EXPECT_FALSE(s.pinned(2));
+    ASSERT_EQ(s.pin_failures().size(), 1u);
+    EXPECT_EQ(s.pin_failures()[0].layer, 2u);
+    EXPECT_NE(s.pin_failures()[0].reason.find("lock refused"), std::string::npos) << s.pin_failures()[0].reason;
+    EXPECT_EQ(s.pinned_bytes(), f.geometry.layers[0].bank_bytes() + f.geometry.layers[2].bank_bytes());
+    EXPECT_EQ(alloc.outstanding.load(), static_cast<int64_t>(s.pinned_bytes()));  // the refused bank freed
+    for (uint32_t e = 0; e < 23; ++e) {
+      EXPECT_EQ(std::memcmp(s.pinned_expert(5, e), view.expert_proj(5, e, ExpertProj::kUp),
+                            view.proj_bytes(5, ExpertProj::kUp)),
+                0);
+    }
+  }
+  EXPECT_EQ(alloc.outstanding.load(), 0);
+}
+
+TEST(HostStore, DestroyingAStoreStopsItsBackgroundPinAtTheNextLayer) {
+  const FakeFile f = fake_file(31);
+  TwoStepAllocator alloc;
+  alloc.hold_first = true;  // the first lock waits until the store is being destroyed
+  auto s = std::make_unique<HostExpertStore>(HostExpertStore::from_mapping(f.geometry, f.bytes.data()));
+  s->pin_in_background({1, 2, 5}, alloc, 2);
+  while (alloc.locks.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  std::thread destroyer([&] { s.reset(); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the destructor asks to stop
+  alloc.release = true;
+  destroyer.join();
+  EXPECT_LE(alloc.locks.load(), 2) << "the pin went on to the last layer after the store was destroyed";
+  EXPECT_EQ(alloc.outstanding.load(), 0) << "banks reserved ahead were not freed";
 }
 
 TEST(HostStore, PinOnSeveralThreadsCopiesEveryExpertExactly) {

@@ -335,6 +335,51 @@ TEST(HybridMoe, TheSplitGivesTheDeviceThePopularMissesFirst) {
   }
 }
 
+// The roofline of tiered decode: (CPU experts' bytes + bytes copied) per token over host
+// read + pinned link bandwidth, from the scheduler's own counters and the profile.
+TEST(HybridMoe, TheRooflineIsTheCrossingBytesOverHostPlusLinkBandwidth) {
+  synth::SynthConfig c = synth::tiny_for(Arch::kQwen3Moe);
+  c.sparse = true;
+  const std::string path = test::temp_path("qwen3moe-roofline.gguf");
+  ASSERT_TRUE(synth::write_model(c, {path, false}).ok());
+  auto file = gguf::GgufFile::open(path);
+  ASSERT_TRUE(file.ok());
+  auto geometry = read_expert_geometry(*file);
+  ASSERT_TRUE(geometry.ok());
+  SchedulerOptions so;
+  so.split_misses = true;
+  so.split_fraction = 0.5;
+  ExpertScheduler s(*geometry, plan_pools(*geometry, 0), c.n_layer, {}, so);
+  HwProfile hw = default_hw_profile();
+  hw.host_read = {{1, 10.0}, {8, 40.0}};
+  hw.has_gpu = true;
+  hw.gpu.h2d = {{1024, 5.0, 1.0}, {1ull << 30, 20.0, 4.0}};
+  const TierRoofline none = tier_roofline(s, hw);
+  EXPECT_EQ(none.tokens_per_s, 0.0);  // no token yet
+  std::vector<Placement> out;
+  for (int step = 0; step < 4; ++step) {
+    s.begin_step(1);
+    const ExpertTask tasks[] = {{1, 1}, {2, 1}, {5, 1}, {6, 1}};
+    for (uint32_t l = 0; l < c.n_layer; ++l) {
+      if (s.expert_bytes(l) > 0) s.place(l, tasks, out);
+    }
+  }
+  double cpu_bytes = 0;
+  for (uint32_t l = 0; l < c.n_layer; ++l) cpu_bytes += static_cast<double>(s.counters(l).cpu_experts * s.expert_bytes(l));
+  const StatsTotals t = stats_totals(s);
+  ASSERT_GT(cpu_bytes, 0);
+  ASSERT_GT(t.h2d_bytes_per_token, 0);
+  const TierRoofline r = tier_roofline(s, hw);
+  EXPECT_DOUBLE_EQ(r.cpu_bytes_per_token, cpu_bytes / 4);
+  EXPECT_DOUBLE_EQ(r.h2d_bytes_per_token, t.h2d_bytes_per_token);
+  EXPECT_DOUBLE_EQ(r.host_gbps, 40.0);
+  EXPECT_GT(r.link_gbps, 5.0);
+  EXPECT_LT(r.link_gbps, 20.0);
+  EXPECT_NEAR(r.tokens_per_s, 1e9 * (r.host_gbps + r.link_gbps) / (r.cpu_bytes_per_token + r.h2d_bytes_per_token), 1e-6);
+  const std::string text = tier_roofline_text(r, r.tokens_per_s / 4, hw.source);
+  EXPECT_NE(text.find("is 25.0%"), std::string::npos) << text;
+}
+
 // Of 8 experts, the top quarter (2, rounded up) of the selections.
 TEST(HybridMoe, TopShareTakesTheMostSelectedFraction) {
   const std::vector<uint64_t> counts = {5, 0, 9, 1, 1, 3, 0, 1};

@@ -62,6 +62,10 @@
 #                              table's limits (EXP_MAX): bench --batch BATCHES, then tune
 #   tools/gpu/check.sh replay  (after warm) issue 28: tiered tg128 under --routing (ROUTING) at
 #                              BUDGETS in PROCS fresh processes, hwprofile, llama-bench -ncmoe
+#                              (REPLAY_MODEL=ornith-35b ROUTING=synth:preset=256: 256 experts)
+#   tools/gpu/check.sh pinload (a bare machine) issue 28's load time: run -n 1 tiered with the
+#                              pinning modes (MOETIER_PIN_MODE alloc / register) first and in
+#                              the background, the CUDA tests (FILTER), the replay with --hw-profile
 #   tools/gpu/check.sh cpu     the whole CPU test suite with this machine's compiler
 #   tools/gpu/check.sh all     test, then bench
 # Carry .gpu-carry (made here by tools/gpu/prepare.sh): the Debian packages of the header
@@ -543,12 +547,19 @@ replay)  # (after warm) issue 28: tiered decode under --routing ROUTING (default
   # repetitions (every one, first apart, cv), the tiering counters, the peak device memory;
   # hwprofile (host read and pinned link bandwidth, for the roofline); llama-bench -ncmoe
   # 43 / 35 tg128 on the same file when built (it cannot replay routing: its own routing)
+  # REPLAY_MODEL=ornith-35b: the 256-expert case (qwen35moe, 256 experts top-8) under
+  # ROUTING synth:preset=256, no target; no load times, no llama.cpp
   F=/tmp/q30v-q4_k_m.gguf
+  if [ -n "${REPLAY_MODEL:-}" ]; then
+    F=/tmp/$REPLAY_MODEL-q4_k_m.gguf
+    [ -f "$F" ] || { run "synth_$REPLAY_MODEL" $M synth --preset "$REPLAY_MODEL" --quant q4_k_m --fast -o "$F"; sync; }
+    NO_LOAD=1 NO_LLAMA=1
+  fi
   [ -n "${NO_HW:-}" ] || run hwprofile $M hwprofile -o "$OUT/hw.json"
   [ -n "${NO_HW:-}" ] || python3 -c "import json,sys; j=json.load(open(sys.argv[1])); print({k: v for k, v in j.items() if not isinstance(v, (list, dict))})" "$OUT/hw.json" 2>/dev/null | cut -c1-600
   for proc in $(seq 1 "${PROCS:-3}"); do
     for b in ${BUDGETS:-10 25}; do
-      name="replay_b${b}_$proc"
+      name="replay${REPLAY_MODEL:+_$REPLAY_MODEL}_b${b}_$proc"
       nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 100 >"$OUT/$name.mem" 2>/dev/null &
       smi=$!
       run "$name" $M bench -m "$F" --device cuda --expert-cache "$b%" --routing "${ROUTING:-synth:preset=qwen3-30b}" \
@@ -560,7 +571,7 @@ replay)  # (after warm) issue 28: tiered decode under --routing ROUTING (default
   done
   # Load time to the first token (issue 28: <= 5 s): run -n 1, pinning first vs in the
   # background, 2 fresh processes each, the wall time of the whole command
-  for proc in 1 2; do
+  for proc in $([ -n "${NO_LOAD:-}" ] || echo 1 2); do
     for a in "" "--pin-background"; do
       name="load$(echo "$a" | tr -d ' -')_$proc"
       s0=$(date +%s.%N)
@@ -579,6 +590,38 @@ replay)  # (after warm) issue 28: tiered decode under --routing ROUTING (default
       grep -E "tg128" "$OUT/llama_ncmoe$n.log"
     done
   fi
+  ;;
+pinload)  # a bare machine, issue 28's load time: moetier built, the q30v timing file, then
+  # run -n 1 at --expert-cache 25% with MOETIER_PIN_MODE alloc (cudaHostAlloc) and register
+  # (filled by the copy threads, then cudaHostRegister), pinning first and in the
+  # background, 2 fresh processes each (load, first token, exit); then mt_cuda_tests
+  # (FILTER) and the replay at BUDGETS with the measured profile (--hw-profile)
+  BUILD_TARGETS=moetier build
+  F=/tmp/q30v-q4_k_m.gguf
+  [ -f "$F" ] || { run synth_q30v $M synth --preset qwen3-30b-a3b --quant q4_k_m --fast \
+    --vocab .gpu-carry/testdata/vocab/ggml-vocab-qwen2.gguf -o "$F"; sync; }
+  (BUILD_TARGETS=mt_cuda_tests build) &
+  bt=$!
+  run hwprofile $M hwprofile -o "$OUT/hw.json"
+  for proc in 1 2; do
+    for mode in alloc register; do
+      for a in "" "--pin-background"; do
+        name="pin_${mode}$(echo "$a" | tr -d ' -')_$proc"
+        s0=$(date +%s.%N)
+        run "$name" env MOETIER_PIN_MODE=$mode $M run -m "$F" --device cuda --expert-cache 25% -p "hello" -n 1 $a
+        echo "$name: $(python3 -c "import sys; print(round(float(sys.argv[1]) - float(sys.argv[2]), 2))" "$(date +%s.%N)" "$s0") s to exit; $(grep -E 'pinned|^model:|^prompt:' "$OUT/$name.log" | sed 's/.*experts tiered, //' | tr '\n' ' ' | cut -c1-400)"
+      done
+    done
+  done
+  wait $bt
+  run cuda_tests ./build-gpu/mt_cuda_tests ${FILTER:+--gtest_filter=$FILTER}
+  grep -E "FAILED|OK \]" "$OUT/cuda_tests.log" | tail -40
+  for b in ${BUDGETS:-10 25}; do
+    name="replay_hw_b$b"
+    run "$name" $M bench -m "$F" --device cuda --expert-cache "$b%" --routing synth:preset=qwen3-30b -p 0 -n 128 -r 5 \
+      --hw-profile "$OUT/hw.json"
+    grep -E "policy auto|every repetition|tiering:|roofline|split of misses" "$OUT/$name.log" | cut -c1-400
+  done
   ;;
 cpu)
   build
