@@ -598,10 +598,10 @@ pinload)  # a bare machine, issue 28's load time: moetier built, the q30v timing
   # (FILTER) and the replay at BUDGETS with the measured profile (--hw-profile)
   BUILD_TARGETS=moetier build
   F=/tmp/q30v-q4_k_m.gguf
-  [ -f "$F" ] || { run synth_q30v $M synth --preset qwen3-30b-a3b --quant q4_k_m --fast \
-    --vocab .gpu-carry/testdata/vocab/ggml-vocab-qwen2.gguf -o "$F"; sync; }
-  (BUILD_TARGETS=mt_cuda_tests build) &
-  bt=$!
+  [ -f "$F" ] || (run synth_q30v $M synth --preset qwen3-30b-a3b --quant q4_k_m --fast \
+    --vocab .gpu-carry/testdata/vocab/ggml-vocab-qwen2.gguf -o "$F"; sync) &
+  BUILD_TARGETS=mt_cuda_tests build  # before the timed runs: no compile beside them
+  wait
   run hwprofile $M hwprofile -o "$OUT/hw.json"
   for proc in 1 2; do
     for mode in alloc register; do
@@ -613,8 +613,7 @@ pinload)  # a bare machine, issue 28's load time: moetier built, the q30v timing
       done
     done
   done
-  wait $bt
-  run cuda_tests ./build-gpu/mt_cuda_tests ${FILTER:+--gtest_filter=$FILTER}
+  run cuda_tests timeout 150 ./build-gpu/mt_cuda_tests ${FILTER:+--gtest_filter=$FILTER}
   grep -E "FAILED|OK \]" "$OUT/cuda_tests.log" | tail -40
   for b in ${BUDGETS:-10 25}; do
     name="replay_hw_b$b"
