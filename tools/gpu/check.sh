@@ -596,14 +596,16 @@ pinload)  # a bare machine, issue 28's load time: moetier built, the q30v timing
   # (filled by the copy threads, then cudaHostRegister), pinning first and in the
   # background, 2 fresh processes each (load, first token, exit); then mt_cuda_tests
   # (FILTER) and the replay at BUDGETS with the measured profile (--hw-profile)
+  # QUICK=1 (little device time): no mt_cuda_tests; 1 process each; the tiered greedy text
+  # against the resident one instead (the CUDA tiering tests' check, through the CLI)
   BUILD_TARGETS=moetier build
   F=/tmp/q30v-q4_k_m.gguf
   [ -f "$F" ] || (run synth_q30v $M synth --preset qwen3-30b-a3b --quant q4_k_m --fast \
     --vocab .gpu-carry/testdata/vocab/ggml-vocab-qwen2.gguf -o "$F"; sync) &
-  BUILD_TARGETS=mt_cuda_tests build  # before the timed runs: no compile beside them
+  [ -n "${QUICK:-}" ] || BUILD_TARGETS=mt_cuda_tests build  # before the timed runs: no compile beside them
   wait
   run hwprofile $M hwprofile -o "$OUT/hw.json"
-  for proc in 1 2; do
+  for proc in $(seq 1 "${PIN_PROCS:-2}"); do
     for mode in alloc register; do
       for a in "" "--pin-background"; do
         name="pin_${mode}$(echo "$a" | tr -d ' -')_$proc"
@@ -613,9 +615,19 @@ pinload)  # a bare machine, issue 28's load time: moetier built, the q30v timing
       done
     done
   done
-  run cuda_tests timeout 150 ./build-gpu/mt_cuda_tests ${FILTER:+--gtest_filter=$FILTER}
-  grep -E "FAILED|OK \]" "$OUT/cuda_tests.log" | tail -40
-  for b in ${BUDGETS:-10 25}; do
+  if [ -n "${QUICK:-}" ]; then
+    for a in "" "--expert-cache 25%" "--expert-cache 25% --pin-background"; do
+      name="greedy$(echo "$a" | tr -d ' -%')"
+      run "$name" sh -c "$M run -m $F --device cuda -p 'The quick brown fox' -n 48 --temp 0 $a 2>$OUT/$name.err >$OUT/$name.text"
+    done
+    for t in "$OUT"/greedyexpertcache25*.text; do
+      if cmp -s "$OUT/greedy.text" "$t"; then echo "$(basename "$t"): same text as resident"; else echo "$(basename "$t"): DIFFERS"; cat "$OUT/greedy.text" "$t"; fi
+    done
+  else
+    run cuda_tests timeout 150 ./build-gpu/mt_cuda_tests ${FILTER:+--gtest_filter=$FILTER}
+    grep -E "FAILED|OK \]" "$OUT/cuda_tests.log" | tail -40
+  fi
+  for b in ${HW_BUDGETS-10 25}; do
     name="replay_hw_b$b"
     run "$name" $M bench -m "$F" --device cuda --expert-cache "$b%" --routing synth:preset=qwen3-30b -p 0 -n 128 -r 5 \
       --hw-profile "$OUT/hw.json"
