@@ -596,8 +596,8 @@ pinload)  # a bare machine, issue 28's load time: moetier built, the q30v timing
   # (filled by the copy threads, then cudaHostRegister), pinning first and in the
   # background, 2 fresh processes each (load, first token, exit); then mt_cuda_tests
   # (FILTER) and the replay at BUDGETS with the measured profile (--hw-profile)
-  # QUICK=1 (little device time): no mt_cuda_tests; 1 process each; the tiered greedy text
-  # against the resident one instead (the CUDA tiering tests' check, through the CLI)
+  # QUICK=1 (little device time): no mt_cuda_tests; the tiered greedy text with register
+  # pinning against the resident one instead (the CUDA tiering tests' check, through the CLI)
   BUILD_TARGETS=moetier build
   F=/tmp/q30v-q4_k_m.gguf
   [ -f "$F" ] || (run synth_q30v $M synth --preset qwen3-30b-a3b --quant q4_k_m --fast \
@@ -618,7 +618,7 @@ pinload)  # a bare machine, issue 28's load time: moetier built, the q30v timing
   if [ -n "${QUICK:-}" ]; then
     for a in "" "--expert-cache 25%" "--expert-cache 25% --pin-background"; do
       name="greedy$(echo "$a" | tr -d ' -%')"
-      run "$name" sh -c "$M run -m $F --device cuda -p 'The quick brown fox' -n 48 --temp 0 $a 2>$OUT/$name.err >$OUT/$name.text"
+      run "$name" sh -c "MOETIER_PIN_MODE=register $M run -m $F --device cuda -p 'The quick brown fox' -n 48 --temp 0 $a 2>$OUT/$name.err >$OUT/$name.text"
     done
     for t in "$OUT"/greedyexpertcache25*.text; do
       if cmp -s "$OUT/greedy.text" "$t"; then echo "$(basename "$t"): same text as resident"; else echo "$(basename "$t"): DIFFERS"; cat "$OUT/greedy.text" "$t"; fi
