@@ -299,15 +299,19 @@ TEST(HybridMoe, TheRouterSkewOfAFastFileHoldsInEveryLayerAndIsReported) {
 
 // The device's share of a decode step's misses (one token each) goes to the experts
 // selected most often so far (split_popular_first), else to the lowest ids.
+// The expert geometry of a sparse tiny qwen3moe file (the scheduler needs the geometry only).
+StatusOr<ExpertGeometry> tiny_geometry(const synth::SynthConfig& c, const std::string& name) {
+  const std::string path = test::temp_path(name);
+  MT_RETURN_IF_ERROR(synth::write_model(c, {path, false}));
+  MT_ASSIGN_OR_RETURN(gguf::GgufFile file, gguf::GgufFile::open(path));
+  return read_expert_geometry(file);
+}
+
 TEST(HybridMoe, TheSplitGivesTheDeviceThePopularMissesFirst) {
   synth::SynthConfig c = synth::tiny_for(Arch::kQwen3Moe);
-  c.sparse = true;  // the scheduler needs the geometry only
-  const std::string path = test::temp_path("qwen3moe-split-pick.gguf");
-  ASSERT_TRUE(synth::write_model(c, {path, false}).ok());
-  auto file = gguf::GgufFile::open(path);
-  ASSERT_TRUE(file.ok());
-  auto geometry = read_expert_geometry(*file);
-  ASSERT_TRUE(geometry.ok());
+  c.sparse = true;
+  auto geometry = tiny_geometry(c, "qwen3moe-split-pick.gguf");
+  ASSERT_TRUE(geometry.ok()) << geometry.status().to_string();
   for (bool popular : {true, false}) {
     SchedulerOptions so;
     so.split_misses = true;
@@ -340,12 +344,8 @@ TEST(HybridMoe, TheSplitGivesTheDeviceThePopularMissesFirst) {
 TEST(HybridMoe, TheRooflineIsTheCrossingBytesOverHostPlusLinkBandwidth) {
   synth::SynthConfig c = synth::tiny_for(Arch::kQwen3Moe);
   c.sparse = true;
-  const std::string path = test::temp_path("qwen3moe-roofline.gguf");
-  ASSERT_TRUE(synth::write_model(c, {path, false}).ok());
-  auto file = gguf::GgufFile::open(path);
-  ASSERT_TRUE(file.ok());
-  auto geometry = read_expert_geometry(*file);
-  ASSERT_TRUE(geometry.ok());
+  auto geometry = tiny_geometry(c, "qwen3moe-roofline.gguf");
+  ASSERT_TRUE(geometry.ok()) << geometry.status().to_string();
   SchedulerOptions so;
   so.split_misses = true;
   so.split_fraction = 0.5;
