@@ -302,7 +302,7 @@ TEST(HybridMoe, TheRouterSkewOfAFastFileHoldsInEveryLayerAndIsReported) {
 // The expert geometry of a sparse tiny qwen3moe file (the scheduler needs the geometry only).
 StatusOr<ExpertGeometry> tiny_geometry(const synth::SynthConfig& c, const std::string& name) {
   const std::string path = test::temp_path(name);
-  MT_RETURN_IF_ERROR(synth::write_model(c, {path, false}));
+  MT_RETURN_IF_ERROR(synth::write_model(c, {path, false}).status());
   MT_ASSIGN_OR_RETURN(gguf::GgufFile file, gguf::GgufFile::open(path));
   return read_expert_geometry(file);
 }
