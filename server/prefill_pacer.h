@@ -19,6 +19,7 @@
 // streams it admits sooner.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 

@@ -598,7 +598,14 @@ pinload)  # a bare machine, issue 28's load time: moetier built, the q30v timing
   # (FILTER) and the replay at BUDGETS with the measured profile (--hw-profile)
   # QUICK=1 (little device time): no mt_cuda_tests; the tiered greedy text with register
   # pinning against the resident one instead (the CUDA tiering tests' check, through the CLI)
-  BUILD_TARGETS=moetier build
+  # A moetier built on the dev machine and carried in .gpu-carry/bin (same sources, sm_90)
+  # saves the device's minutes of compiling when little device time is left.
+  if [ -x .gpu-carry/bin/moetier ] && ! ldd .gpu-carry/bin/moetier | grep -q 'not found'; then
+    M=.gpu-carry/bin/moetier
+    echo "carried moetier: $($M --version 2>&1 | head -1)"
+  else
+    BUILD_TARGETS=moetier build
+  fi
   F=/tmp/q30v-q4_k_m.gguf
   [ -f "$F" ] || (run synth_q30v $M synth --preset qwen3-30b-a3b --quant q4_k_m --fast \
     --vocab .gpu-carry/testdata/vocab/ggml-vocab-qwen2.gguf -o "$F"; sync) &
