@@ -3,6 +3,8 @@
 #   * the embedded demo model, greedy: the streamed text equals the transformers greedy
 #     continuation of the kjv-moe reference prompts (tokenize -> generate with the KV
 #     cache -> streaming detokenize), and timings plus the expert usage are printed
+#   * the first 64 tokens' rate, the rest's and the time to the first token agree with the
+#     run's own timings
 #   * bad models (truncated, unsupported architecture, unsupported tensor type) exit 1
 #     with a one-line reason
 # usage: check_run.sh MOETIER KJV_DIR WORK_DIR
@@ -33,6 +35,30 @@ PY
   grep -q "^generation: 48 tokens in .* tok/s" "$WORK/run$i.err" || fail "run $i printed no generation timing"
   grep -q "^experts: 24.0 computed per token (6 MoE layers x top-4)" "$WORK/run$i.err" || fail "run $i printed no expert usage"
 done
+
+# The first 64 generated tokens apart from the rest, and the time to the first token: the
+# two parts' rates give back the whole generation time, and the first token comes after the
+# load and the prompt.
+"$MOETIER" run -p "And God said" -n 100 --temp 0 -t 2 >"$WORK/head.out" 2>"$WORK/head.err" || fail "run -n 100 exited $?"
+"$PY" - "$WORK/head.err" <<'PY' || fail "the first-64 / first-token figures disagree with the run's timings"
+import re, sys
+t = open(sys.argv[1]).read()
+gen = re.search(r"^generation: 100 tokens in ([0-9.]+) s \([0-9.]+ tok/s\); first token ([0-9.]+) s after the load began$", t, re.M)
+head = re.search(r"^generation: the first 64 tokens ([0-9.]+) tok/s, the other 36 ([0-9.]+) tok/s \(first / other ([0-9.]+)\)$", t, re.M)
+load = re.search(r"load ([0-9.]+) s,", t)
+prompt = re.search(r"^prompt: \d+ tokens in ([0-9.]+) s", t, re.M)
+if not (gen and head and load and prompt):
+    print(t); sys.exit(1)
+gen_s, first_tok = float(gen.group(1)), float(gen.group(2))
+r64, rest, ratio = float(head.group(1)), float(head.group(2)), float(head.group(3))
+whole = 64 / r64 + 36 / rest
+if abs(whole - gen_s) > 0.02 * gen_s + 0.002:
+    print(f"64/{r64} + 36/{rest} = {whole:.4f} s against {gen_s} s"); sys.exit(1)
+if abs(ratio - r64 / rest) > 0.01 + 0.01 * ratio:
+    print(f"ratio {ratio} against {r64 / rest:.3f}"); sys.exit(1)
+if first_tok + 0.011 < float(load.group(1)) + float(prompt.group(1)):
+    print(f"first token at {first_tok} s before load + prompt"); sys.exit(1)
+PY
 
 # --chat: the model's template (Qwen2's vocab carries a chatml one) wraps the prompt, and
 # its special tokens are parsed as single tokens (spelled out, the prompt would be ~45).

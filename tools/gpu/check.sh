@@ -576,7 +576,7 @@ replay)  # (after warm) issue 28: tiered decode under --routing ROUTING (default
       name="load$(echo "$a" | tr -d ' -')_$proc"
       s0=$(date +%s.%N)
       run "$name" $M run -m "$F" --device cuda --expert-cache 25% -p "hello" -n 1 $a
-      echo "$name: $(python3 -c "import sys; print(round(float(sys.argv[1]) - float(sys.argv[2]), 2))" "$(date +%s.%N)" "$s0") s to exit; $(grep -E 'pinned' "$OUT/$name.log" | head -2 | tr '\n' ' ' | cut -c1-300)"
+      echo "$name: $(python3 -c "import sys; print(round(float(sys.argv[1]) - float(sys.argv[2]), 2))" "$(date +%s.%N)" "$s0") s to exit; $(grep -E 'pinned|first token' "$OUT/$name.log" | head -3 | tr '\n' ' ' | cut -c1-300)"
     done
   done
   L=/tmp/llama.cpp/build/bin/llama-bench
@@ -618,7 +618,7 @@ pinload)  # a bare machine, issue 28's load time: moetier built, the q30v timing
         name="pin_${mode}$(echo "$a" | tr -d ' -')_$proc"
         s0=$(date +%s.%N)
         run "$name" env MOETIER_PIN_MODE=$mode $M run -m "$F" --device cuda --expert-cache 25% -p "hello" -n 1 $a
-        echo "$name: $(python3 -c "import sys; print(round(float(sys.argv[1]) - float(sys.argv[2]), 2))" "$(date +%s.%N)" "$s0") s to exit; $(grep -E 'pinned|^model:|^prompt:' "$OUT/$name.log" | sed 's/.*experts tiered, //' | tr '\n' ' ' | cut -c1-400)"
+        echo "$name: $(python3 -c "import sys; print(round(float(sys.argv[1]) - float(sys.argv[2]), 2))" "$(date +%s.%N)" "$s0") s to exit; $(grep -E 'pinned|^model:|^prompt:|first token' "$OUT/$name.log" | sed 's/.*experts tiered, //' | tr '\n' ' ' | cut -c1-400)"
       done
     done
   done
