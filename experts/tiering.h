@@ -61,14 +61,22 @@ struct TieringSpec {
   std::unique_ptr<CpuExperts> cpu;
   ExpertDeviceFactory make_device;
   uint64_t pin_budget = 0;                    // host bytes of expert layers to pin
+  uint64_t host_available = 0;                // MemAvailable for the pin cap (0: read it now)
   bool show_progress = false;                 // pinning's progress on a terminal
   bool pin_background = false;                // pin on a thread of its own (the first tokens pageable)
 };
 
 inline constexpr int kBackgroundCopyThreads = 4;
 
+// Pinned pages cannot be swapped out: a pin budget past the host's available memory ends
+// in the OOM killer instead of a slower run. The budget capped at `available` less a
+// reserve for everything else (the larger of 2 GiB and an eighth of it); `why` says so
+// when the cap binds. available 0: unknown, no cap.
+uint64_t pin_budget_cap(uint64_t budget, uint64_t available, std::string* why);
+
 // Fills `t` (a fresh object, possibly of a derived type) from the spec. Errors: the
-// device's (not enough device memory, a refused staging buffer).
+// device's (not enough device memory, a refused staging buffer). The pin budget is capped
+// by pin_budget_cap (below): the layers past it stay pageable, said in the log.
 Status build_tiering(TieringSpec spec, ExpertTiering& t);
 
 }  // namespace mt

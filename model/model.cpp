@@ -5,10 +5,10 @@
 #include <unistd.h>
 
 #include <cstdlib>
-#include <fstream>
 #include <thread>
 
 #include "core/log.h"
+#include "core/meminfo.h"
 #include "cpu/kernels.h"
 #include "cpu/repack.h"
 #include "quant/blocks.h"
@@ -61,18 +61,6 @@ void release_mapped(const uint8_t* p, uint64_t bytes) {
   const uintptr_t begin = (reinterpret_cast<uintptr_t>(p) + page - 1) / page * page;
   const uintptr_t end = (reinterpret_cast<uintptr_t>(p) + bytes) / page * page;
   if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);  // advice only
-}
-
-// MemAvailable of /proc/meminfo in bytes (a large value where it cannot be read).
-uint64_t available_memory_bytes() {
-  std::ifstream in("/proc/meminfo");
-  std::string key;
-  uint64_t kib = 0;
-  std::string unit;
-  while (in >> key >> kib >> unit) {
-    if (key == "MemAvailable:") return kib * 1024;
-  }
-  return ~0ull;
 }
 
 // A block's norms, biases and small vectors as floats.
@@ -135,7 +123,7 @@ StatusOr<std::unique_ptr<Model>> Model::load(const std::string& path, const Load
     }
     // The copies are anonymous memory: a model that only fits through the page cache (or
     // not at all) keeps its weights in the map.
-    const uint64_t available = available_memory_bytes();
+    const uint64_t available = mem_available_bytes().value_or(~0ull);  // unknown: no limit
     if (total > 0 && total > available / 10 * 8) {
       log_info("not interleaving " + std::to_string(total >> 20) + " MiB of weights: only " + std::to_string(available >> 20) +
                " MiB of memory available (the weights stay memory-mapped)");

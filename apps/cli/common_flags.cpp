@@ -3,11 +3,11 @@
 #include <CLI/CLI.hpp>
 
 #include <charconv>
-#include <fstream>
 #include <thread>
 
 #include "apps/cli/model_sizes.h"
 #include "core/log.h"
+#include "core/meminfo.h"
 #include "gguf/reader.h"
 
 namespace mt::cli {
@@ -31,17 +31,7 @@ Status check_threads(int threads) {
   return {};
 }
 
-uint64_t available_host_memory() {
-  std::ifstream in("/proc/meminfo");
-  std::string key;
-  uint64_t value = 0;
-  std::string unit;
-  while (in >> key >> value) {
-    std::getline(in, unit);
-    if (key == "MemAvailable:") return value * 1024;
-  }
-  return 0;
-}
+uint64_t available_host_memory() { return mem_available_bytes().value_or(0); }
 
 StatusOr<uint32_t> check_context(const gguf::GgufFile& file, const ContextCheck& c) {
   MT_ASSIGN_OR_RETURN(ModelSizes m, read_model_sizes(file));
