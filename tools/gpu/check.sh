@@ -69,7 +69,9 @@
 #   tools/gpu/check.sh cpu     the whole CPU test suite with this machine's compiler
 #   tools/gpu/check.sh all     test, then bench
 # Carry .gpu-carry (made here by tools/gpu/prepare.sh): the Debian packages of the header
-# and test libraries (the machine has none and no network), test data, llama.cpp source.
+# and test libraries (the machine has none and no network), test data, llama.cpp source;
+# and .gpu-carry/bin (tools/gpu/carry_bin.sh): moetier built here for these sources, which
+# build() copies instead of compiling.
 set -uo pipefail
 MODE=${1:-test}
 OUT=${OUT:-$PWD/out/gpu}
@@ -89,13 +91,18 @@ run() {  # name command...
   echo "=== $name ($(date +%T))"
   if "$@" >"$OUT/$name.log" 2>&1; then echo "ok"; else echo "FAILED (see $name.log)"; tail -25 "$OUT/$name.log"; status=1; fi
 }
+# carried_moetier DIR: a moetier built on the dev machine for exactly these sources
+source tools/gpu/carried.sh
 build() {  # WERROR off: the device's GCC 13 warns falsely (-Warray-bounds) where GCC 12 here and in CI does not
   [ -f build-gpu/build.ninja ] || cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOETIER_CUDA=ON \
     -DCMAKE_CUDA_ARCHITECTURES=90 -DMOETIER_WERROR=OFF -DMOETIER_SERVER=ON -DCMAKE_PREFIX_PATH="$SYSROOT/usr" \
     -DMOETIER_TESTDATA_DIR="$TESTDATA" >"$OUT/configure.log" 2>&1
   local t
   if [ -n "${BUILD_TARGETS:-}" ]; then
-    for t in $BUILD_TARGETS; do run "compile_$t" cmake --build build-gpu -j "$JOBS" --target "$t"; done
+    for t in $BUILD_TARGETS; do
+      if [ "$t" = moetier ] && carried_moetier build-gpu; then continue; fi
+      run "compile_$t" cmake --build build-gpu -j "$JOBS" --target "$t"
+    done
   else
     run compile cmake --build build-gpu -j "$JOBS"
   fi
@@ -598,14 +605,7 @@ pinload)  # a bare machine, issue 28's load time: moetier built, the q30v timing
   # (FILTER) and the replay at BUDGETS with the measured profile (--hw-profile)
   # QUICK=1 (little device time): no mt_cuda_tests; the tiered greedy text with register
   # pinning against the resident one instead (the CUDA tiering tests' check, through the CLI)
-  # A moetier built on the dev machine and carried in .gpu-carry/bin (same sources, sm_90)
-  # saves the device's minutes of compiling when little device time is left.
-  if [ -x .gpu-carry/bin/moetier ] && ! ldd .gpu-carry/bin/moetier | grep -q 'not found'; then
-    M=.gpu-carry/bin/moetier
-    echo "carried moetier: $($M --version 2>&1 | head -1)"
-  else
-    BUILD_TARGETS=moetier build
-  fi
+  BUILD_TARGETS=moetier build  # a carried moetier when its stamp matches
   F=/tmp/q30v-q4_k_m.gguf
   [ -f "$F" ] || (run synth_q30v $M synth --preset qwen3-30b-a3b --quant q4_k_m --fast \
     --vocab .gpu-carry/testdata/vocab/ggml-vocab-qwen2.gguf -o "$F"; sync) &

@@ -28,7 +28,8 @@ step() {  # name command...: logged to $OUT/name.log
 B=${SERVE_BUILD:-/tmp/build-serve}
 [ -f $B/build.ninja ] || cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOETIER_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
   -DMOETIER_TESTS=OFF -DCMAKE_PREFIX_PATH="$SYSROOT/usr" >"$OUT/configure.log" 2>&1
-step build cmake --build $B -j "$JOBS" --target moetier
+source tools/gpu/carried.sh
+carried_moetier $B || step build cmake --build $B -j "$JOBS" --target moetier
 LLAMA=/tmp/llama.cpp/build/bin/llama-server
 if [[ "${ENGINES:-moetier}" == *llama* ]] && [ ! -x $LLAMA ]; then
   mkdir -p /tmp/llama.cpp && tar -xJf .gpu-carry/llama-src.tar.xz -C /tmp/llama.cpp
