@@ -266,8 +266,13 @@ TEST(HostStore, DestroyingAStoreStopsItsBackgroundPinAtTheNextLayer) {
   auto s = std::make_unique<HostExpertStore>(HostExpertStore::from_mapping(f.geometry, f.bytes.data()));
   s->pin_in_background({1, 2, 5}, alloc, 2);
   while (alloc.locks.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  std::thread destroyer([&] { s.reset(); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the destructor asks to stop
+  std::atomic<bool> destroying{false};
+  std::thread destroyer([&] {
+    destroying = true;
+    s.reset();  // its first act: the request to stop
+  });
+  while (!destroying.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
   alloc.release = true;
   destroyer.join();
   EXPECT_LE(alloc.locks.load(), 2) << "the pin went on to the last layer after the store was destroyed";
