@@ -84,13 +84,16 @@ TierRoofline tier_roofline(const ExpertScheduler& s, const HwProfile& hw) {
   r.host_gbps = hw.host_read_gbps(~0u);
   const uint64_t mean_expert = moe_layers == 0 ? 0 : static_cast<uint64_t>(expert_bytes / moe_layers);
   r.link_gbps = hw.h2d_gbps(mean_expert, true);
+  r.host_measured = hw.source == "measured";
+  r.link_measured = hw.has_gpu && hw.gpu.name.rfind("assumed", 0) != 0;  // a GPU measured here or in the profile
   const double bytes = r.cpu_bytes_per_token + r.h2d_bytes_per_token;
   const double gbps = r.host_gbps + r.link_gbps;
   if (bytes > 0 && gbps > 0) r.tokens_per_s = 1e9 * gbps / bytes;
   return r;
 }
 
-std::string tier_roofline_text(const TierRoofline& r, double achieved_tokens_per_s, const std::string& hw_source) {
+std::string tier_roofline_text(const TierRoofline& r, double achieved_tokens_per_s) {
+  auto how = [](bool measured) { return measured ? "measured" : "assumed"; };
   char line[320];
   const double mb = 1e-6;
   if (r.tokens_per_s <= 0) {
@@ -99,9 +102,10 @@ std::string tier_roofline_text(const TierRoofline& r, double achieved_tokens_per
     return line;
   }
   std::snprintf(line, sizeof line,
-                "roofline (host %.1f + link %.1f GB/s, %s): %.1f MB/token (CPU experts %.1f + copied %.1f) = %.1f tok/s; "
-                "%.2f tok/s is %.1f%%",
-                r.host_gbps, r.link_gbps, hw_source.c_str(), mb * (r.cpu_bytes_per_token + r.h2d_bytes_per_token),
+                "roofline (host %.1f GB/s %s + link %.1f GB/s %s): %.1f MB/token (CPU experts %.1f + copied %.1f) = "
+                "%.1f tok/s; %.2f tok/s is %.1f%%",
+                r.host_gbps, how(r.host_measured), r.link_gbps, how(r.link_measured),
+                mb * (r.cpu_bytes_per_token + r.h2d_bytes_per_token),
                 mb * r.cpu_bytes_per_token, mb * r.h2d_bytes_per_token, r.tokens_per_s, achieved_tokens_per_s,
                 100.0 * achieved_tokens_per_s / r.tokens_per_s);
   return line;

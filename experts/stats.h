@@ -56,12 +56,13 @@ StatsTotals stats_totals(const ExpertScheduler& s);
 struct TierRoofline {
   double cpu_bytes_per_token = 0, h2d_bytes_per_token = 0;
   double host_gbps = 0, link_gbps = 0;
+  bool host_measured = false, link_measured = false;  // else the assumed profile's
   double tokens_per_s = 0;  // 0 when nothing crossed (everything hit) or no bandwidth known
 };
 TierRoofline tier_roofline(const ExpertScheduler& s, const HwProfile& hw);
-// "roofline (host 116.7 + link 52.1 GB/s, assumed): 379.8 MB/token (CPU experts 223.9 +
-// copied 155.9) = 448.6 tok/s; 103.5 tok/s is 23.1%"
-std::string tier_roofline_text(const TierRoofline& r, double achieved_tokens_per_s, const std::string& hw_source);
+// "roofline (host 116.7 GB/s measured + link 49.1 GB/s measured): 379.8 MB/token (CPU
+// experts 223.9 + copied 155.9) = 436.5 tok/s; 103.55 tok/s is 23.7%"
+std::string tier_roofline_text(const TierRoofline& r, double achieved_tokens_per_s);
 
 // Pretty JSON (2-space indent).
 // timing: per layer (indexed as the cache's layers), or null.

@@ -216,7 +216,7 @@ class Bench {
         // tg: the counters are the decode steps' alone (the warm-up's token included)
         const HwProfile& hw = scheduler->options().hw;
         r.roofline = tier_roofline(*scheduler, hw);
-        r.roofline_text = tier_roofline_text(r.roofline, r.steady_ts, hw.source);
+        r.roofline_text = tier_roofline_text(r.roofline, r.steady_ts);
       }
     }
     if (spec) {

@@ -376,8 +376,16 @@ TEST(HybridMoe, TheRooflineIsTheCrossingBytesOverHostPlusLinkBandwidth) {
   EXPECT_GT(r.link_gbps, 5.0);
   EXPECT_LT(r.link_gbps, 20.0);
   EXPECT_NEAR(r.tokens_per_s, 1e9 * (r.host_gbps + r.link_gbps) / (r.cpu_bytes_per_token + r.h2d_bytes_per_token), 1e-6);
-  const std::string text = tier_roofline_text(r, r.tokens_per_s / 4, hw.source);
+  EXPECT_FALSE(r.host_measured);  // the assumed profile's host figures, edited
+  EXPECT_FALSE(r.link_measured);   // its GPU is named "assumed: ..."
+  const std::string text = tier_roofline_text(r, r.tokens_per_s / 4);
   EXPECT_NE(text.find("is 25.0%"), std::string::npos) << text;
+  EXPECT_NE(text.find("host 40.0 GB/s assumed"), std::string::npos) << text;
+  hw.source = "measured";
+  hw.gpu.name = "NVIDIA H100 80GB HBM3";
+  const TierRoofline m = tier_roofline(s, hw);
+  EXPECT_TRUE(m.host_measured && m.link_measured);
+  EXPECT_NE(tier_roofline_text(m, 1.0).find("measured + link"), std::string::npos);
 }
 
 // Of 8 experts, the top quarter (2, rounded up) of the selections.
