@@ -111,6 +111,18 @@ std::string tier_roofline_text(const TierRoofline& r, double achieved_tokens_per
   return line;
 }
 
+std::string tier_roofline_json(const TierRoofline& r, double achieved_tokens_per_s) {
+  return nlohmann::ordered_json{{"cpu_bytes_per_token", r.cpu_bytes_per_token},
+                                {"h2d_bytes_per_token", r.h2d_bytes_per_token},
+                                {"host_gbps", r.host_gbps},
+                                {"host_measured", r.host_measured},
+                                {"link_gbps", r.link_gbps},
+                                {"link_measured", r.link_measured},
+                                {"tokens_per_s", r.tokens_per_s},
+                                {"fraction", r.tokens_per_s > 0 ? achieved_tokens_per_s / r.tokens_per_s : 0.0}}
+      .dump();
+}
+
 std::string stats_json(const ExpertScheduler& s, CachePolicy policy, uint64_t budget_bytes,
                        const std::vector<LayerTiming>* timing) {
   auto counters = [](const CacheCounters& c, const SchedulerCounters& k) {

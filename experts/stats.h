@@ -63,6 +63,8 @@ TierRoofline tier_roofline(const ExpertScheduler& s, const HwProfile& hw);
 // "roofline (host 116.7 GB/s measured + link 49.1 GB/s measured): 379.8 MB/token (CPU
 // experts 223.9 + copied 155.9) = 436.5 tok/s; 103.55 tok/s is 23.7%"
 std::string tier_roofline_text(const TierRoofline& r, double achieved_tokens_per_s);
+// The same as a JSON object: its fields and "fraction" (achieved / roofline, 0 without one).
+std::string tier_roofline_json(const TierRoofline& r, double achieved_tokens_per_s);
 
 // Pretty JSON (2-space indent).
 // timing: per layer (indexed as the cache's layers), or null.

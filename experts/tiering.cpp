@@ -54,8 +54,7 @@ Status build_tiering(TieringSpec spec, ExpertTiering& t) {
   t.store = std::make_unique<HostExpertStore>(t.geometry, spec.source);
   MT_ASSIGN_OR_RETURN(t.device, t.make_device(t));  // its pinned staging before the layers
   std::string why;
-  const uint64_t available = spec.host_available ? spec.host_available : mem_available_bytes().value_or(0);
-  const uint64_t budget = pin_budget_cap(spec.pin_budget, available, &why);
+  const uint64_t budget = pin_budget_cap(spec.pin_budget, mem_available_bytes().value_or(0), &why);
   t.pins = choose_pinned_layers(t.geometry, budget);
   if (!why.empty() && !t.pins.pageable.empty()) {
     log_warn(why + ": pinning " + std::to_string(t.pins.pinned.size()) + " of " +

@@ -61,7 +61,6 @@ struct TieringSpec {
   std::unique_ptr<CpuExperts> cpu;
   ExpertDeviceFactory make_device;
   uint64_t pin_budget = 0;                    // host bytes of expert layers to pin
-  uint64_t host_available = 0;                // MemAvailable for the pin cap (0: read it now)
   bool show_progress = false;                 // pinning's progress on a terminal
   bool pin_background = false;                // pin on a thread of its own (the first tokens pageable)
 };
@@ -76,7 +75,7 @@ uint64_t pin_budget_cap(uint64_t budget, uint64_t available, std::string* why);
 
 // Fills `t` (a fresh object, possibly of a derived type) from the spec. Errors: the
 // device's (not enough device memory, a refused staging buffer). The pin budget is capped
-// by pin_budget_cap (below): the layers past it stay pageable, said in the log.
+// by pin_budget_cap at MemAvailable: the layers past it stay pageable, said in the log.
 Status build_tiering(TieringSpec spec, ExpertTiering& t);
 
 }  // namespace mt

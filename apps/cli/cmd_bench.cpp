@@ -106,8 +106,7 @@ struct TestResult {
   double first_ts = 0, steady_ts = 0, cv = 0;
   std::string tiering_json;  // with --expert-cache: experts/stats.h's JSON of this test
   std::string tiering_text;  // its overall line
-  std::string roofline_text;  // tiered tg: experts/stats.h's host memory + link roofline
-  TierRoofline roofline;
+  std::optional<TierRoofline> roofline;  // tiered tg: experts/stats.h's host memory + link roofline
   std::string spec_text;     // with a drafter: spec_summary over the timed repetitions
   std::string draft;         // the drafter's describe()
   SpecStats spec;
@@ -214,9 +213,7 @@ class Bench {
       if (engine_.on_gpu()) r.tiering_text += "; " + engine_.tiering_summary();
       if (n_gen > 0 && n_batch == 0 && !spec) {
         // tg: the counters are the decode steps' alone (the warm-up's token included)
-        const HwProfile& hw = scheduler->options().hw;
-        r.roofline = tier_roofline(*scheduler, hw);
-        r.roofline_text = tier_roofline_text(r.roofline, r.steady_ts);
+        r.roofline = tier_roofline(*scheduler, scheduler->options().hw);
       }
     }
     if (spec) {
@@ -370,14 +367,7 @@ std::vector<nlohmann::ordered_json> result_rows(const ModelFacts& m, const Bench
     j["steady_ts"] = r.steady_ts;
     j["cv"] = r.cv;
     if (!r.tiering_json.empty()) j["tiering"] = nlohmann::ordered_json::parse(r.tiering_json);
-    if (!r.roofline_text.empty()) {
-      j["roofline"] = {{"cpu_bytes_per_token", r.roofline.cpu_bytes_per_token},
-                       {"h2d_bytes_per_token", r.roofline.h2d_bytes_per_token},
-                       {"host_gbps", r.roofline.host_gbps},
-                       {"link_gbps", r.roofline.link_gbps},
-                       {"tokens_per_s", r.roofline.tokens_per_s},
-                       {"fraction", r.roofline.tokens_per_s > 0 ? r.steady_ts / r.roofline.tokens_per_s : 0.0}};
-    }
+    if (r.roofline) j["roofline"] = nlohmann::ordered_json::parse(tier_roofline_json(*r.roofline, r.steady_ts));
     if (!r.spec_text.empty()) {
       j["draft"] = r.draft;
       j["draft_steps"] = r.spec.steps;
@@ -468,7 +458,7 @@ void print_markdown(const ModelFacts& m, const BenchFlags& f, int threads, const
   }
   for (const TestResult& r : results) {
     if (!r.tiering_text.empty()) std::printf("%s tiering: %s\n", r.name().c_str(), r.tiering_text.c_str());
-    if (!r.roofline_text.empty()) std::printf("%s %s\n", r.name().c_str(), r.roofline_text.c_str());
+    if (r.roofline) std::printf("%s %s\n", r.name().c_str(), tier_roofline_text(*r.roofline, r.steady_ts).c_str());
     if (!r.spec_text.empty()) std::printf("%s %s (greedy from a %d-token prompt)\n", r.name().c_str(), r.spec_text.c_str(), kSpecPrompt);
   }
 }

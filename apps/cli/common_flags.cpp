@@ -31,8 +31,6 @@ Status check_threads(int threads) {
   return {};
 }
 
-uint64_t available_host_memory() { return mem_available_bytes().value_or(0); }
-
 StatusOr<uint32_t> check_context(const gguf::GgufFile& file, const ContextCheck& c) {
   MT_ASSIGN_OR_RETURN(ModelSizes m, read_model_sizes(file));
   const uint32_t n_ctx = c.requested ? c.requested : c.fallback;
@@ -42,7 +40,7 @@ StatusOr<uint32_t> check_context(const gguf::GgufFile& file, const ContextCheck&
   const TypeTraits& t = type_traits(c.kv_type);
   const unsigned __int128 elements = m.kv_bytes_per_token_f16 / 2;
   const unsigned __int128 kv = elements * n_ctx * t.block_bytes / t.block_elems + m.state_bytes_per_seq;
-  const uint64_t avail = available_host_memory();
+  const uint64_t avail = mem_available_bytes().value_or(0);  // 0: unknown
   if (c.host_kv && avail > 0 && kv > avail) {
     const uint64_t fits = avail / std::max<uint64_t>(1, m.kv_bytes_per_token_f16 / 2 * t.block_bytes / t.block_elems);
     const std::string size = kv >> 64 ? std::string("more than 16 EiB") : human_bytes(static_cast<uint64_t>(kv));

@@ -30,9 +30,6 @@ unsigned hardware_threads();
 // -t: an error past kMaxThreadsPerCore x the hardware threads, a warning past them.
 Status check_threads(int threads);
 
-// Host memory the kernel says is available (MemAvailable of /proc/meminfo); 0 if unknown.
-uint64_t available_host_memory();
-
 // -c: the context to use (requested, or fallback when 0) after the checks above. The KV
 // cache's bytes are computed from the file's hyper-parameters; host_kv: the cache lives
 // in host memory (the CPU backend), so its size is checked against available memory.

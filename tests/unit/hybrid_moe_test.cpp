@@ -381,6 +381,8 @@ TEST(HybridMoe, TheRooflineIsTheCrossingBytesOverHostPlusLinkBandwidth) {
   const std::string text = tier_roofline_text(r, r.tokens_per_s / 4);
   EXPECT_NE(text.find("is 25.0%"), std::string::npos) << text;
   EXPECT_NE(text.find("host 40.0 GB/s assumed"), std::string::npos) << text;
+  const std::string json = tier_roofline_json(r, r.tokens_per_s / 4);
+  EXPECT_NE(json.find("\"fraction\":0.25"), std::string::npos) << json;
   hw.source = "measured";
   hw.gpu.name = "NVIDIA H100 80GB HBM3";
   const TierRoofline m = tier_roofline(s, hw);
