@@ -10,6 +10,7 @@ namespace mt {
 PrefillPacer::PrefillPacer(Options o) : o_(o) {
   MT_CHECK(o_.max_chunk >= 1 && o_.min_chunk >= 1 && o_.ratio >= 0 && o_.alpha > 0 && o_.alpha <= 1);
   o_.min_chunk = std::min(o_.min_chunk, o_.max_chunk);
+  if (o_.idle_chunk == 0) o_.idle_chunk = o_.max_chunk;
   size_t n = 1;
   while (size_of(n - 1) < o_.max_chunk) ++n;
   extra_s_.assign(n, 0.0);
@@ -29,7 +30,8 @@ size_t PrefillPacer::bucket_of(uint32_t tokens) const {
 double PrefillPacer::chunk_extra_s(uint32_t bucket_tokens) const { return extra_s_[bucket_of(bucket_tokens)]; }
 
 uint32_t PrefillPacer::budget(uint32_t decoding, uint32_t waiting) {
-  if (decoding == 0 || o_.ratio <= 1) return o_.max_chunk;
+  if (decoding == 0) return o_.idle_chunk;
+  if (o_.ratio <= 1) return o_.max_chunk;
   // No prompt tokens this step: a plain decode step measures d, which nothing else does
   // (with prompts waiting every step would carry a chunk, and d would stay unknown: an
   // H100 served 8 tiered streams with the whole crowd admitted 16 tokens a step, ttft p99

@@ -13,7 +13,8 @@
 // when unmeasured and again every `reprobe` prompt steps (costs drift with the number of
 // decoders). A step without prompt tokens (budget 0) measures d where it is unknown, and
 // again after `reprobe` prompt steps in a row (with prompts waiting no step is plain by
-// itself). Nothing decoding: max_chunk (no one waits). ratio 0 turns pacing off. The
+// itself). Nothing decoding: idle_chunk (no one waits; on a GPU a crowd's prompts in one
+// step cost little more than one chunk, and its streams then start together). ratio 0 turns pacing off. The
 // allowance is scaled by the requests waiting for their first token over those decoding
 // (at least 1): the stall a step may add to each decoding stream grows with how many
 // streams it admits sooner.
@@ -29,6 +30,7 @@ class PrefillPacer {
  public:
   struct Options {
     uint32_t max_chunk = 256;  // prompt tokens per step, all prompts together
+    uint32_t idle_chunk = 0;   // the same while nothing decodes; 0: max_chunk
     uint32_t min_chunk = 16;
     double ratio = 2.0;        // a prompt step's time over a plain decode step's; 0: off
     double alpha = 0.25;       // the moving averages' weight of the newest step

@@ -58,8 +58,10 @@ struct Scheduler::Impl {
 
   Impl(Backend& b, const Tokenizer& tk, const ServingOptions& opt)
       : backend(b), tokenizer(tk), o(opt),
-        pacer(PrefillPacer::Options{std::max(1u, opt.prefill_chunk), std::max(1u, opt.prefill_min_chunk),
-                                    opt.prefill_pace}),
+        pacer(PrefillPacer::Options{.max_chunk = std::max(1u, opt.prefill_chunk),
+                                    .idle_chunk = opt.prefill_idle_chunk,
+                                    .min_chunk = std::max(1u, opt.prefill_min_chunk),
+                                    .ratio = opt.prefill_pace}),
         parallel(opt.sampling_threads) {
     m.kv_tokens_budget = o.kv_budget_tokens;
     if (o.lookup_ngram > 0) lookup = std::make_unique<LookupDrafter>(static_cast<int>(o.lookup_ngram), 1);
@@ -463,6 +465,12 @@ struct Scheduler::Impl {
         std::unique_lock<std::mutex> lock(mu);
         cv.wait(lock, [&] { return stop || !queue.empty() || !running.empty(); });
         if (stop) break;
+        // Idle: the first request waits a moment for those sent with it (ServingOptions::gather).
+        if (running.empty() && o.gather.count() > 0) {
+          const Clock::time_point until = queue.front().submitted + o.gather;
+          cv.wait_until(lock, until, [&] { return stop || queue.empty() || queue.size() >= o.max_running; });
+          if (stop) break;
+        }
       }
       admit();
       step();

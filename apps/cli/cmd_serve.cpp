@@ -50,7 +50,9 @@ struct ServeFlags {
   uint32_t lookup = 0, draft_max = 8;  // speculative decoding by prompt lookup
   bool mtp = false;                    // or by the model's NextN block
   uint32_t prefill_chunk = 256;
+  uint32_t prefill_idle_chunk = 0;  // 0: 4096 on the GPU, --prefill-chunk on the CPU
   double prefill_pace = 2.0;
+  double gather_ms = -1;  // < 0: 5 on the GPU, 0 on the CPU
   bool no_interleave = false;
   double request_timeout_s = 0, shutdown_timeout_s = 10;
   TieringFlags tiering;
@@ -149,6 +151,8 @@ Status check_flags(const ServeFlags& f, QuantType* kv_type) {
   if (f.max_running == 0) return invalid_argument("--max-running must be >= 1");
   if (f.draft_max < 1 || f.draft_max > 64) return invalid_argument("--draft-max must be in [1, 64]");
   if (f.prefill_chunk < 1 || f.prefill_chunk > 65536) return invalid_argument("--prefill-chunk must be in [1, 65536]");
+  if (f.prefill_idle_chunk > 65536) return invalid_argument("--prefill-idle-chunk must be in [1, 65536]");
+  if (!(f.gather_ms <= 1000)) return invalid_argument("--gather-ms must be in [0, 1000]");
   if (!(f.prefill_pace == 0 || (f.prefill_pace >= 1.1 && f.prefill_pace <= 100))) {
     return invalid_argument("--prefill-pace must be 0 (off) or in [1.1, 100]");
   }
@@ -202,6 +206,13 @@ int serve(const ServeFlags& f) {
   }
   options.prefill_chunk = f.prefill_chunk;
   options.prefill_pace = f.prefill_pace;
+  // On a GPU a step of many prompt tokens costs little more than one of a few (the experts
+  // are read either way): while nothing decodes, a crowd's prompts go in at once, and
+  // requests sent together are gathered for a moment so that they start together.
+  const bool gpu = (*engine)->on_gpu();
+  options.prefill_idle_chunk = f.prefill_idle_chunk > 0 ? f.prefill_idle_chunk : (gpu ? std::max(4096u, f.prefill_chunk) : 0);
+  const double gather_ms = f.gather_ms >= 0 ? f.gather_ms : (gpu ? 5.0 : 0.0);
+  options.gather = std::chrono::microseconds(static_cast<int64_t>(gather_ms * 1000));
   // The host samples while the GPU idles: its cores are free then (on the CPU the forward
   // pass's threads are the same cores, and sampling stays on the scheduler's thread).
   if ((*engine)->on_gpu()) options.sampling_threads = std::clamp(std::thread::hardware_concurrency() / 2, 1u, 8u);
@@ -298,6 +309,12 @@ Runner add_serve(CLI::App& app) {
   app.add_option("--draft-max", f->draft_max, "most guesses per choice and step with --lookup or --mtp (default 8)");
   app.add_option("--prefill-chunk", f->prefill_chunk,
                  "most prompt tokens evaluated per step, all prompts together (default 256)");
+  app.add_option("--prefill-idle-chunk", f->prefill_idle_chunk,
+                 "most prompt tokens per step while no request decodes (default 4096 on the GPU, --prefill-chunk "
+                 "on the CPU)");
+  app.add_option("--gather-ms", f->gather_ms,
+                 "an idle server given a request waits up to MS for others sent with it, so they start together "
+                 "(default 5 on the GPU, 0 on the CPU; ends early at --max-running requests)");
   app.add_option("--prefill-pace", f->prefill_pace,
                  "beside decoding requests, prompt chunks sized so a step lasts about R x a plain decode step "
                  "(measured; default 2; 0 = always --prefill-chunk)");

@@ -142,6 +142,19 @@ TEST(PrefillPacer, ManyWaitingRequestsWidenTheAllowance) {
   EXPECT_EQ(p.budget(0, 5), 256u);    // nothing decodes: the whole chunk
 }
 
+TEST(PrefillPacer, NothingDecodingGivesTheIdleChunk) {
+  PrefillPacer p({.max_chunk = 256, .idle_chunk = 2048, .min_chunk = 16, .ratio = 2.0});
+  EXPECT_EQ(p.budget(0, 8), 2048u);
+  EXPECT_EQ(p.budget(2, 6), 0u);  // beside decoders the paced budget (d unknown: a plain step)
+  p.observe(2, 0, 0.010);
+  EXPECT_EQ(p.budget(2, 6), 16u);
+  PrefillPacer off({.max_chunk = 128, .idle_chunk = 1024, .min_chunk = 16, .ratio = 0});
+  EXPECT_EQ(off.budget(0, 1), 1024u);
+  EXPECT_EQ(off.budget(3, 1), 128u);
+  PrefillPacer same({.max_chunk = 128, .min_chunk = 16, .ratio = 2.0});  // idle_chunk 0: max_chunk
+  EXPECT_EQ(same.budget(0, 1), 128u);
+}
+
 TEST(PrefillPacer, OffAndBadReadings) {
   PrefillPacer off({.max_chunk = 128, .min_chunk = 16, .ratio = 0});
   off.observe(2, 0, 0.010);

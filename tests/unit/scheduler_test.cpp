@@ -223,6 +223,34 @@ TEST_F(SchedulerTest, CancelStopLengthTimeoutAndBadRequests) {
 // histograms, every fed token in the tokens histogram, several sequences in some steps;
 // the KV in use (tokens reserved and written, sequences, bytes) while requests run, and 0
 // once they are cancelled.
+// Requests sent a few ms apart to an idle scheduler (ServingOptions::gather) start in one
+// step with every prompt whole (prefill_idle_chunk), then decode together: one prompt step
+// and max_tokens - 1 decode steps in all. Without the wait the first request's prompt goes
+// alone and the others are paced in beside it in chunks of prefill_chunk.
+TEST_F(SchedulerTest, RequestsSentTogetherStartInOneStep) {
+  const std::vector<int32_t> prompt = refs["prompts"][0]["ids"].get<std::vector<int32_t>>();
+  ASSERT_GT(prompt.size(), 4u);
+  for (const bool gather : {true, false}) {
+    ServingOptions options{.max_running = 3, .n_ctx = 128, .prefill_chunk = 4, .prefill_idle_chunk = 512};
+    if (gather) options.gather = std::chrono::milliseconds(2000);
+    Scheduler s(*backend, *tokenizer, options);
+    std::vector<std::unique_ptr<Collected>> out;
+    for (int i = 0; i < 3; ++i) {
+      out.push_back(std::make_unique<Collected>());
+      ASSERT_TRUE(s.submit(request(prompt, 8, out.back().get())).ok());
+      std::this_thread::sleep_for(std::chrono::milliseconds(gather ? 5 : 100));
+    }
+    for (auto& c : out) wait(*c);
+    const SchedulerMetrics m = s.metrics();
+    if (gather) {
+      EXPECT_EQ(m.steps, 8u) << "one step of three whole prompts, then 7 decode steps of three";
+      EXPECT_EQ(m.step_sequences.sum, 3u * 8u);
+    } else {
+      EXPECT_GT(m.steps, 8u);
+    }
+  }
+}
+
 TEST_F(SchedulerTest, StepHistogramsAndKvInUseBackToZeroAfterCancel) {
   ServingOptions options{.max_running = 4, .n_ctx = 128, .prefill_chunk = 16};
   options.kv_bytes_per_token = 1000;
