@@ -466,11 +466,15 @@ struct Scheduler::Impl {
         cv.wait(lock, [&] { return stop || !queue.empty() || !running.empty(); });
         if (stop) break;
         // Idle: the first request waits a moment for those sent with it (ServingOptions::gather).
-        if (running.empty() && o.gather.count() > 0) {
-          const Clock::time_point until = queue.front().submitted + o.gather;
-          cv.wait_until(lock, until, [&] { return stop || queue.empty() || queue.size() >= o.max_running; });
+        // The wait ends gather after the latest arrival, at most 4 x gather after the first.
+        while (running.empty() && o.gather.count() > 0 && !queue.empty() && queue.size() < o.max_running) {
+          const size_t seen = queue.size();
+          const Clock::time_point until = std::min(queue.front().submitted + 4 * o.gather, queue.back().submitted + o.gather);
+          if (Clock::now() >= until) break;
+          cv.wait_until(lock, until, [&] { return stop || queue.size() != seen; });
           if (stop) break;
         }
+        if (stop) break;
       }
       admit();
       step();

@@ -100,9 +100,10 @@ struct ServingOptions {
   // While nothing decodes, at most prefill_idle_chunk prompt tokens per step (0:
   // prefill_chunk): a crowd's prompts go in together and its streams decode together.
   uint32_t prefill_idle_chunk = 0;
-  // An idle scheduler given a request waits up to gather after its arrival for more (until
-  // max_running are queued) before the first step, so requests sent together start
-  // together instead of the first alone and the rest paced in beside it. 0: no wait.
+  // An idle scheduler given a request waits for more (until max_running are queued, gather
+  // after the latest arrival, at most 4 x gather after the first) before the first step, so
+  // requests sent together start together instead of the first alone and the rest paced
+  // in beside it. 0: no wait.
   std::chrono::microseconds gather{0};
   // Speculative decoding by prompt lookup (runtime/speculative.h): each decoding choice's
   // step also evaluates up to draft_max guesses (what followed the most recent earlier
