@@ -4,6 +4,8 @@
 # machine); false (build it) when there is none, its stamp is stale or a library is missing.
 carried_moetier() {
   local c=.gpu-carry/bin dir=$1
+  # packed with xz by carry_bin.sh (a call carries 64 MiB at most)
+  [ -f $c/moetier.xz ] && [ ! -x $c/moetier ] && xz -dc $c/moetier.xz >$c/moetier && chmod +x $c/moetier
   [ -x $c/moetier ] && [ -f $c/STAMP ] || return 1
   if [ "$(cat $c/STAMP)" != "$(bash tools/gpu/source_stamp.sh)" ]; then echo "carried moetier: stale stamp, building"; return 1; fi
   if ldd $c/moetier | grep -q 'not found'; then echo "carried moetier: libraries missing, building"; return 1; fi

@@ -13,7 +13,9 @@ B=${CARRY_BUILD:-$REPO/../build-cuda}
   -DCMAKE_CUDA_ARCHITECTURES=90 -DMOETIER_SERVER=ON -DMOETIER_TESTS=OFF >/dev/null
 cmake --build "$B" --target moetier -j "$(nproc)"
 mkdir -p "$REPO/.gpu-carry/bin"
-cp "$B/moetier" "$REPO/.gpu-carry/bin/moetier"
-strip "$REPO/.gpu-carry/bin/moetier"
+rm -f "$REPO/.gpu-carry/bin/moetier"
+strip -o "$REPO/.gpu-carry/bin/moetier.strip" "$B/moetier"
+xz -T0 -6 -c "$REPO/.gpu-carry/bin/moetier.strip" >"$REPO/.gpu-carry/bin/moetier.xz"  # a call carries 64 MiB at most
+rm "$REPO/.gpu-carry/bin/moetier.strip"
 bash "$REPO/tools/gpu/source_stamp.sh" >"$REPO/.gpu-carry/bin/STAMP"
 ls -la "$REPO/.gpu-carry/bin"
