@@ -15,8 +15,8 @@ namespace mt::cuda {
 
 StatusOr<PinMode> pin_mode_from_env() {
   const char* v = std::getenv("MOETIER_PIN_MODE");
-  if (v == nullptr || *v == '\0' || std::string_view(v) == "alloc") return PinMode::kAlloc;
-  if (std::string_view(v) == "register") return PinMode::kRegister;
+  if (v == nullptr || *v == '\0' || std::string_view(v) == "register") return PinMode::kRegister;
+  if (std::string_view(v) == "alloc") return PinMode::kAlloc;
   return invalid_argument(std::string("MOETIER_PIN_MODE='") + v + "' is not alloc or register");
 }
 

@@ -51,14 +51,21 @@ uint32_t PrefillPacer::budget(uint32_t decoding, uint32_t waiting) {
     if (extra_s_[b] > 0) first = b;
   }
   if (first == extra_s_.size()) return o_.min_chunk;  // nothing measured yet
-  const double limit = std::max(target, kFallbackSlack * extra_s_[first]);
+  // The fallback's slack stays within kStallCap x d for the whole step (the streams' worst
+  // gap), above the target only where the crowd's scale put the target there.
+  const double slack = std::min(kFallbackSlack * extra_s_[first], (kStallCap - 1) * decode_s_);
+  const double limit = std::max(target, slack);
   size_t pick = first;
   for (size_t b = first; b < extra_s_.size(); ++b) {
     if (extra_s_[b] > 0 && extra_s_[b] <= limit) pick = b;
   }
-  // Try the next bucket up: once when unmeasured, then every `reprobe` prompt steps.
+  // Try the next bucket up: once when unmeasured, then every `reprobe` prompt steps; not
+  // when the pick already takes most of the limit (a bigger chunk costs at least as much:
+  // a probe would only be a stall the streams see).
   const size_t up = pick + 1;
-  if (up < extra_s_.size() && (extra_s_[up] <= 0 || (o_.reprobe > 0 && prompt_steps_ % o_.reprobe == o_.reprobe - 1))) {
+  const bool room = extra_s_[pick] <= limit / kProbeHeadroom;
+  if (up < extra_s_.size() && room &&
+      (extra_s_[up] <= 0 || (o_.reprobe > 0 && prompt_steps_ % o_.reprobe == o_.reprobe - 1))) {
     return size_of(up);
   }
   return size_of(pick);

@@ -8,16 +8,19 @@
 // chunks are slow per token and big ones nearly free per token. The budget is the largest
 // measured bucket whose extra time stays within (ratio - 1) * d; when even the smallest
 // measured chunk is over that (a fixed cost), the largest within kFallbackSlack x the
-// smallest's extra time: a prompt is not admitted 16 tokens at a time at nearly a full
-// chunk's cost, while a linear cost (a CPU) keeps the smallest stall. The next bucket up is tried once
-// when unmeasured and again every `reprobe` prompt steps (costs drift with the number of
-// decoders). A step without prompt tokens (budget 0) measures d where it is unknown, and
-// again after `reprobe` prompt steps in a row (with prompts waiting no step is plain by
-// itself). Nothing decoding: idle_chunk (no one waits; on a GPU a crowd's prompts in one
-// step cost little more than one chunk, and its streams then start together). ratio 0 turns pacing off. The
-// allowance is scaled by the requests waiting for their first token over those decoding
-// (at least 1): the stall a step may add to each decoding stream grows with how many
-// streams it admits sooner.
+// smallest's extra time, but no step past kStallCap x d: a prompt is not admitted 16 tokens
+// at a time at nearly a full chunk's cost, a linear cost (a CPU) keeps the smallest stall,
+// and the running streams' worst gap stays under 3 plain steps (the smallest chunk where
+// even it is over). The next bucket up is tried once when unmeasured and again every
+// `reprobe` prompt steps (costs drift with the number of decoders), unless the pick's extra
+// time already fills the limit (kProbeHeadroom): a probe there is only a stall. A step
+// without prompt tokens (budget 0) measures d where it is unknown, and again after
+// `reprobe` prompt steps in a row (with prompts waiting no step is plain by itself).
+// Nothing decoding: idle_chunk (no one waits; on a GPU a crowd's prompts in one step cost
+// little more than one chunk, and its streams then start together). ratio 0 turns pacing
+// off. The allowance is scaled by the requests waiting for their first token over those
+// decoding (at least 1): the stall a step may add to each decoding stream grows with how
+// many streams it admits sooner.
 #pragma once
 
 #include <cstddef>
@@ -46,6 +49,8 @@ class PrefillPacer {
   uint32_t budget(uint32_t decoding, uint32_t waiting);
   static constexpr double kMaxWaitScale = 8;
   static constexpr double kFallbackSlack = 1.5;
+  static constexpr double kStallCap = 2.75;      // the fallback's bound on a step, in decode steps
+  static constexpr double kProbeHeadroom = 1.2;  // a bucket up is probed while the pick's extra <= limit / this
   // A step's measured time with its decoding rows and prompt tokens.
   void observe(uint32_t decode_rows, uint32_t prompt_tokens, double seconds);
 

@@ -51,6 +51,7 @@ struct ServeFlags {
   bool mtp = false;                    // or by the model's NextN block
   uint32_t prefill_chunk = 256;
   uint32_t prefill_idle_chunk = 0;  // 0: 4096 on the GPU, --prefill-chunk on the CPU
+  uint32_t prefill_min_chunk = 16;
   double prefill_pace = 2.0;
   double gather_ms = -1;  // < 0: 5 on the GPU, 0 on the CPU
   bool no_interleave = false;
@@ -152,6 +153,7 @@ Status check_flags(const ServeFlags& f, QuantType* kv_type) {
   if (f.draft_max < 1 || f.draft_max > 64) return invalid_argument("--draft-max must be in [1, 64]");
   if (f.prefill_chunk < 1 || f.prefill_chunk > 65536) return invalid_argument("--prefill-chunk must be in [1, 65536]");
   if (f.prefill_idle_chunk > 65536) return invalid_argument("--prefill-idle-chunk must be in [1, 65536]");
+  if (f.prefill_min_chunk < 1 || f.prefill_min_chunk > 65536) return invalid_argument("--prefill-min-chunk must be in [1, 65536]");
   if (!(f.gather_ms <= 1000)) return invalid_argument("--gather-ms must be in [0, 1000]");
   if (!(f.prefill_pace == 0 || (f.prefill_pace >= 1.1 && f.prefill_pace <= 100))) {
     return invalid_argument("--prefill-pace must be 0 (off) or in [1.1, 100]");
@@ -206,6 +208,7 @@ int serve(const ServeFlags& f) {
   }
   options.prefill_chunk = f.prefill_chunk;
   options.prefill_pace = f.prefill_pace;
+  options.prefill_min_chunk = f.prefill_min_chunk;
   // On a GPU a step of many prompt tokens costs little more than one of a few (the experts
   // are read either way): while nothing decodes, a crowd's prompts go in at once, and
   // requests sent together are gathered for a moment so that they start together.
@@ -312,6 +315,8 @@ Runner add_serve(CLI::App& app) {
   app.add_option("--prefill-idle-chunk", f->prefill_idle_chunk,
                  "most prompt tokens per step while no request decodes (default 4096 on the GPU, --prefill-chunk "
                  "on the CPU)");
+  app.add_option("--prefill-min-chunk", f->prefill_min_chunk,
+                 "the smallest prompt chunk beside decoding requests (default 16, at most --prefill-chunk; the sizes tried are it x 2^k)");
   app.add_option("--gather-ms", f->gather_ms,
                  "an idle server given a request waits up to MS for others sent with it, so they start together "
                  "(default 5 on the GPU, 0 on the CPU; ends early at --max-running requests)");

@@ -96,23 +96,23 @@ TEST(PrefillPacer, SettlesOnTheLargestChunkWithinTheRatio) {
 }
 
 // MoE prefill beside a 14.5 ms decode step (the H100's 8 streams): any chunk reads most
-// experts, 18 ms + 30 us per token. No chunk fits 2x (14.5 ms extra); 256 tokens (25.7 ms)
-// stay within 1.5x 16 tokens' 18.5 ms (27.75 ms): the prompt goes in 256 at a time.
-TEST(PrefillPacer, AFixedCostOverTheTargetTakesTheLargestChunkNearTheSmallest) {
+// experts, 18 ms + 30 us per token. No chunk fits 2x (14.5 ms extra); the fallback (1.5x
+// 16 tokens' 18.5 ms) is capped at 2.75 steps (25.4 ms extra): 128 tokens (21.8 ms), and
+// 256 (25.7 ms) never probed, since 128 already fills the limit.
+TEST(PrefillPacer, AFixedCostOverTheTargetTakesTheLargestChunkWithinTheStallCap) {
   PrefillPacer p(two_x());
   const auto seen = settle(p, 0.0145, [](uint32_t n) { return 0.018 + 0.00003 * n; }, 128);
-  EXPECT_EQ(most_given(seen), 256u);
+  EXPECT_EQ(most_given(seen), 128u);
   EXPECT_EQ(seen.size(), 1u);
 }
 
-// The same fixed cost with twice the per-token part beside a 10.5 ms step: 128 tokens
-// (25.7 ms) are within 1.5x 16 tokens' 19 ms (28.5 ms), 256 (33.4 ms) are not.
-TEST(PrefillPacer, AFixedCostStopsAtOneAndAHalfTheSmallestStall) {
+// The same fixed cost with twice the per-token part beside a 10.5 ms step: even 16 tokens
+// (19 ms) are over the cap (18.4 ms): the smallest chunk, no probe of a bigger one.
+TEST(PrefillPacer, AFixedCostOverTheCapKeepsTheSmallestChunkAndProbesNothing) {
   PrefillPacer p(two_x());
   const auto seen = settle(p, 0.0105, [](uint32_t n) { return 0.018 + 0.00006 * n; }, 128);
-  EXPECT_EQ(most_given(seen), 128u);
-  EXPECT_LE(seen.count(256) ? seen.at(256) : 0, 64 / 32 + 1);
-  EXPECT_EQ(seen.count(64), 0u);
+  EXPECT_EQ(most_given(seen), 16u);
+  EXPECT_EQ(seen.size(), 1u);
 }
 
 // A CPU: 1.5 ms decode steps, 0.1 ms + 0.5 ms per prompt token. Every chunk is over 2x;
@@ -125,9 +125,9 @@ TEST(PrefillPacer, ALinearCostOverTheTargetKeepsSmallChunks) {
 }
 
 // 18 ms + 200 us per prompt token (16 tokens 21.2 ms, 64 tokens 30.8, 128 tokens 43.6)
-// beside a 10.5 ms step: with one request waiting, 64 tokens, the largest within 1.5x the
-// smallest's stall (31.8 ms); with 40 waiting beside 8 decoding the allowance is 5x (52.5
-// ms), so 128 tokens go in at once.
+// beside a 10.5 ms step: with one request waiting, 16 tokens (every chunk is over the
+// 2.75-step cap); with 40 waiting beside 8 decoding the allowance is 5x (52.5 ms), so 128
+// tokens go in at once.
 TEST(PrefillPacer, ManyWaitingRequestsWidenTheAllowance) {
   PrefillPacer p(two_x());
   p.observe(8, 0, 0.0105);
@@ -137,7 +137,7 @@ TEST(PrefillPacer, ManyWaitingRequestsWidenTheAllowance) {
     p.observe(8, 0, 0.0105);
   }
   EXPECT_EQ(p.budget(8, 40), 128u);
-  EXPECT_EQ(p.budget(8, 1), 64u);
+  EXPECT_EQ(p.budget(8, 1), 16u);
   EXPECT_EQ(p.budget(1, 100), 256u);  // the scale is capped (8x) but 256 fits anyway
   EXPECT_EQ(p.budget(0, 5), 256u);    // nothing decodes: the whole chunk
 }
