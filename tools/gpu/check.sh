@@ -624,7 +624,7 @@ pinload)  # a bare machine, issue 28's load time: moetier built, the q30v timing
   done
   if [ -n "${QUICK:-}" ]; then
     for a in "" "--expert-cache 25%" "--expert-cache 25% --pin-background"; do
-      name="greedy$(echo "$a" | tr -d ' -%')"
+      name="greedy$(echo "$a" | tr -dc 'a-z0-9')"
       run "$name" sh -c "MOETIER_PIN_MODE=register $M run -m $F --device cuda -p 'The quick brown fox' -n 48 --temp 0 $a 2>$OUT/$name.err >$OUT/$name.text"
     done
     for t in "$OUT"/greedyexpertcache25*.text; do
