@@ -184,6 +184,15 @@ std::string ServerMetrics::render(const SchedulerMetrics& s) const {
               s.step_sequences);
   write_steps(&out, "moetier_batch_tokens_per_step",
               "Tokens evaluated in one forward pass (decode tokens and prefill chunks together).", s.step_tokens);
+  single(&out, "moetier_prefill_pacer_decode_step_seconds", "gauge",
+         "The chunked-prefill pacer's moving average of a step without prompt tokens (0: not measured yet).",
+         s.pacer_decode_step_s);
+  header(&out, "moetier_prefill_pacer_chunk_extra_seconds", "gauge",
+         "What a prompt chunk of this many tokens adds to a step beside decoding requests, as the pacer measured it "
+         "(moving average; 0: not measured yet).");
+  for (const PrefillPacer::Bucket& b : s.pacer_chunks) {
+    sample(&out, "moetier_prefill_pacer_chunk_extra_seconds", "tokens=\"" + std::to_string(b.tokens) + "\"", b.extra_s);
+  }
 
   // Expert tiering, per geometry group: the sums over the group's layers of the scheduler's
   // snapshot (serve --expert-cache: the simulated device today); 0 without tiering.

@@ -57,6 +57,11 @@ class PrefillPacer {
   double decode_step_s() const { return decode_s_; }  // 0 until measured
   // The measured extra time of a chunk of `bucket_tokens` (a bucket's size); 0: unmeasured.
   double chunk_extra_s(uint32_t bucket_tokens) const;
+  struct Bucket {
+    uint32_t tokens = 0;   // the bucket's chunk size
+    double extra_s = 0;    // its measured extra time; 0: unmeasured
+  };
+  std::vector<Bucket> buckets() const;  // every bucket, smallest first (serve's /metrics)
 
  private:
   size_t bucket_of(uint32_t tokens) const;

@@ -347,6 +347,8 @@ struct Scheduler::Impl {
     m.eval_seconds += eval_seconds;
     m.step_sequences.observe(parts.size());
     m.step_tokens.observe(batch.size());
+    m.pacer_decode_step_s = pacer.decode_step_s();
+    m.pacer_chunks = pacer.buckets();
     if (o.experts == nullptr) return;  // a snapshot for /metrics (the HTTP thread reads it under mu)
     const ExpertScheduler& es = *o.experts;
     const uint32_t n = static_cast<uint32_t>(es.cache().n_layers());

@@ -35,6 +35,7 @@
 #include "core/status.h"
 #include "runtime/grammar.h"
 #include "runtime/sampling.h"
+#include "server/prefill_pacer.h"
 #include "tokenizer/tokenizer.h"
 
 namespace mt {
@@ -161,6 +162,10 @@ struct SchedulerMetrics {
   std::vector<double> ttft_seconds;         // time to first token of finished requests (last 1024)
   std::vector<double> token_seconds;        // per-token latency samples (last 4096)
   std::vector<ExpertLayerCounters> expert_layers;  // per layer (with tiered experts), after the last step
+  // The prefill pacer's measurements (server/prefill_pacer.h), after the last step: its
+  // plain decode step and each chunk size's extra time (0: not measured yet).
+  double pacer_decode_step_s = 0;
+  std::vector<PrefillPacer::Bucket> pacer_chunks;
 };
 
 class Scheduler {

@@ -155,6 +155,21 @@ TEST(PrefillPacer, NothingDecodingGivesTheIdleChunk) {
   EXPECT_EQ(same.budget(0, 1), 128u);
 }
 
+TEST(PrefillPacer, BucketsAreTheChunkSizesWithTheirMeasuredExtraTime) {
+  PrefillPacer p({.max_chunk = 100, .min_chunk = 16, .ratio = 2.0});
+  p.observe(2, 0, 0.010);
+  p.observe(2, 40, 0.013);  // the 32 bucket
+  const std::vector<PrefillPacer::Bucket> b = p.buckets();
+  ASSERT_EQ(b.size(), 4u);
+  EXPECT_EQ(b[0].tokens, 16u);
+  EXPECT_EQ(b[1].tokens, 32u);
+  EXPECT_EQ(b[2].tokens, 64u);
+  EXPECT_EQ(b[3].tokens, 100u);
+  EXPECT_EQ(b[0].extra_s, 0);
+  EXPECT_NEAR(b[1].extra_s, 0.003, 1e-12);
+  EXPECT_EQ(b[3].extra_s, 0);
+}
+
 TEST(PrefillPacer, OffAndBadReadings) {
   PrefillPacer off({.max_chunk = 128, .min_chunk = 16, .ratio = 0});
   off.observe(2, 0, 0.010);

@@ -56,6 +56,7 @@ TEST(ServerMetrics, StepHistogramsAndKvInUse) {
   EXPECT_TRUE(has_line(text, "moetier_batch_sequences_per_step_sum 213"));
   EXPECT_TRUE(has_line(text, "moetier_batch_sequences_per_step_count 5"));
   EXPECT_TRUE(has_line(text, "moetier_batch_tokens_per_step_bucket{le=\"16\"} 1"));
+  EXPECT_TRUE(has_line(text, "moetier_prefill_pacer_decode_step_seconds 0")) << "not measured yet";
   EXPECT_TRUE(has_line(text, "moetier_batch_tokens_per_step_bucket{le=\"32\"} 2"));
   EXPECT_TRUE(has_line(text, "moetier_batch_tokens_per_step_bucket{le=\"256\"} 3"));
   EXPECT_TRUE(has_line(text, "moetier_batch_tokens_per_step_bucket{le=\"4096\"} 3"));
@@ -68,6 +69,29 @@ TEST(ServerMetrics, StepHistogramsAndKvInUse) {
   const std::string idle = metrics.render(SchedulerMetrics{});
   EXPECT_TRUE(has_line(idle, "moetier_batch_tokens_per_step_count 0")) << idle;
   EXPECT_TRUE(has_line(idle, "moetier_kv_cache_bytes_used 0"));
+}
+
+}  // namespace
+}  // namespace mt::server
+
+namespace mt::server {
+namespace {
+
+// The pacer's measurements: its plain decode step and each chunk size's extra time.
+TEST(ServerMetrics, PrefillPacerMeasurements) {
+  ServerMetrics metrics({});
+  SchedulerMetrics s;
+  PrefillPacer pacer({.max_chunk = 64, .min_chunk = 16, .ratio = 2.0});
+  pacer.observe(4, 0, 0.010);
+  pacer.observe(4, 16, 0.0125);
+  s.pacer_decode_step_s = pacer.decode_step_s();
+  s.pacer_chunks = pacer.buckets();
+  const std::string text = metrics.render(s);
+  EXPECT_TRUE(has_line(text, "moetier_prefill_pacer_decode_step_seconds 0.01")) << text;
+  EXPECT_TRUE(has_line(text, "# TYPE moetier_prefill_pacer_chunk_extra_seconds gauge"));
+  EXPECT_TRUE(has_line(text, "moetier_prefill_pacer_chunk_extra_seconds{tokens=\"16\"} 0.0025"));
+  EXPECT_TRUE(has_line(text, "moetier_prefill_pacer_chunk_extra_seconds{tokens=\"32\"} 0"));
+  EXPECT_TRUE(has_line(text, "moetier_prefill_pacer_chunk_extra_seconds{tokens=\"64\"} 0"));
 }
 
 }  // namespace
