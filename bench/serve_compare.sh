@@ -168,6 +168,7 @@ def scraped(path):  # counter name -> value from a /metrics text
                 pass
     return vals
 split = []
+pacer = []
 for (engine, n) in sorted(rows, key=lambda k: k[1]):
     path = os.path.join(out, f"{engine}-s{n}.metrics")
     if engine != "moetier" or not os.path.exists(path):
@@ -178,6 +179,12 @@ for (engine, n) in sorted(rows, key=lambda k: k[1]):
         ev, ho = v.get("moetier_scheduler_eval_seconds_total", 0), v.get("moetier_scheduler_host_seconds_total", 0)
         split.append(f"{n} streams {1000 * ev / steps:.2f} / {1000 * ho / steps:.2f}")
         rows[(engine, n)]["step_split_ms"] = {"eval": 1000 * ev / steps, "host": 1000 * ho / steps, "steps": steps}
+    # the prefill pacer's last measurements: a plain step and each chunk size's extra time
+    chunks = {int(k.split('"')[1]): x for k, x in v.items() if k.startswith("moetier_prefill_pacer_chunk_extra_seconds{")}
+    if chunks:
+        d = v.get("moetier_prefill_pacer_decode_step_seconds", 0)
+        pacer.append(f"{n} streams: plain step {1000 * d:.2f} ms; chunk extra " +
+                     ", ".join(f"{t}: {1000 * x:.2f}" for t, x in sorted(chunks.items()) if x > 0))
 for (engine, n), j in sorted(rows.items(), key=lambda kv: (kv[0][1], kv[0][0] != "moetier")):
     mem = j.get("server_memory") or {}
     lines.append(f"| {engine} | {n} | {j['requests_completed']}/{j['requests_failed']} | {j['output_tok_s'] or 0:.2f} | "
@@ -189,6 +196,8 @@ for (engine, n), j in sorted(rows.items(), key=lambda kv: (kv[0][1], kv[0][0] !=
                     "server_memory": mem, "config": j["config"], "step_split_ms": j.get("step_split_ms")})
 if split:
     lines += ["", "moetier step, forward pass / the rest (sampling, text) ms per step: " + ", ".join(split)]
+if pacer:
+    lines += ["", "moetier prefill pacer (ms; chunk sizes measured beside decoders): " + "; ".join(pacer)]
 ratios = []
 for n in sorted({n for _, n in rows}):
     a, b = rows.get(("moetier", n)), rows.get(("llama", n))
