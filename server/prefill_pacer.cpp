@@ -29,10 +29,9 @@ size_t PrefillPacer::bucket_of(uint32_t tokens) const {
 
 double PrefillPacer::chunk_extra_s(uint32_t bucket_tokens) const { return extra_s_[bucket_of(bucket_tokens)]; }
 
-std::vector<PrefillPacer::Bucket> PrefillPacer::buckets() const {
-  std::vector<Bucket> out(extra_s_.size());
-  for (size_t b = 0; b < extra_s_.size(); ++b) out[b] = {size_of(b), extra_s_[b]};
-  return out;
+void PrefillPacer::buckets(std::vector<Bucket>* out) const {
+  out->resize(extra_s_.size());
+  for (size_t b = 0; b < extra_s_.size(); ++b) (*out)[b] = {size_of(b), extra_s_[b]};
 }
 
 uint32_t PrefillPacer::budget(uint32_t decoding, uint32_t waiting) {

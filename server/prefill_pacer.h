@@ -61,7 +61,7 @@ class PrefillPacer {
     uint32_t tokens = 0;   // the bucket's chunk size
     double extra_s = 0;    // its measured extra time; 0: unmeasured
   };
-  std::vector<Bucket> buckets() const;  // every bucket, smallest first (serve's /metrics)
+  void buckets(std::vector<Bucket>* out) const;  // every bucket, smallest first (serve's /metrics)
 
  private:
   size_t bucket_of(uint32_t tokens) const;

@@ -348,7 +348,7 @@ struct Scheduler::Impl {
     m.step_sequences.observe(parts.size());
     m.step_tokens.observe(batch.size());
     m.pacer_decode_step_s = pacer.decode_step_s();
-    m.pacer_chunks = pacer.buckets();
+    pacer.buckets(&m.pacer_chunks);  // in place: no allocation per step
     if (o.experts == nullptr) return;  // a snapshot for /metrics (the HTTP thread reads it under mu)
     const ExpertScheduler& es = *o.experts;
     const uint32_t n = static_cast<uint32_t>(es.cache().n_layers());
@@ -469,12 +469,11 @@ struct Scheduler::Impl {
         if (stop) break;
         // Idle: the first request waits a moment for those sent with it (ServingOptions::gather).
         // The wait ends gather after the latest arrival, at most 4 x gather after the first.
-        while (running.empty() && o.gather.count() > 0 && !queue.empty() && queue.size() < o.max_running) {
+        while (!stop && running.empty() && o.gather.count() > 0 && !queue.empty() && queue.size() < o.max_running) {
           const size_t seen = queue.size();
           const Clock::time_point until = std::min(queue.front().submitted + 4 * o.gather, queue.back().submitted + o.gather);
           if (Clock::now() >= until) break;
           cv.wait_until(lock, until, [&] { return stop || queue.size() != seen; });
-          if (stop) break;
         }
         if (stop) break;
       }

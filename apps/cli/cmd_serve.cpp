@@ -152,7 +152,7 @@ Status check_flags(const ServeFlags& f, QuantType* kv_type) {
   if (f.max_running == 0) return invalid_argument("--max-running must be >= 1");
   if (f.draft_max < 1 || f.draft_max > 64) return invalid_argument("--draft-max must be in [1, 64]");
   if (f.prefill_chunk < 1 || f.prefill_chunk > 65536) return invalid_argument("--prefill-chunk must be in [1, 65536]");
-  if (f.prefill_idle_chunk > 65536) return invalid_argument("--prefill-idle-chunk must be in [1, 65536]");
+  if (f.prefill_idle_chunk > 65536) return invalid_argument("--prefill-idle-chunk must be at most 65536");
   if (f.prefill_min_chunk < 1 || f.prefill_min_chunk > 65536) return invalid_argument("--prefill-min-chunk must be in [1, 65536]");
   if (!(f.gather_ms <= 1000)) return invalid_argument("--gather-ms must be in [0, 1000]");
   if (!(f.prefill_pace == 0 || (f.prefill_pace >= 1.1 && f.prefill_pace <= 100))) {
@@ -218,7 +218,7 @@ int serve(const ServeFlags& f) {
   options.gather = std::chrono::microseconds(static_cast<int64_t>(gather_ms * 1000));
   // The host samples while the GPU idles: its cores are free then (on the CPU the forward
   // pass's threads are the same cores, and sampling stays on the scheduler's thread).
-  if ((*engine)->on_gpu()) options.sampling_threads = std::clamp(std::thread::hardware_concurrency() / 2, 1u, 8u);
+  if (gpu) options.sampling_threads = std::clamp(std::thread::hardware_concurrency() / 2, 1u, 8u);
   if (f.lookup > 0 && (*engine)->on_gpu()) {
     for (uint32_t l = 0; l < hp.n_layer; ++l) {
       if (hp.is_recurrent(l)) {

@@ -159,7 +159,8 @@ TEST(PrefillPacer, BucketsAreTheChunkSizesWithTheirMeasuredExtraTime) {
   PrefillPacer p({.max_chunk = 100, .min_chunk = 16, .ratio = 2.0});
   p.observe(2, 0, 0.010);
   p.observe(2, 40, 0.013);  // the 32 bucket
-  const std::vector<PrefillPacer::Bucket> b = p.buckets();
+  std::vector<PrefillPacer::Bucket> b;
+  p.buckets(&b);
   ASSERT_EQ(b.size(), 4u);
   EXPECT_EQ(b[0].tokens, 16u);
   EXPECT_EQ(b[1].tokens, 32u);
