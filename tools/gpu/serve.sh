@@ -42,6 +42,14 @@ F=/tmp/q30v-q4_k_m.gguf
 [ -f $F ] || step synth $B/moetier synth --preset qwen3-30b-a3b --quant q4_k_m --fast \
   --vocab .gpu-carry/testdata/vocab/ggml-vocab-qwen2.gguf -o $F
 sync
+# HWPROFILE=1: moetier hwprofile of this machine into /tmp/hw.json (a variant below can
+# then give --hw-profile /tmp/hw.json)
+[ -n "${HWPROFILE:-}" ] && { step hwprofile $B/moetier hwprofile -o /tmp/hw.json; cat /tmp/hw.json; }
+# MOETIER_VARIANTS="flags|flags|...": the long prompt and each tiered budget served once per
+# variant (its flags as MOETIER_ARGS; an empty one is the default), llama-server beside the
+# first only: an A/B of moetier's flags under one load in one call.
+IFS='|' read -ra VARIANTS <<<"${MOETIER_VARIANTS:-${MOETIER_ARGS:-}}"
+[ ${#VARIANTS[@]} -gt 0 ] || VARIANTS=("")
 COMMON=(--gpu --engines "${ENGINES:-moetier}" --streams "${STREAMS:-1 8 32}" --prompt-tokens "${PROMPT:-128}"
         --output-tokens "${OUTPUT:-256}" --requests "${REQUESTS:-2}" --endpoint completions --moetier $B/moetier
         --llama-server $LLAMA)
@@ -89,9 +97,17 @@ fi
 # LONG_PROMPT=N: chunked prefill under load: LONG_STREAMS (8) streams of 512 tokens, one
 # N-token prompt sent 1 s in; the streams' inter-token latency while it is admitted.
 if [ -n "${LONG_PROMPT:-}" ]; then
-  step long bash bench/serve_compare.sh $F "${COMMON[@]}" --streams "${LONG_STREAMS:-8}" --output-tokens 512 \
-    --requests 1 --long-prompt "$LONG_PROMPT" --out "$OUT/long"
-  grep -h "long prompt" "$OUT"/long/*.log "$OUT/long.log" 2>/dev/null
+  IFS='|' read -ra LV <<<"${LONG_VARIANTS:-${MOETIER_VARIANTS:-${MOETIER_ARGS:-}}}"  # LONG_VARIANTS: as MOETIER_VARIANTS
+  [ ${#LV[@]} -gt 0 ] || LV=("")
+  for i in "${!LV[@]}"; do
+    d=long; [ "$i" = 0 ] || d=long_v$i
+    echo "--- variant $i: ${LV[$i]:-(default)}"
+    MOETIER_ARGS="${LV[$i]}" step $d bash bench/serve_compare.sh $F "${COMMON[@]}" --streams "${LONG_STREAMS:-8}" \
+      --output-tokens 512 --requests 1 --long-prompt "$LONG_PROMPT" --out "$OUT/$d"
+    grep -h "long prompt" "$OUT"/$d/*.log "$OUT/$d.log" 2>/dev/null
+    COMMON[2]=moetier  # llama-server beside the first variant only
+  done
+  COMMON[2]="${ENGINES:-moetier}"
 fi
 [ -n "${NO_RESIDENT:-}" ] || step resident bash bench/serve_compare.sh $F "${COMMON[@]}" --out "$OUT/resident"
 cat "$OUT/resident/summary.md" 2>/dev/null
@@ -101,9 +117,15 @@ NCPUMOE_25=${NCPUMOE_25:-35}
 NCPUMOE_10=${NCPUMOE_10:-43}
 for ec in ${EXPERT_CACHES-25%}; do
   v=NCPUMOE_${ec%\%}
-  step "tier${ec%\%}" bash bench/serve_compare.sh $F "${COMMON[@]}" --expert-cache "$ec" ${!v:+--n-cpu-moe ${!v}} \
-    --out "$OUT/tier${ec%\%}"
-  cat "$OUT/tier${ec%\%}/summary.md" 2>/dev/null
+  for i in "${!VARIANTS[@]}"; do
+    d=tier${ec%\%}; [ "$i" = 0 ] || d=tier${ec%\%}_v$i
+    echo "--- variant $i: ${VARIANTS[$i]:-(default)}"
+    MOETIER_ARGS="${VARIANTS[$i]}" step "$d" bash bench/serve_compare.sh $F "${COMMON[@]}" --expert-cache "$ec" \
+      ${!v:+--n-cpu-moe ${!v}} --out "$OUT/$d"
+    cat "$OUT/$d/summary.md" 2>/dev/null
+    COMMON[2]=moetier
+  done
+  COMMON[2]="${ENGINES:-moetier}"
 done
 nvidia-smi --query-gpu=name,memory.used --format=csv >"$OUT/nvidia-smi.txt" 2>&1
 pack
