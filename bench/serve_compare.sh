@@ -169,6 +169,7 @@ def scraped(path):  # counter name -> value from a /metrics text
     return vals
 split = []
 pacer = []
+tier = []
 for (engine, n) in sorted(rows, key=lambda k: k[1]):
     path = os.path.join(out, f"{engine}-s{n}.metrics")
     if engine != "moetier" or not os.path.exists(path):
@@ -179,6 +180,15 @@ for (engine, n) in sorted(rows, key=lambda k: k[1]):
         ev, ho = v.get("moetier_scheduler_eval_seconds_total", 0), v.get("moetier_scheduler_host_seconds_total", 0)
         split.append(f"{n} streams {1000 * ev / steps:.2f} / {1000 * ho / steps:.2f}")
         rows[(engine, n)]["step_split_ms"] = {"eval": 1000 * ev / steps, "host": 1000 * ho / steps, "steps": steps}
+    # tiering: the hit rate, the CPU's share of the experts and the split's CPU speed
+    hits = sum(x for k, x in v.items() if k.startswith("moetier_expert_cache_hits_total"))
+    miss = sum(x for k, x in v.items() if k.startswith("moetier_expert_cache_misses_total"))
+    cpu = sum(x for k, x in v.items() if k.startswith("moetier_expert_cpu_computed_total"))
+    if hits + miss:
+        sp = v.get("moetier_expert_split_cpu_bytes_per_second", 0)
+        tier.append(f"{n} streams: hit rate {hits / (hits + miss):.3f}, CPU experts {cpu / (hits + miss):.3f} of lookups"
+                    + (f", split's CPU speed {sp / 1e9:.1f} GB/s + {1e6 * v.get('moetier_expert_split_cpu_fixed_seconds', 0):.0f} us"
+                       f" ({'learned' if v.get('moetier_expert_split_cpu_learned') else 'profile'})" if sp else ""))
     # the prefill pacer's last measurements: a plain step and each chunk size's extra time
     chunks = {int(k.split('"')[1]): x for k, x in v.items() if k.startswith("moetier_prefill_pacer_chunk_extra_seconds{")}
     if chunks:
@@ -196,6 +206,8 @@ for (engine, n), j in sorted(rows.items(), key=lambda kv: (kv[0][1], kv[0][0] !=
                     "server_memory": mem, "config": j["config"], "step_split_ms": j.get("step_split_ms")})
 if split:
     lines += ["", "moetier step, forward pass / the rest (sampling, text) ms per step: " + ", ".join(split)]
+if tier:
+    lines += ["", "moetier tiering: " + "; ".join(tier)]
 if pacer:
     lines += ["", "moetier prefill pacer (ms; chunk sizes measured beside decoders): " + "; ".join(pacer)]
 ratios = []

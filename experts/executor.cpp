@@ -73,7 +73,11 @@ void TieredExecutor::run(const LayerStep& step) {
     float* rows = device_.cpu_rows(jobs_.size());
     const auto t0 = std::chrono::steady_clock::now();
     cpu_.compute(l, step.h, step.n_tokens, jobs_, rows);
-    timing_[l].cpu_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double cpu_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    timing_[l].cpu_s += cpu_s;
+    uint32_t cpu_experts = 0;
+    for (const Placement& p : placed_) cpu_experts += p.on_device ? 0 : 1;
+    scheduler_.observe_cpu(l, cpu_experts, static_cast<uint32_t>(jobs_.size()), cpu_s);
     device_.finish(g, cpu_slots_, rows);
   } else {
     device_.finish(g, {}, nullptr);

@@ -18,7 +18,8 @@
 //   4. the device's group started (asynchronous), the CPU's jobs computed on the calling
 //      thread meanwhile, their rows handed to the device, which puts them beside its own
 //      (waiting for its work where the device needs it);
-//   5. the CPU's seconds added to the layer's timing (experts/stats.h LayerTiming); the
+//   5. the CPU's seconds added to the layer's timing (experts/stats.h LayerTiming) and
+//      given to the scheduler (observe_cpu: the learned CPU cost of the split); the
 //      device adds its copy and compute seconds to the same entry.
 // Every selected expert of the layer-step is computed exactly once, on exactly one side.
 #pragma once

@@ -12,14 +12,19 @@ constexpr double kCopyLatencySeconds = 10e-6;  // queueing one layer-step's copi
 }
 
 uint32_t device_share_of_misses(uint32_t n, uint64_t bytes, double h2d_gbps, double cpu_gbps) {
+  if (cpu_gbps <= 0) return h2d_gbps > 0 ? n : 0;
+  return device_share_of_misses(n, bytes, h2d_gbps, CpuCost{0, 1.0 / (cpu_gbps * 1e9)});
+}
+
+uint32_t device_share_of_misses(uint32_t n, uint64_t bytes, double h2d_gbps, const CpuCost& cpu) {
   if (n == 0 || h2d_gbps <= 0) return 0;
-  if (cpu_gbps <= 0) return n;
+  if (cpu.per_byte_s <= 0) return n;
   const double b = static_cast<double>(bytes);
   uint32_t best = 0;
   double best_t = INFINITY;
   for (uint32_t m = 0; m <= n; ++m) {
     const double t_dev = m == 0 ? 0.0 : kCopyLatencySeconds + m * b / (h2d_gbps * 1e9);
-    const double t_cpu = (n - m) * b / (cpu_gbps * 1e9);
+    const double t_cpu = cpu.seconds(n - m, bytes);
     const double t = std::max(t_dev, t_cpu);
     if (t < best_t) {
       best_t = t;
@@ -99,6 +104,18 @@ void ExpertScheduler::place(uint32_t layer, std::span<const ExpertTask> tasks, s
   for (size_t i = first; i < out.size(); ++i) ++(out[i].on_device ? c.device_experts : c.cpu_experts);
 }
 
+void ExpertScheduler::observe_cpu(uint32_t layer, uint32_t n_experts, uint32_t n_jobs, double seconds) {
+  MT_CHECK(layer < layer_bytes_.size());
+  if (!options_.learn_cpu_cost || n_experts == 0 || n_jobs > 2 * n_experts) return;
+  cpu_fit_.add(n_experts * layer_bytes_[layer], seconds);
+}
+
+CpuCost ExpertScheduler::cpu_cost(uint32_t layer) const {
+  if (options_.learn_cpu_cost && cpu_fit_.ready()) return cpu_fit_.cost();
+  const double gbps = options_.hw.cpu_decode_gbps(layer_type_[layer]);
+  return gbps > 0 ? CpuCost{0, 1.0 / (gbps * 1e9)} : CpuCost{};
+}
+
 void ExpertScheduler::split_misses(uint32_t layer, std::span<const ExpertTask> tasks, size_t first,
                                    std::vector<Placement>& out) {
   SchedulerCounters& c = counters_[layer];
@@ -111,7 +128,7 @@ void ExpertScheduler::split_misses(uint32_t layer, std::span<const ExpertTask> t
     m = static_cast<uint32_t>(std::lround(std::min(1.0, options_.split_fraction) * static_cast<double>(cpu.size())));
   } else {
     m = device_share_of_misses(static_cast<uint32_t>(cpu.size()), bytes, options_.hw.h2d_gbps(bytes, options_.pinned),
-                               options_.hw.cpu_decode_gbps(layer_type_[layer]));
+                               cpu_cost(layer));
   }
   // The experts with the most tokens first; among equals (every miss of a decode step), the
   // most selected so far, so that the admissions the device's share brings in are the

@@ -194,6 +194,14 @@ std::string ServerMetrics::render(const SchedulerMetrics& s) const {
     sample(&out, "moetier_prefill_pacer_chunk_extra_seconds", "tokens=\"" + std::to_string(b.tokens) + "\"", b.extra_s);
   }
 
+  single(&out, "moetier_expert_split_cpu_bytes_per_second", "gauge",
+         "The CPU's expert speed the split of misses uses now (0: no split).", s.expert_cpu_bytes_per_s);
+  single(&out, "moetier_expert_split_cpu_fixed_seconds", "gauge",
+         "The CPU's fixed cost per layer-step the split of misses uses now.", s.expert_cpu_fixed_s);
+  single(&out, "moetier_expert_split_cpu_learned", "gauge",
+         "1: those two are learned from the measured layer-steps (--split-learn); 0: the hardware profile's.",
+         s.expert_cpu_learned ? 1.0 : 0.0);
+
   // Expert tiering, per geometry group: the sums over the group's layers of the scheduler's
   // snapshot (serve --expert-cache: the simulated device today); 0 without tiering.
   struct Counter {

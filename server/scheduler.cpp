@@ -358,6 +358,14 @@ struct Scheduler::Impl {
       const SchedulerCounters& k = es.counters(l);
       m.expert_layers[l] = {c.hits, c.misses, c.evictions, c.bytes_copied + k.staged_bytes, k.cpu_experts};
     }
+    if (es.options().split_misses && es.options().split_fraction < 0) {
+      uint32_t layer = 0;  // the first layer with experts: the profile's speed is per type
+      while (layer + 1 < n && es.expert_bytes(layer) == 0) ++layer;
+      const CpuCost cost = es.cpu_cost(layer);
+      m.expert_cpu_bytes_per_s = cost.per_byte_s > 0 ? 1.0 / cost.per_byte_s : 0;
+      m.expert_cpu_fixed_s = cost.fixed_s;
+      m.expert_cpu_learned = es.options().learn_cpu_cost && es.cpu_fit().ready();
+    }
   }
 
   void step() {

@@ -162,6 +162,10 @@ struct SchedulerMetrics {
   std::vector<double> ttft_seconds;         // time to first token of finished requests (last 1024)
   std::vector<double> token_seconds;        // per-token latency samples (last 4096)
   std::vector<ExpertLayerCounters> expert_layers;  // per layer (with tiered experts), after the last step
+  // The split of misses' CPU cost as it stands after the last step (learned or the
+  // profile's; experts/cpu_cost_fit.h): bytes per second (0: no split) and fixed seconds.
+  double expert_cpu_bytes_per_s = 0, expert_cpu_fixed_s = 0;
+  bool expert_cpu_learned = false;
   // The prefill pacer's measurements (server/prefill_pacer.h), after the last step: its
   // plain decode step and each chunk size's extra time (0: not measured yet).
   double pacer_decode_step_s = 0;

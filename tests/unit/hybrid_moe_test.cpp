@@ -339,6 +339,34 @@ TEST(HybridMoe, TheSplitGivesTheDeviceThePopularMissesFirst) {
   }
 }
 
+// learn_cpu_cost: the split takes the CPU's measured layer-steps instead of the profile's
+// speed. A CPU measured slow hands the device every miss; the profile's fast CPU (beside a
+// copy's fixed latency, for experts this small) keeps them all; without the option, or for
+// layer-steps of many tokens per expert, the measurements are not used.
+TEST(HybridMoe, TheSplitLearnsTheCpuCostFromItsMeasuredLayerSteps) {
+  synth::SynthConfig c = synth::tiny_for(Arch::kQwen3Moe);
+  c.sparse = true;
+  auto geometry = tiny_geometry(c, "qwen3moe-split-learn.gguf");
+  ASSERT_TRUE(geometry.ok()) << geometry.status().to_string();
+  const ExpertTask tasks[] = {{1, 1}, {2, 1}, {5, 1}, {6, 1}};
+  auto device_share = [&](bool learn, uint32_t jobs_per_expert) {
+    SchedulerOptions so;
+    so.split_misses = true;
+    so.learn_cpu_cost = learn;
+    ExpertScheduler s(*geometry, plan_pools(*geometry, 0), c.n_layer, {}, so);
+    for (int i = 0; i < 64; ++i) s.observe_cpu(0, 2 + i % 8, (2 + i % 8) * jobs_per_expert, (2 + i % 8) * 1e-3);
+    s.begin_step(1);
+    std::vector<Placement> out;
+    s.place(0, tasks, out);
+    uint32_t n = 0;
+    for (const Placement& p : out) n += p.on_device ? 1 : 0;
+    return n;
+  };
+  EXPECT_EQ(device_share(false, 1), 0u);
+  EXPECT_EQ(device_share(true, 1), 4u);
+  EXPECT_EQ(device_share(true, 3), 0u);  // prefill-like layer-steps: flops, not bytes
+}
+
 // The roofline of tiered decode: (CPU experts' bytes + bytes copied) per token over host
 // read + pinned link bandwidth, from the scheduler's own counters and the profile.
 TEST(HybridMoe, TheRooflineIsTheCrossingBytesOverHostPlusLinkBandwidth) {
