@@ -188,7 +188,10 @@ for (engine, n) in sorted(rows, key=lambda k: k[1]):
         sp = v.get("moetier_expert_split_cpu_bytes_per_second", 0)
         tier.append(f"{n} streams: hit rate {hits / (hits + miss):.3f}, CPU experts {cpu / (hits + miss):.3f} of lookups"
                     + (f", split's CPU speed {sp / 1e9:.1f} GB/s + {1e6 * v.get('moetier_expert_split_cpu_fixed_seconds', 0):.0f} us"
-                       f" ({'learned' if v.get('moetier_expert_split_cpu_learned') else 'profile'})" if sp else ""))
+                       f" ({'learned' if v.get('moetier_expert_split_cpu_learned') else 'profile'})" if sp else "")
+                    + (f", device {v['moetier_expert_split_device_bytes_per_second'] / 1e9:.1f} GB/s + "
+                       f"{1e6 * v.get('moetier_expert_split_device_fixed_seconds', 0):.0f} us (learned)"
+                       if v.get("moetier_expert_split_device_bytes_per_second") else ""))
     # the prefill pacer's last measurements: a plain step and each chunk size's extra time
     chunks = {int(k.split('"')[1]): x for k, x in v.items() if k.startswith("moetier_prefill_pacer_chunk_extra_seconds{")}
     if chunks:

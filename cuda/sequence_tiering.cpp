@@ -43,7 +43,7 @@ void CudaSequence::stage_next_layer(int64_t after) {
 // step's final synchronisation) into the executor's timing.
 void CudaSequence::collect_device_times() {
   if (m_.tiering == nullptr) return;
-  m_.tiering->gpu->collect_times(m_.tiering->executor->timing());
+  m_.tiering->gpu->collect_times(*m_.tiering->executor);
 }
 
 }  // namespace mt::cuda::detail

@@ -39,10 +39,12 @@ StatusOr<std::unique_ptr<CudaExpertDevice>> CudaExpertDevice::create(const PoolP
   d->stage_ids_dev_ = DeviceBuffer(sizeof(int32_t) * S);
   d->row_ids_dev_ = DeviceBuffer(sizeof(int32_t) * S);
   d->rows_dev_ = DeviceBuffer(sizeof(float) * S * E);
+  d->dev_issue_.resize(n_layer);
   d->dev_begin_.resize(n_layer);
   d->dev_end_.resize(n_layer);
   d->dev_timed_.assign(n_layer, false);
   for (uint32_t l = 0; l < n_layer; ++l) {
+    MT_CUDA_CHECK(cudaEventCreate(&d->dev_issue_[l]));
     MT_CUDA_CHECK(cudaEventCreate(&d->dev_begin_[l]));
     MT_CUDA_CHECK(cudaEventCreate(&d->dev_end_[l]));
   }
@@ -54,6 +56,7 @@ CudaExpertDevice::~CudaExpertDevice() {
                   static_cast<void*>(pin_stage_ids_), static_cast<void*>(pin_h_), static_cast<void*>(pin_rows_)}) {
     if (p != nullptr) cudaFreeHost(p);
   }
+  for (cudaEvent_t e : dev_issue_) cudaEventDestroy(e);
   for (cudaEvent_t e : dev_begin_) cudaEventDestroy(e);
   for (cudaEvent_t e : dev_end_) cudaEventDestroy(e);
 }
@@ -69,7 +72,12 @@ LayerStep CudaExpertDevice::fetch_routing(uint32_t layer, uint32_t n_tokens, con
 
 void CudaExpertDevice::copy_to_slot(uint32_t layer, uint32_t expert, int32_t slot) { cache_->admit(layer, expert, slot); }
 
-void CudaExpertDevice::wait_copies(uint32_t layer) { cache_->wait_layer(layer, layer_.stream); }
+void CudaExpertDevice::wait_copies(uint32_t layer) {
+  // The device share's start: the compute stream is idle here (fetch_routing waited for
+  // it), so the event marks when this layer-step's copies were issued.
+  MT_CUDA_CHECK(cudaEventRecord(dev_issue_[layer], layer_.stream));
+  cache_->wait_layer(layer, layer_.stream);
+}
 
 void CudaExpertDevice::stage(uint32_t layer, std::span<const uint32_t> experts) {
   staged_buf_ = cache_->stage_experts(layer, experts);
@@ -120,12 +128,15 @@ void CudaExpertDevice::finish(const DeviceGroup&, std::span<const int32_t> cpu_s
                static_cast<int>(n_embd_), s);
 }
 
-void CudaExpertDevice::collect_times(std::vector<LayerTiming>& timing) {
+void CudaExpertDevice::collect_times(TieredExecutor& executor) {
+  std::vector<LayerTiming>& timing = executor.timing();
   for (size_t l = 0; l < dev_timed_.size(); ++l) {
     if (!dev_timed_[l]) continue;
-    float ms = 0;
+    float ms = 0, share_ms = 0;
     MT_CUDA_CHECK(cudaEventElapsedTime(&ms, dev_begin_[l], dev_end_[l]));
+    MT_CUDA_CHECK(cudaEventElapsedTime(&share_ms, dev_issue_[l], dev_end_[l]));
     timing[l].device_s += ms * 1e-3;
+    executor.observe_device(static_cast<uint32_t>(l), share_ms * 1e-3);
     dev_timed_[l] = false;
   }
 }

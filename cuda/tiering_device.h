@@ -79,9 +79,11 @@ class CudaExpertDevice final : public ExpertDevice {
   float* cpu_rows(size_t n) override;
   void finish(const DeviceGroup& group, std::span<const int32_t> cpu_slots, const float* rows) override;
 
-  // Device time of this step's groups per layer, added to timing[layer].device_s (the
-  // events read after the step's final synchronisation).
-  void collect_times(std::vector<LayerTiming>& timing);
+  // Device time of this step's groups per layer, added to the executor's
+  // timing[layer].device_s, and the device share's time from its copies' issue to its
+  // products' end given to executor.observe_device (the learned split); the events are
+  // read after the step's final synchronisation.
+  void collect_times(TieredExecutor& executor);
 
  private:
   CudaExpertDevice() = default;
@@ -94,6 +96,7 @@ class CudaExpertDevice final : public ExpertDevice {
   int32_t *pin_sel_ = nullptr, *pin_slot_ids_ = nullptr, *pin_row_ids_ = nullptr, *pin_stage_ids_ = nullptr;
   float *pin_h_ = nullptr, *pin_rows_ = nullptr;
   DeviceBuffer slot_ids_dev_, row_ids_dev_, rows_dev_, stage_ids_dev_;
+  std::vector<cudaEvent_t> dev_issue_;             // (n_layer) the layer-step's copies issued
   std::vector<cudaEvent_t> dev_begin_, dev_end_;  // (n_layer) the groups' products
   std::vector<bool> dev_timed_;
 };

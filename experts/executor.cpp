@@ -7,7 +7,15 @@
 namespace mt {
 
 TieredExecutor::TieredExecutor(ExpertScheduler& scheduler, ExpertDevice& device, CpuExperts& cpu, uint32_t n_layer)
-    : scheduler_(scheduler), device_(device), cpu_(cpu), timing_(n_layer) {}
+    : scheduler_(scheduler), device_(device), cpu_(cpu), timing_(n_layer), pending_device_misses_(n_layer, -1) {}
+
+void TieredExecutor::observe_device(uint32_t layer, double seconds) {
+  MT_CHECK(layer < pending_device_misses_.size());
+  if (pending_device_misses_[layer] >= 0) {
+    scheduler_.observe_device(layer, static_cast<uint32_t>(pending_device_misses_[layer]), seconds);
+  }
+  pending_device_misses_[layer] = -1;
+}
 
 void TieredExecutor::run(const LayerStep& step) {
   const uint32_t l = step.layer, S = step.n_tokens * step.k;
@@ -45,6 +53,12 @@ void TieredExecutor::run(const LayerStep& step) {
   for (const Placement& p : placed_) {
     if (!p.on_device && p.copy && p.slot >= 0) device_.copy_to_slot(l, p.expert, p.slot);
   }
+
+  // The device's share for the learned split: misses copied in or staged for this step
+  // (admissions for later excluded), when the layer-step is decode-like (as observe_cpu).
+  uint32_t device_misses = 0;
+  for (const Placement& p : placed_) device_misses += p.on_device && (p.copy || p.slot < 0) ? 1 : 0;
+  pending_device_misses_[l] = S <= 2 * tasks_.size() ? static_cast<int32_t>(device_misses) : -1;
 
   DeviceGroup g;
   g.layer = l, g.n_tokens = step.n_tokens, g.k = step.k, g.timing = &timing_[l];

@@ -20,7 +20,8 @@
 //      (waiting for its work where the device needs it);
 //   5. the CPU's seconds added to the layer's timing (experts/stats.h LayerTiming) and
 //      given to the scheduler (observe_cpu: the learned CPU cost of the split); the
-//      device adds its copy and compute seconds to the same entry.
+//      device adds its copy and compute seconds to the same entry, and its share's time
+//      through observe_device (the learned device cost).
 // Every selected expert of the layer-step is computed exactly once, on exactly one side.
 #pragma once
 
@@ -100,6 +101,12 @@ class TieredExecutor {
   // Runs one layer-step (above). The scheduler's begin_step() comes first for each step.
   void run(const LayerStep& step);
 
+  // The device's time for its share of the layer's last layer-step (from the copies'
+  // issue to its products' end; a GPU reads it from events after the step): a sample for
+  // the scheduler's learned split (ExpertScheduler::observe_device) when that layer-step
+  // was decode-like.
+  void observe_device(uint32_t layer, double seconds);
+
   ExpertScheduler& scheduler() { return scheduler_; }
   // Per model layer: copy, device and CPU seconds over all steps (read after the
   // device's work is done; the GPU adds device time when a step's events are read).
@@ -111,6 +118,7 @@ class TieredExecutor {
   ExpertDevice& device_;
   CpuExperts& cpu_;
   std::vector<LayerTiming> timing_;  // (n_layer)
+  std::vector<int32_t> pending_device_misses_;  // (n_layer) the last layer-step's device misses, -1: no sample
   // A layer-step's scratch, kept between calls.
   std::vector<uint32_t> count_;
   std::vector<ExpertTask> tasks_;

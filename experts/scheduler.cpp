@@ -9,21 +9,17 @@ namespace mt {
 
 namespace {
 constexpr double kCopyLatencySeconds = 10e-6;  // queueing one layer-step's copies
-}
 
-uint32_t device_share_of_misses(uint32_t n, uint64_t bytes, double h2d_gbps, double cpu_gbps) {
-  if (cpu_gbps <= 0) return h2d_gbps > 0 ? n : 0;
-  return device_share_of_misses(n, bytes, h2d_gbps, CpuCost{0, 1.0 / (cpu_gbps * 1e9)});
-}
-
-uint32_t device_share_of_misses(uint32_t n, uint64_t bytes, double h2d_gbps, const CpuCost& cpu) {
-  if (n == 0 || h2d_gbps <= 0) return 0;
+// The m of 0..n that makes max(device time, CPU time) least; the device's fixed part is
+// paid with copies only (fixed_with_copies_only) or always.
+uint32_t best_share(uint32_t n, uint64_t bytes, const LineCost& device, bool fixed_with_copies_only, const LineCost& cpu) {
+  if (n == 0 || device.per_byte_s <= 0) return 0;
   if (cpu.per_byte_s <= 0) return n;
   const double b = static_cast<double>(bytes);
   uint32_t best = 0;
   double best_t = INFINITY;
   for (uint32_t m = 0; m <= n; ++m) {
-    const double t_dev = m == 0 ? 0.0 : kCopyLatencySeconds + m * b / (h2d_gbps * 1e9);
+    const double t_dev = m == 0 && fixed_with_copies_only ? 0.0 : device.fixed_s + m * b * device.per_byte_s;
     const double t_cpu = cpu.seconds(n - m, bytes);
     const double t = std::max(t_dev, t_cpu);
     if (t < best_t) {
@@ -32,6 +28,22 @@ uint32_t device_share_of_misses(uint32_t n, uint64_t bytes, double h2d_gbps, con
     }
   }
   return best;
+}
+
+}  // namespace
+
+uint32_t device_share_of_misses(uint32_t n, uint64_t bytes, double h2d_gbps, double cpu_gbps) {
+  if (cpu_gbps <= 0) return h2d_gbps > 0 ? n : 0;
+  return device_share_of_misses(n, bytes, h2d_gbps, LineCost{0, 1.0 / (cpu_gbps * 1e9)});
+}
+
+uint32_t device_share_of_misses(uint32_t n, uint64_t bytes, double h2d_gbps, const LineCost& cpu) {
+  if (h2d_gbps <= 0) return 0;
+  return best_share(n, bytes, LineCost{kCopyLatencySeconds, 1.0 / (h2d_gbps * 1e9)}, true, cpu);
+}
+
+uint32_t device_share_of_misses(uint32_t n, uint64_t bytes, const LineCost& device, const LineCost& cpu) {
+  return best_share(n, bytes, device, false, cpu);
 }
 
 ExpertScheduler::ExpertScheduler(const ExpertGeometry& geometry, const PoolPlan& plan, uint32_t n_layer_blocks,
@@ -106,14 +118,19 @@ void ExpertScheduler::place(uint32_t layer, std::span<const ExpertTask> tasks, s
 
 void ExpertScheduler::observe_cpu(uint32_t layer, uint32_t n_experts, uint32_t n_jobs, double seconds) {
   MT_CHECK(layer < layer_bytes_.size());
-  if (!options_.learn_cpu_cost || n_experts == 0 || n_jobs > 2 * n_experts) return;
+  if (!options_.learn_costs || n_experts == 0 || n_jobs > 2 * n_experts) return;
   cpu_fit_.add(n_experts * layer_bytes_[layer], seconds);
 }
 
-CpuCost ExpertScheduler::cpu_cost(uint32_t layer) const {
-  if (options_.learn_cpu_cost && cpu_fit_.ready()) return cpu_fit_.cost();
+void ExpertScheduler::observe_device(uint32_t layer, uint32_t n_misses, double seconds) {
+  MT_CHECK(layer < layer_bytes_.size());
+  if (options_.learn_costs) device_fit_.add(n_misses * layer_bytes_[layer], seconds);
+}
+
+LineCost ExpertScheduler::cpu_cost(uint32_t layer) const {
+  if (options_.learn_costs && cpu_fit_.ready()) return cpu_fit_.cost();
   const double gbps = options_.hw.cpu_decode_gbps(layer_type_[layer]);
-  return gbps > 0 ? CpuCost{0, 1.0 / (gbps * 1e9)} : CpuCost{};
+  return gbps > 0 ? LineCost{0, 1.0 / (gbps * 1e9)} : LineCost{};
 }
 
 void ExpertScheduler::split_misses(uint32_t layer, std::span<const ExpertTask> tasks, size_t first,
@@ -127,8 +144,12 @@ void ExpertScheduler::split_misses(uint32_t layer, std::span<const ExpertTask> t
   if (options_.split_fraction >= 0) {
     m = static_cast<uint32_t>(std::lround(std::min(1.0, options_.split_fraction) * static_cast<double>(cpu.size())));
   } else {
-    m = device_share_of_misses(static_cast<uint32_t>(cpu.size()), bytes, options_.hw.h2d_gbps(bytes, options_.pinned),
-                               cpu_cost(layer));
+    const auto n = static_cast<uint32_t>(cpu.size());
+    if (options_.learn_costs && device_fit_.ready()) {
+      m = device_share_of_misses(n, bytes, device_fit_.cost(), cpu_cost(layer));
+    } else {
+      m = device_share_of_misses(n, bytes, options_.hw.h2d_gbps(bytes, options_.pinned), cpu_cost(layer));
+    }
   }
   // The experts with the most tokens first; among equals (every miss of a decode step), the
   // most selected so far, so that the admissions the device's share brings in are the

@@ -34,7 +34,7 @@
 
 #include "experts/cache.h"
 #include "experts/cost_model.h"
-#include "experts/cpu_cost_fit.h"
+#include "experts/cost_fit.h"
 #include "experts/geometry.h"
 #include "experts/hw_profile.h"
 #include "experts/pools.h"
@@ -73,17 +73,22 @@ struct SchedulerOptions {
   // Which misses make the device's share: the most tokens first, then (true) the experts
   // selected most often so far, or (false) ascending ids.
   bool split_popular_first = true;
-  // The split's CPU cost from the layer-steps' measured CPU seconds (observe_cpu(),
-  // cpu_cost_fit.h) once enough are in, instead of hw's CPU expert speed. Makes the split
-  // depend on timing: a real device's executor only (simulate stays deterministic).
-  bool learn_cpu_cost = false;
+  // The split's costs learned from the measured layer-steps (cost_fit.h: the CPU's
+  // seconds through observe_cpu, the device's through observe_device) once enough are in,
+  // instead of hw's CPU expert speed and link speed. Makes the split depend on timing: a
+  // real device's executor only (simulate stays deterministic).
+  bool learn_costs = false;
 };
 
 // How many of n misses of `bytes` each the device should take so that the copies (at
 // h2d_gbps, after a fixed latency) and the CPU (at cpu_gbps) finish together.
 uint32_t device_share_of_misses(uint32_t n, uint64_t bytes, double h2d_gbps, double cpu_gbps);
 // The same with the CPU's cost as a line (a fixed part per layer-step and a speed).
-uint32_t device_share_of_misses(uint32_t n, uint64_t bytes, double h2d_gbps, const CpuCost& cpu);
+uint32_t device_share_of_misses(uint32_t n, uint64_t bytes, double h2d_gbps, const LineCost& cpu);
+// Both sides as learned lines: the device's time for m misses (0 included: it computes
+// its hits whatever m) is device.fixed_s + m * bytes * device.per_byte_s, the CPU's
+// cpu.seconds(n - m, bytes).
+uint32_t device_share_of_misses(uint32_t n, uint64_t bytes, const LineCost& device, const LineCost& cpu);
 
 class ExpertScheduler {
  public:
@@ -100,13 +105,17 @@ class ExpertScheduler {
   const SchedulerCounters& counters(uint32_t layer) const { return counters_[layer]; }
   const SchedulerOptions& options() const { return options_; }
   // A layer-step whose CPU share (n_experts distinct experts of `layer`, for n_jobs
-  // (expert, token) pairs) took `seconds` on the CPU: a sample for learn_cpu_cost. Only
+  // (expert, token) pairs) took `seconds` on the CPU: a sample for learn_costs. Only
   // decode-like layer-steps count (at most 2 tokens per expert: bytes, not flops, set
   // their time).
   void observe_cpu(uint32_t layer, uint32_t n_experts, uint32_t n_jobs, double seconds);
+  // A decode-like layer-step whose device share (n_misses misses copied in or staged for
+  // it, besides its hits) took `seconds` from the copies' issue to its products' end.
+  void observe_device(uint32_t layer, uint32_t n_misses, double seconds);
   // The CPU cost the split uses now (learned, else from hw for the type of `layer`).
-  CpuCost cpu_cost(uint32_t layer) const;
-  const CpuCostFit& cpu_fit() const { return cpu_fit_; }
+  LineCost cpu_cost(uint32_t layer) const;
+  const CostFit& cpu_fit() const { return cpu_fit_; }
+  const CostFit& device_fit() const { return device_fit_; }
   uint64_t steps() const { return steps_; }
   uint64_t tokens() const { return tokens_; }
   // Bytes of one expert of a layer (0 for a layer without experts).
@@ -125,7 +134,7 @@ class ExpertScheduler {
   std::vector<std::vector<uint64_t>> selections_;     // [layer block][expert]: tokens
   std::vector<uint64_t> layer_bytes_, layer_flops_;  // per block: one expert's bytes, flops per token
   std::vector<QuantType> layer_type_;
-  CpuCostFit cpu_fit_;
+  CostFit cpu_fit_, device_fit_;
   uint64_t steps_ = 0, tokens_ = 0;
 };
 

@@ -198,6 +198,11 @@ std::string ServerMetrics::render(const SchedulerMetrics& s) const {
          "The CPU's expert speed the split of misses uses now (0: no split).", s.expert_cpu_bytes_per_s);
   single(&out, "moetier_expert_split_cpu_fixed_seconds", "gauge",
          "The CPU's fixed cost per layer-step the split of misses uses now.", s.expert_cpu_fixed_s);
+  single(&out, "moetier_expert_split_device_bytes_per_second", "gauge",
+         "The device's speed for its share of the misses (copies and products), learned (0: not yet, or no split).",
+         s.expert_dev_bytes_per_s);
+  single(&out, "moetier_expert_split_device_fixed_seconds", "gauge",
+         "The device's learned fixed time per layer-step (its hits' products).", s.expert_dev_fixed_s);
   single(&out, "moetier_expert_split_cpu_learned", "gauge",
          "1: those two are learned from the measured layer-steps (--split-learn); 0: the hardware profile's.",
          s.expert_cpu_learned ? 1.0 : 0.0);

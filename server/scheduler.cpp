@@ -361,10 +361,15 @@ struct Scheduler::Impl {
     if (es.options().split_misses && es.options().split_fraction < 0) {
       uint32_t layer = 0;  // the first layer with experts: the profile's speed is per type
       while (layer + 1 < n && es.expert_bytes(layer) == 0) ++layer;
-      const CpuCost cost = es.cpu_cost(layer);
+      const LineCost cost = es.cpu_cost(layer);
       m.expert_cpu_bytes_per_s = cost.per_byte_s > 0 ? 1.0 / cost.per_byte_s : 0;
       m.expert_cpu_fixed_s = cost.fixed_s;
-      m.expert_cpu_learned = es.options().learn_cpu_cost && es.cpu_fit().ready();
+      m.expert_cpu_learned = es.options().learn_costs && es.cpu_fit().ready();
+      if (es.options().learn_costs && es.device_fit().ready()) {
+        const LineCost dev = es.device_fit().cost();
+        m.expert_dev_bytes_per_s = 1.0 / dev.per_byte_s;
+        m.expert_dev_fixed_s = dev.fixed_s;
+      }
     }
   }
 

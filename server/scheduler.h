@@ -162,9 +162,11 @@ struct SchedulerMetrics {
   std::vector<double> ttft_seconds;         // time to first token of finished requests (last 1024)
   std::vector<double> token_seconds;        // per-token latency samples (last 4096)
   std::vector<ExpertLayerCounters> expert_layers;  // per layer (with tiered experts), after the last step
-  // The split of misses' CPU cost as it stands after the last step (learned or the
-  // profile's; experts/cpu_cost_fit.h): bytes per second (0: no split) and fixed seconds.
+  // The split of misses' costs as they stand after the last step (experts/cost_fit.h):
+  // the CPU's (learned or the profile's) and the device's (learned; 0 until then), bytes
+  // per second (0: no split) and fixed seconds per layer-step.
   double expert_cpu_bytes_per_s = 0, expert_cpu_fixed_s = 0;
+  double expert_dev_bytes_per_s = 0, expert_dev_fixed_s = 0;
   bool expert_cpu_learned = false;
   // The prefill pacer's measurements (server/prefill_pacer.h), after the last step: its
   // plain decode step and each chunk size's extra time (0: not measured yet).

@@ -53,8 +53,8 @@ void add_tiering_flags(CLI::App& app, TieringFlags* f) {
                  "far; default) or ids (ascending expert ids)")
       ->check(CLI::IsMember({"popular", "ids"}));
   app.add_option("--split-learn", f->split_learn,
-                 "with --split-misses: the CPU's expert speed learned from the measured layer-steps while running "
-                 "(auto: on with --device cuda), or (off) taken from the hardware profile")
+                 "with --split-misses: the CPU's and the device's costs of their shares learned from the measured "
+                 "layer-steps while running (auto: on with --device cuda), or (off) taken from the hardware profile")
       ->check(CLI::IsMember({"auto", "on", "off"}));
 }
 
@@ -85,8 +85,8 @@ Status apply_device_defaults(const TieringFlags& f, bool gpu, TieringSetup& s) {
     return invalid_argument("--split-fraction needs the split of misses (--split-misses on, or auto on cuda)");
   }
   s.scheduler.split_fraction = f.split_fraction;
-  // The learned CPU cost moves the split with timing: only where a real device runs it.
-  s.scheduler.learn_cpu_cost = s.scheduler.split_misses && f.split_fraction < 0 &&
+  // The learned costs move the split with timing: only where a real device runs it.
+  s.scheduler.learn_costs = s.scheduler.split_misses && f.split_fraction < 0 &&
                                (f.split_learn == "on" || (f.split_learn == "auto" && gpu));
   s.scheduler.split_popular_first = f.split_pick != "ids";
   return {};

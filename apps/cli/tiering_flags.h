@@ -8,8 +8,8 @@
 //   --split-misses auto|on|off  [--split-fraction F]  hybrid: part of each layer-step's
 //                            misses copied to the device and computed there while the CPU
 //                            computes the rest (auto: on with --device cuda)
-//   --split-learn auto|on|off  the split's CPU speed learned from the measured layer-steps
-//                            (auto: on with --device cuda; off: the hardware profile's)
+//   --split-learn auto|on|off  the split's CPU and device costs learned from the measured
+//                            layer-steps (auto: on with --device cuda; off: the profile's)
 //   --n-cpu-moe N            llama.cpp's placement: the experts of blocks 0..N-1 stay in
 //                            host memory (computed by the CPU), every expert of the later
 //                            blocks has a slot in the device cache and is kept there
@@ -44,7 +44,7 @@ struct TieringFlags {
   std::string split_misses = "auto";  // hybrid: share the CPU's misses with the link; auto: on the GPU
   double split_fraction = -1;         // the device's share (0..1); < 0: from the cost model
   std::string split_pick = "popular";  // popular | ids: which misses of equal tokens the device takes
-  std::string split_learn = "auto";    // auto | on | off: learn the CPU's expert cost while running
+  std::string split_learn = "auto";    // auto | on | off: learn both sides' costs while running
   int64_t n_cpu_moe = -1;  // --n-cpu-moe N (sets expert_cache to kNCpuMoe so that every command sees tiering asked for)
 };
 inline constexpr const char* kNCpuMoe = "(--n-cpu-moe)";

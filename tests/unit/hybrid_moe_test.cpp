@@ -9,6 +9,7 @@
 #include <cstring>
 #include <set>
 
+#include "experts/executor.h"
 #include "experts/geometry.h"
 #include "experts/popularity.h"
 #include "experts/scheduler.h"
@@ -339,7 +340,7 @@ TEST(HybridMoe, TheSplitGivesTheDeviceThePopularMissesFirst) {
   }
 }
 
-// learn_cpu_cost: the split takes the CPU's measured layer-steps instead of the profile's
+// learn_costs: the split takes the CPU's measured layer-steps instead of the profile's
 // speed. A CPU measured slow hands the device every miss; the profile's fast CPU (beside a
 // copy's fixed latency, for experts this small) keeps them all; without the option, or for
 // layer-steps of many tokens per expert, the measurements are not used.
@@ -352,7 +353,7 @@ TEST(HybridMoe, TheSplitLearnsTheCpuCostFromItsMeasuredLayerSteps) {
   auto device_share = [&](bool learn, uint32_t jobs_per_expert) {
     SchedulerOptions so;
     so.split_misses = true;
-    so.learn_cpu_cost = learn;
+    so.learn_costs = learn;
     ExpertScheduler s(*geometry, plan_pools(*geometry, 0), c.n_layer, {}, so);
     for (int i = 0; i < 64; ++i) s.observe_cpu(0, 2 + i % 8, (2 + i % 8) * jobs_per_expert, (2 + i % 8) * 1e-3);
     s.begin_step(1);
@@ -365,6 +366,80 @@ TEST(HybridMoe, TheSplitLearnsTheCpuCostFromItsMeasuredLayerSteps) {
   EXPECT_EQ(device_share(false, 1), 0u);
   EXPECT_EQ(device_share(true, 1), 4u);
   EXPECT_EQ(device_share(true, 3), 0u);  // prefill-like layer-steps: flops, not bytes
+}
+
+// The device's side learned too (its share's time from the copies' issue to its products'
+// end): a device measured slower per miss than the CPU keeps only the share that balances.
+TEST(HybridMoe, TheSplitLearnsTheDeviceCostToo) {
+  synth::SynthConfig c = synth::tiny_for(Arch::kQwen3Moe);
+  c.sparse = true;
+  auto geometry = tiny_geometry(c, "qwen3moe-split-learn-device.gguf");
+  ASSERT_TRUE(geometry.ok()) << geometry.status().to_string();
+  const ExpertTask tasks[] = {{1, 1}, {2, 1}, {5, 1}, {6, 1}};
+  SchedulerOptions so;
+  so.split_misses = true;
+  so.learn_costs = true;
+  ExpertScheduler s(*geometry, plan_pools(*geometry, 0), c.n_layer, {}, so);
+  auto device_share = [&] {
+    s.begin_step(1);
+    std::vector<Placement> out;
+    s.place(0, tasks, out);
+    uint32_t n = 0;
+    for (const Placement& p : out) n += p.on_device ? 1 : 0;
+    return n;
+  };
+  for (int i = 0; i < 64; ++i) s.observe_cpu(0, 2 + i % 8, 2 + i % 8, (2 + i % 8) * 1e-3);  // 1 ms per expert
+  EXPECT_EQ(device_share(), 4u) << "the profile's link, far faster than this CPU";
+  // 100 us for the hits + 2 ms per miss: m = 1 balances (2.1 ms against 3 ms on the CPU).
+  for (int i = 0; i < 64; ++i) s.observe_device(0, i % 8, 100e-6 + (i % 8) * 2e-3);
+  ASSERT_TRUE(s.device_fit().ready());
+  EXPECT_NEAR(s.device_fit().cost().fixed_s, 100e-6, 1e-9);
+  EXPECT_EQ(device_share(), 1u);
+}
+
+// The executor hands the device's measured share time to the scheduler for the layer's
+// last layer-step only when that step was decode-like (at most 2 selections per distinct
+// expert), and once per layer-step.
+TEST(HybridMoe, TheExecutorGivesTheDeviceTimeOfDecodeLayerStepsOnly) {
+  struct NoDevice final : ExpertDevice {
+    std::vector<float> rows;
+    void copy_to_slot(uint32_t, uint32_t, int32_t) override {}
+    void wait_copies(uint32_t) override {}
+    void stage(uint32_t, std::span<const uint32_t>) override {}
+    void compute(const DeviceGroup&) override {}
+    float* cpu_rows(size_t n) override {
+      rows.resize(n * 4096);
+      return rows.data();
+    }
+    void finish(const DeviceGroup&, std::span<const int32_t>, const float*) override {}
+  } device;
+  struct NoCpu final : CpuExperts {
+    void compute(uint32_t, const float*, uint32_t, std::span<const ExpertJob>, float*) override {}
+  } cpu;
+  synth::SynthConfig c = synth::tiny_for(Arch::kQwen3Moe);
+  c.sparse = true;
+  auto geometry = tiny_geometry(c, "qwen3moe-executor-learn.gguf");
+  ASSERT_TRUE(geometry.ok()) << geometry.status().to_string();
+  SchedulerOptions so;
+  so.split_misses = true;
+  so.learn_costs = true;
+  ExpertScheduler s(*geometry, plan_pools(*geometry, 0), c.n_layer, {}, so);
+  TieredExecutor ex(s, device, cpu, c.n_layer);
+  const uint32_t k = c.n_expert_used, layer = geometry->layers[0].layer;
+  std::vector<float> h(16 * static_cast<size_t>(c.n_embd), 0.0f);
+  auto run = [&](uint32_t n_tokens) {
+    std::vector<int32_t> sel(n_tokens * k);
+    for (uint32_t i = 0; i < sel.size(); ++i) sel[i] = static_cast<int32_t>(n_tokens == 1 ? i : i % k);  // 1 token: k experts; many: the same k
+    s.begin_step(n_tokens);
+    ex.run({layer, n_tokens, k, sel.data(), h.data()});
+  };
+  run(1);
+  ex.observe_device(layer, 1e-3);
+  ex.observe_device(layer, 1e-3);  // no layer-step since: not a sample
+  EXPECT_EQ(s.device_fit().samples(), 1u);
+  run(8);  // 8 tokens on the same k experts: prefill-like
+  ex.observe_device(layer, 1e-3);
+  EXPECT_EQ(s.device_fit().samples(), 1u);
 }
 
 // The roofline of tiered decode: (CPU experts' bytes + bytes copied) per token over host

@@ -33,10 +33,13 @@ TEST(ServerMetrics, ExpertCountersAreTheSumsOverEachGroupsLayers) {
   s.expert_cpu_bytes_per_s = 8.5e10;
   s.expert_cpu_fixed_s = 2.5e-5;
   s.expert_cpu_learned = true;
+  s.expert_dev_bytes_per_s = 4.0e10;
   const std::string learned = metrics.render(s);
   EXPECT_TRUE(has_line(learned, "moetier_expert_split_cpu_bytes_per_second 85000000000")) << learned;
   EXPECT_TRUE(has_line(learned, "moetier_expert_split_cpu_fixed_seconds 2.5e-05"));
   EXPECT_TRUE(has_line(learned, "moetier_expert_split_cpu_learned 1"));
+  EXPECT_TRUE(has_line(learned, "moetier_expert_split_device_bytes_per_second 40000000000"));
+  EXPECT_TRUE(has_line(learned, "moetier_expert_split_device_fixed_seconds 0"));
   // Without tiering (no snapshot) every group reads 0.
   const std::string idle = metrics.render(SchedulerMetrics{});
   EXPECT_TRUE(has_line(idle, "moetier_expert_cache_hits_total" + g0 + " 0")) << idle;

@@ -1,4 +1,4 @@
-#include "experts/cpu_cost_fit.h"
+#include "experts/cost_fit.h"
 
 #include <algorithm>
 #include <cmath>
@@ -16,8 +16,8 @@ constexpr double kFixedStep = 25e-6;   // seconds: the fixed part is rounded to 
 constexpr double kMinSpread = 0.15;
 }  // namespace
 
-void CpuCostFit::add(uint64_t bytes, double seconds) {
-  if (bytes == 0 || !(seconds > 0) || !std::isfinite(seconds)) return;
+void CostFit::add(uint64_t bytes, double seconds) {
+  if (!(seconds > 0) || !std::isfinite(seconds)) return;
   const double x = static_cast<double>(bytes) / kMB;
   w_ = w_ * kDecay + 1;
   sx_ = sx_ * kDecay + x;
@@ -27,7 +27,7 @@ void CpuCostFit::add(uint64_t bytes, double seconds) {
   ++n_;
 }
 
-CpuCost CpuCostFit::cost() const {
+LineCost CostFit::cost() const {
   MT_CHECK(ready());
   const double mx = sx_ / w_, my = sy_ / w_;
   const double var = std::max(0.0, sxx_ / w_ - mx * mx);
@@ -38,7 +38,7 @@ CpuCost CpuCostFit::cost() const {
     if (s > 0 && a >= 0) fixed = a, slope = s;  // else a line no CPU follows: the mean speed
   }
   const double speed = std::exp2(std::round(std::log2(kMB / slope) * kSpeedSteps) / kSpeedSteps);
-  CpuCost c;
+  LineCost c;
   c.fixed_s = kFixedStep * std::round(fixed / kFixedStep);
   c.per_byte_s = 1.0 / speed;
   return c;
