@@ -5,7 +5,8 @@
 # kept with probability P), resident and at each EXPERT_CACHES budget. Each configuration
 # in a fresh process; every repetition is printed by bench itself. Logs under $OUT.
 #
-#   device: OUT=... [ACCEPT="0.7 0.3"] [EXPERT_CACHES="25%"] [DRAFT_MAX=4] [N=128] bash tools/gpu/spec.sh
+#   device: OUT=... [ACCEPT="0.7 0.3"] [EXPERT_CACHES="25%"] [DRAFT_MAX=4] [N=128] [SPEC_ARGS=--draft-fixed]
+#           bash tools/gpu/spec.sh
 #   carry: .gpu-carry/bin (tools/gpu/carry_bin.sh), .gpu-carry/debs,
 #          .gpu-carry/testdata/vocab/ggml-vocab-qwen2.gguf
 set -uo pipefail
@@ -38,7 +39,7 @@ for where in resident ${EXPERT_CACHES-25%}; do
   step "plain_$tag" $B/moetier "${a[@]}"
   grep -E "tg$N|every repetition" "$OUT/plain_$tag.log"
   for p in ${ACCEPT:-0.7 0.3}; do
-    step "spec_${tag}_p$p" $B/moetier "${a[@]}" --draft-scripted "$p" --draft-max "${DRAFT_MAX:-4}"
+    step "spec_${tag}_p$p" $B/moetier "${a[@]}" --draft-scripted "$p" --draft-max "${DRAFT_MAX:-4}" ${SPEC_ARGS:-}
     grep -E "tg$N|every repetition|accept|draft" "$OUT/spec_${tag}_p$p.log"
   done
 done
