@@ -207,6 +207,9 @@ class CudaSequence final : public Evaluator {
                                Trace* trace);
   void eval_chunk(std::span<const int32_t> tokens, uint32_t rows, std::vector<float>* logits, Trace* trace);
   bool eval_token_graph(int32_t token, std::vector<float>* logits);
+  // 2..BatchGraphs::kMaxTokens tokens of this sequence with every row's logits through a
+  // batch graph (one row per token); false: nothing done.
+  bool eval_rows_graph(std::span<const int32_t> tokens, std::vector<float>* logits);
   // The last position (+ 1) of the span of kGraphSpan positions a decode graph at pos_ serves.
   uint32_t graph_cap() const { return std::min(n_ctx_, (pos_ / kGraphSpan + 1) * kGraphSpan); }
 

@@ -110,11 +110,20 @@ bool CudaSequence::eval_batch_graph(CudaModel::Impl& m, std::span<const SeqFeed>
   for (const DevLayer& L : m.w.layers) {
     if (L.recurrent || L.mla) return false;
   }
+  // A sequence may hold several rows (one sequence's verification of its guesses, fed as
+  // one-token feeds in order): its k-th row is at its position + k, and the KV table's
+  // per-row n_kv keeps the rows causal (each row's cache store comes before the attention).
+  std::vector<uint32_t> row_pos(T);
   uint32_t max_pos = 0, max_ctx = 0;
-  for (const SeqFeed& f : feeds) {
+  for (uint32_t i = 0; i < T; ++i) {
+    const SeqFeed& f = feeds[i];
     if (f.tokens.size() != 1 || f.want.size() != 1 || f.want[0] == 0) return false;
     if (f.seq->kv_.type() != lead.kv_.type() || f.seq->kv_.row_bytes() != lead.kv_.row_bytes()) return false;
-    max_pos = std::max(max_pos, f.seq->pos_);
+    uint32_t before = 0;
+    for (uint32_t j = 0; j < i; ++j) before += feeds[j].seq == f.seq ? 1 : 0;
+    row_pos[i] = f.seq->pos_ + before;
+    if (row_pos[i] >= f.seq->n_ctx_) return false;
+    max_pos = std::max(max_pos, row_pos[i]);
     max_ctx = std::max(max_ctx, f.seq->n_ctx_);
   }
   if (m.batch_graphs == nullptr) m.batch_graphs = std::make_unique<BatchGraphs>(m.hp.n_layer);
@@ -123,7 +132,7 @@ bool CudaSequence::eval_batch_graph(CudaModel::Impl& m, std::span<const SeqFeed>
   // The rows as the pass holds them, and what the replay reads from pinned memory.
   std::vector<SeqRows> rows(T);
   for (uint32_t i = 0; i < T; ++i) {
-    rows[i] = {feeds[i].seq, i, 1, feeds[i].seq->pos_};
+    rows[i] = {feeds[i].seq, i, 1, row_pos[i]};
     g.ids()[i] = feeds[i].tokens[0];
   }
   fill_kv_rows(m, rows, T, g.kv_rows());
@@ -142,7 +151,7 @@ bool CudaSequence::eval_batch_graph(CudaModel::Impl& m, std::span<const SeqFeed>
     return logits_dev;
   });
   g.replay(T, logits->data(), m.hp.n_vocab, m.stream);
-  for (const SeqRows& r : rows) r.seq->pos_ += 1;
+  for (const SeqRows& r : rows) r.seq->pos_ += 1;  // k rows of one sequence: k positions
   return true;
 }
 

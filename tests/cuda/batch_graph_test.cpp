@@ -2,7 +2,8 @@
 // tests with the graphs on gives each sequence its logits alone (within the same bounds as
 // plain batched launches) and takes the graph for its decode-only steps; decoding three
 // sequences together across a span of positions (256) recaptures the graph and stays
-// within 1e-4 (F32) of the same steps launched plainly.
+// within 1e-4 (F32) of the same steps launched plainly; one sequence's 5-token verification
+// steps through the graph's rows give the plain logits.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -92,6 +93,61 @@ TEST(CudaBatchGraph, ASpanOfPositionsEndsAndTheGraphIsCapturedAgain) {
     ASSERT_EQ(graphed[k].size(), plain[k].size());
     for (size_t r = 0; r * V < plain[k].size(); ++r) {
       EXPECT_LE(mt::test::rel(graphed[k].data() + r * V, plain[k].data() + r * V, V), 1e-4) << "step " << k << " row " << r;
+    }
+  }
+}
+
+// One sequence's few tokens with every row's logits (a verification of guesses): 40 prompt
+// tokens, then 4 steps of 5 tokens and one decode token, plain then through the batch
+// graph's rows (one per token at consecutive positions of the sequence).
+std::vector<std::vector<float>> verify_steps(CudaBackend& backend) {
+  const uint32_t V = backend.n_vocab();
+  auto id = backend.create_sequence(128);
+  EXPECT_TRUE(id.ok());
+  std::vector<std::vector<float>> out;
+  Batch prompt;
+  const std::vector<int32_t> p = mt::test::ids(40, 91, V);
+  for (uint32_t i = 0; i < p.size(); ++i) prompt.add(*id, i, p[i], false);
+  std::vector<float> lg;
+  EXPECT_TRUE(backend.eval(prompt, &lg).ok());
+  uint32_t pos = 40;
+  for (uint32_t k = 0; k < 5; ++k) {
+    const uint32_t n = k < 4 ? 5 : 1;
+    Batch b;
+    for (uint32_t i = 0; i < n; ++i, ++pos) b.add(*id, pos, static_cast<int32_t>((k * 53 + i * 7 + 3) % V), true);
+    const Status st = backend.eval(b, &lg);
+    EXPECT_TRUE(st.ok()) << st.to_string();
+    out.push_back(lg);
+  }
+  backend.free_sequence(*id);
+  return out;
+}
+
+TEST(CudaBatchGraph, OneSequencesVerificationRowsGiveThePlainLogits) {
+  MT_SKIP_WITHOUT_DEVICE();
+  for (Arch arch : {Arch::kQwen3Moe, Arch::kGptOss}) {
+    SCOPED_TRACE(arch_info(arch).name);
+    auto host = test::load_tiny(arch, "f32", "batch-graph-verify");
+    ASSERT_TRUE(host.ok()) << host.status().to_string();
+    auto gpu = CudaModel::load(**host);
+    ASSERT_TRUE(gpu.ok()) << gpu.status().to_string();
+    CudaBackend backend(**gpu);
+    const uint32_t V = backend.n_vocab();
+    std::vector<std::vector<float>> plain;
+    {
+      GraphsOn off(false);
+      plain = verify_steps(backend);
+    }
+    GraphsOn on(true);
+    const uint64_t before = BatchGraphs::replays_total();
+    const auto graphed = verify_steps(backend);
+    EXPECT_EQ(BatchGraphs::replays_total() - before, 4u) << "each 5-token step one replay";
+    ASSERT_EQ(graphed.size(), plain.size());
+    for (size_t k = 0; k < plain.size(); ++k) {
+      ASSERT_EQ(graphed[k].size(), plain[k].size());
+      for (size_t r = 0; r * V < plain[k].size(); ++r) {
+        EXPECT_LE(mt::test::rel(graphed[k].data() + r * V, plain[k].data() + r * V, V), 1e-4) << "step " << k << " row " << r;
+      }
     }
   }
 }
