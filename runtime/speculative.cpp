@@ -94,14 +94,21 @@ Status ModelDrafter::propose(std::span<const int32_t> history, int max_n, std::v
 // ---- the labelled acceptance mode
 
 ScriptedDrafter::ScriptedDrafter(std::vector<int32_t> reference, double acceptance, uint32_t n_vocab, uint64_t seed)
-    : reference_(std::move(reference)), acceptance_(acceptance), n_vocab_(n_vocab), rng_(seed) {
+    : reference_(std::move(reference)), acceptance_(acceptance), n_vocab_(n_vocab), seed_(seed), rng_(seed) {
   MT_CHECK(acceptance >= 0 && acceptance <= 1 && n_vocab > 1);
 }
 
 Status ScriptedDrafter::propose(std::span<const int32_t> history, int max_n, std::vector<int32_t>* draft) {
   draft->clear();
   const size_t at = history.size();
-  if (at > reference_.size() || !std::equal(history.begin(), history.end(), reference_.begin())) return {};  // left the script
+  if (at > reference_.size() || !std::equal(history.begin(), history.end(), reference_.begin())) {  // left the script
+    if (left_at_ == kOnScript) {
+      const size_t n = std::min(at, reference_.size());
+      left_at_ = static_cast<size_t>(std::mismatch(history.begin(), history.begin() + static_cast<ptrdiff_t>(n),
+                                                   reference_.begin()).first - history.begin());
+    }
+    return {};
+  }
   std::uniform_real_distribution<double> uniform(0.0, 1.0);
   for (int i = 0; i < max_n && at + static_cast<size_t>(i) < reference_.size(); ++i) {
     const int32_t right = reference_[at + static_cast<size_t>(i)];
@@ -109,6 +116,12 @@ Status ScriptedDrafter::propose(std::span<const int32_t> history, int max_n, std
     draft->push_back(keep ? right : static_cast<int32_t>((static_cast<uint32_t>(right) + 1) % n_vocab_));
   }
   return {};
+}
+
+void ScriptedDrafter::restart(std::vector<int32_t> reference) {
+  if (!reference.empty()) reference_ = std::move(reference);
+  rng_.seed(seed_);
+  left_at_ = kOnScript;
 }
 
 std::string ScriptedDrafter::describe() const {

@@ -101,19 +101,32 @@ class ModelDrafter final : public Drafter {
 // never agree, e.g. random-weight synthetic ones): proposes the target's own continuation,
 // computed beforehand by plain greedy decoding, each token right with probability
 // `acceptance` and otherwise a wrong one. Output is the target's either way; only the
-// acceptance is staged.
+// acceptance is staged. Once the history leaves the script (a near tie the batched rows
+// decide otherwise than the one-token rows did) nothing more is proposed: left_at() says
+// where, and restart() takes a script that follows the speculative run's own output (the
+// bench calibrates it so; see apps/cli/cmd_bench.cpp).
 class ScriptedDrafter final : public Drafter {
  public:
+  static constexpr size_t kOnScript = static_cast<size_t>(-1);
   // reference: the prompt followed by the plain greedy continuation.
   ScriptedDrafter(std::vector<int32_t> reference, double acceptance, uint32_t n_vocab, uint64_t seed);
   Status propose(std::span<const int32_t> history, int max_n, std::vector<int32_t>* draft) override;
   std::string describe() const override;
+  // A new script (empty: keep the one held), the random numbers from the start again and
+  // left_at() cleared: the same run then gets the same guesses.
+  void restart(std::vector<int32_t> reference);
+  // The history length at which the run first left the script since the last restart
+  // (kOnScript: it never did).
+  size_t left_at() const { return left_at_; }
+  const std::vector<int32_t>& reference() const { return reference_; }
 
  private:
   std::vector<int32_t> reference_;
   double acceptance_;
   uint32_t n_vocab_;
+  uint64_t seed_;
   std::mt19937_64 rng_;
+  size_t left_at_ = kOnScript;
 };
 
 struct SpecConfig {

@@ -219,6 +219,13 @@ class Bench {
     if (spec) {
       r.spec_text = spec_summary(*spec_.drafter, r.spec);
       r.draft = spec_.drafter->describe();
+      if (script_rounds_ > 0) {
+        r.spec_text += "; script settled in " + std::to_string(script_rounds_) + " untimed run(s)";
+        if (script_left_at_ != ScriptedDrafter::kOnScript) {
+          r.spec_text += " (the last left it at token " + std::to_string(script_left_at_) + ")";
+        }
+        r.spec_text += ", " + std::to_string(script_left_runs_) + " of " + std::to_string(f_.reps) + " timed runs left it";
+      }
     }
     return r;
   }
@@ -257,13 +264,39 @@ class Bench {
     spec_ = {};
     MT_ASSIGN_OR_RETURN(spec_, make_spec(f_.spec, {&engine_, tokenizer_, &spec_prompt_, n_gen + 1, n_ctx, greedy,
                                                    f_.threads, f_.device}));
+    return calibrate_script(n_gen);
+  }
+
+  // The labelled mode's script is plain decoding's continuation; where the verification's
+  // batched rows decide a near tie otherwise (on the GPU their products sum in another
+  // order), the run leaves the script and drafts nothing more, which would measure plain
+  // decoding. So the script becomes the speculative run's own output, found by untimed
+  // runs (each with the same guesses: restart() replays the random numbers) until one
+  // keeps to its script; the timed runs replay the same guesses.
+  Status calibrate_script(int n_gen) {
+    auto* scripted = dynamic_cast<ScriptedDrafter*>(spec_.drafter.get());
+    if (scripted == nullptr) return {};
+    constexpr int kMaxRounds = 6;
+    script_rounds_ = 0;
+    script_left_at_ = ScriptedDrafter::kOnScript;
+    script_left_runs_ = 0;
+    for (int round = 1; round <= kMaxRounds; ++round) {
+      std::vector<int32_t> output;
+      MT_RETURN_IF_ERROR(run_spec(n_gen, nullptr, &output).status());
+      script_rounds_ = round;
+      script_left_at_ = scripted->left_at();
+      if (script_left_at_ == ScriptedDrafter::kOnScript) break;
+      scripted->restart(std::move(output));
+    }
     return {};
   }
 
   // Nanoseconds for n_gen tokens decoded greedily with the drafter after the prompt's first
   // one (the prompt's prefill untimed); the steps' counts are added to *stats.
-  StatusOr<double> run_spec(int n_gen, SpecStats* stats) {
+  StatusOr<double> run_spec(int n_gen, SpecStats* stats, std::vector<int32_t>* output = nullptr) {
     Backend& backend = engine_.backend();
+    auto* scripted = dynamic_cast<ScriptedDrafter*>(spec_.drafter.get());
+    if (scripted != nullptr) scripted->restart({});
     const uint32_t n_ctx = static_cast<uint32_t>(kSpecPrompt + n_gen + f_.spec.draft_max + 2);
     MT_ASSIGN_OR_RETURN(Sequence session, Sequence::create(backend, n_ctx));
     MT_RETURN_IF_ERROR(spec_.drafter->prepare_target(backend, session.id()));
@@ -284,6 +317,8 @@ class Bench {
       MT_RETURN_IF_ERROR(decoder.step(&history, sampler, static_cast<int>(end - history.size()), trace));
     }
     const double ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
+    if (output != nullptr) *output = std::move(history);
+    if (stats != nullptr && scripted != nullptr && scripted->left_at() != ScriptedDrafter::kOnScript) ++script_left_runs_;
     if (stats != nullptr) {
       stats->steps += decoder.stats().steps;
       stats->drafted += decoder.stats().drafted;
@@ -328,6 +363,9 @@ class Bench {
   const Tokenizer* tokenizer_ = nullptr;  // set with a drafter (the draft model's vocabulary check)
   std::vector<int32_t> spec_prompt_;
   SpecSetup spec_;
+  int script_rounds_ = 0;          // the labelled mode: untimed runs that settled the script
+  size_t script_left_at_ = 0;      // where the last of them left its script (kOnScript: never)
+  int script_left_runs_ = 0;       // timed runs that left the script
 
  public:
   void set_tokenizer(const Tokenizer* tokenizer) { tokenizer_ = tokenizer; }

@@ -378,6 +378,34 @@ TEST(Speculative, ScriptedProposesTheReferenceAtItsRate) {
   EXPECT_TRUE(draft.empty());
 }
 
+// Where the history left the script is kept; restart() replays the same guesses and takes
+// a new script (the bench's calibration to the speculative run's own output).
+TEST(Speculative, ScriptedSaysWhereItLeftAndRestartsWithTheSameGuesses) {
+  std::vector<int32_t> reference(64);
+  for (size_t i = 0; i < reference.size(); ++i) reference[i] = static_cast<int32_t>(i % 13);
+  ScriptedDrafter scripted(reference, 0.5, 100, 9);
+  std::vector<int32_t> first, again;
+  ASSERT_TRUE(scripted.propose(std::span<const int32_t>(reference.data(), 10), 8, &first).ok());
+  EXPECT_EQ(scripted.left_at(), ScriptedDrafter::kOnScript);
+  std::vector<int32_t> off(reference.begin(), reference.begin() + 20);
+  off[17] = 99;
+  ASSERT_TRUE(scripted.propose(off, 4, &again).ok());
+  EXPECT_TRUE(again.empty());
+  EXPECT_EQ(scripted.left_at(), 17u);
+  scripted.restart({});
+  EXPECT_EQ(scripted.left_at(), ScriptedDrafter::kOnScript);
+  ASSERT_TRUE(scripted.propose(std::span<const int32_t>(reference.data(), 10), 8, &again).ok());
+  EXPECT_EQ(again, first);
+  // The run's own output as the new script: the history that left the old one is on it.
+  std::vector<int32_t> own = off;
+  own.resize(40, 3);
+  scripted.restart(own);
+  ASSERT_TRUE(scripted.propose(off, 4, &again).ok());
+  EXPECT_EQ(again.size(), 4u);
+  EXPECT_EQ(scripted.left_at(), ScriptedDrafter::kOnScript);
+  EXPECT_EQ(scripted.reference(), own);
+}
+
 // Gated DeltaNet hybrids: a verification run is logged (Backend::keep_run_rollback) and cut
 // short through the recurrent states; without the log, truncating into a run is a Status
 // naming the recurrent state; a draft model's guesses are the target's and pass through.
