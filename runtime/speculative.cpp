@@ -165,7 +165,12 @@ void SpecThrottle::observe(uint64_t step, int guesses, int emitted, double secon
 // ---- verification
 
 SpeculativeDecoder::SpeculativeDecoder(Backend& backend, SeqId seq, Drafter& drafter, SpecConfig config)
-    : backend_(backend), seq_(seq), drafter_(drafter), config_(config), length_(config.draft_max) {
+    : backend_(backend),
+      seq_(seq),
+      drafter_(drafter),
+      config_(config),
+      length_(config.draft_max),
+      chooser_(std::min(config.draft_min, config.draft_max), config.draft_max) {
   MT_CHECK(config.draft_max >= 0 && config.draft_min >= 0 && config.draft_min <= std::max(config.draft_max, 0));
 }
 
@@ -219,9 +224,9 @@ Status SpeculativeDecoder::step(std::vector<int32_t>* history, Sampler& sampler,
   stats_.drafted += draft_.size();
   stats_.accepted += accepted;
   stats_.emitted += accepted + 1;
-  if (config_.adaptive && !draft_.empty()) {
-    length_ = accepted == draft_.size() ? std::min(length_ + 1, config_.draft_max)
-                                        : std::max(static_cast<int>(accepted) + 1, config_.draft_min);
+  if (config_.adaptive) {
+    chooser_.observe(static_cast<int>(draft_.size()), static_cast<int>(accepted), eval_s);
+    length_ = chooser_.choose();
   }
   return {};
 }

@@ -27,6 +27,7 @@
 
 #include "backend/backend.h"
 #include "core/status.h"
+#include "runtime/draft_length.h"
 #include "runtime/sampling.h"
 
 namespace mt {
@@ -132,7 +133,7 @@ class ScriptedDrafter final : public Drafter {
 struct SpecConfig {
   int draft_max = 8;  // longest proposal asked for
   int draft_min = 1;  // the adaptive length never drops below this
-  bool adaptive = true;  // grow by one after a fully accepted step, else shrink to accepted + 1
+  bool adaptive = true;  // DraftLength (draft_length.h) picks each step's length by measurement
   bool throttle = true;  // adaptive only: SpecThrottle turns drafting off while it does not pay
 };
 
@@ -196,6 +197,7 @@ class SpeculativeDecoder {
   Drafter& drafter_;
   SpecConfig config_;
   int length_;
+  DraftLength chooser_;
   bool rollback_kept_ = false;  // Backend::keep_run_rollback asked for
   SpecThrottle throttle_;
   SpecStats stats_;
