@@ -77,6 +77,26 @@ StatusOr<std::unique_ptr<RoutingReplay>> RoutingReplay::create(std::string_view 
   return r;
 }
 
+void RoutingReplay::rewind() {
+  if (gen_ != nullptr) gen_ = std::make_unique<RoutingGenerator>(gen_->params());
+  if (trace_ != nullptr) stream_ = std::make_unique<TraceStream>(*trace_);
+}
+
+void RoutingReplay::mark() {
+  if (gen_ != nullptr) marked_gen_ = std::make_unique<RoutingGenerator>(*gen_);
+  if (stream_ != nullptr) marked_stream_ = std::make_unique<TraceStream>(*stream_);
+}
+
+void RoutingReplay::back_to_mark(uint32_t kept_rows) {
+  MT_CHECK(marked_gen_ != nullptr || marked_stream_ != nullptr);
+  if (marked_gen_ != nullptr) *gen_ = *marked_gen_;
+  if (marked_stream_ != nullptr) *stream_ = *marked_stream_;
+  std::vector<int32_t> ids(static_cast<size_t>(kept_rows) * geometry_.top_k);
+  const uint64_t rows = rows_;
+  for (uint32_t block : geometry_.moe_blocks) replace(block, kept_rows, ids.data(), nullptr);
+  rows_ = rows;  // the kept rows were counted when they were evaluated
+}
+
 void RoutingReplay::replace(uint32_t block, uint32_t n_rows, int32_t* ids, float* weights) {
   MT_CHECK(block < index_of_block_.size() && index_of_block_[block] >= 0);
   const uint32_t K = geometry_.top_k;

@@ -60,6 +60,16 @@ class RoutingReplay {
   uint64_t rows_replaced() const { return rows_; }  // over every block
   uint64_t tokens_per_block() const { return rows_ / geometry_.moe_blocks.size(); }
   uint64_t wraps() const { return wraps_; }         // a trace's blocks starting over
+  // The stream from its first entry again (a generator from its seed, a trace from its
+  // first event), so that a run repeated after it sees the same routing; the counts above
+  // keep counting.
+  void rewind();
+  // Speculative verification: mark() before a step's rows, back_to_mark(kept) after it,
+  // so that only the rows kept in the sequence (the pending token and the accepted
+  // guesses) have taken entries and a position gets the same routing however often it is
+  // evaluated (the rejected guesses' positions are evaluated again in the next step).
+  void mark();
+  void back_to_mark(uint32_t kept_rows);
 
  private:
   RoutingReplay() = default;
@@ -69,6 +79,8 @@ class RoutingReplay {
   std::unique_ptr<RoutingGenerator> gen_;
   std::unique_ptr<RoutingTrace> trace_;
   std::unique_ptr<TraceStream> stream_;  // over *trace_
+  std::unique_ptr<RoutingGenerator> marked_gen_;  // mark()'s copies
+  std::unique_ptr<TraceStream> marked_stream_;
   bool has_weights_ = false;
   std::string describe_;
   uint64_t rows_ = 0, wraps_ = 0;

@@ -296,7 +296,12 @@ class Bench {
   StatusOr<double> run_spec(int n_gen, SpecStats* stats, std::vector<int32_t>* output = nullptr) {
     Backend& backend = engine_.backend();
     auto* scripted = dynamic_cast<ScriptedDrafter*>(spec_.drafter.get());
-    if (scripted != nullptr) scripted->restart({});
+    if (scripted != nullptr) {
+      // The same guesses and, under --routing, the same routing: the run is repeated
+      // exactly (the script's settling needs it)
+      scripted->restart({});
+      if (RoutingReplay* replay = replay_.routing_override()) replay->rewind();
+    }
     const uint32_t n_ctx = static_cast<uint32_t>(kSpecPrompt + n_gen + f_.spec.draft_max + 2);
     MT_ASSIGN_OR_RETURN(Sequence session, Sequence::create(backend, n_ctx));
     MT_RETURN_IF_ERROR(spec_.drafter->prepare_target(backend, session.id()));
@@ -313,8 +318,13 @@ class Bench {
     SpeculativeDecoder decoder(backend, session.id(), *spec_.drafter, spec_.config);
     const size_t end = history.size() + static_cast<size_t>(n_gen);
     const auto t0 = std::chrono::steady_clock::now();
+    RoutingReplay* replay = trace != nullptr ? replay_.routing_override() : nullptr;
     while (history.size() < end) {
+      // Under --routing a position keeps its entry: the rejected guesses' rows give theirs back.
+      if (replay != nullptr) replay->mark();
+      const uint64_t emitted = decoder.stats().emitted;
       MT_RETURN_IF_ERROR(decoder.step(&history, sampler, static_cast<int>(end - history.size()), trace));
+      if (replay != nullptr) replay->back_to_mark(static_cast<uint32_t>(decoder.stats().emitted - emitted));
     }
     const double ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
     if (output != nullptr) *output = std::move(history);

@@ -74,6 +74,53 @@ TEST(RoutingReplay, SynthGivesTheGeneratorsStreamPerMoeBlock) {
   EXPECT_EQ((*r)->rows_replaced(), 3u * 10);
 }
 
+// rewind() gives the same stream again: a generator from its seed, a trace from its first
+// event; the counts keep counting.
+TEST(RoutingReplay, RewindGivesTheSameStreamAgain) {
+  const ReplayGeometry g{{0, 3}, 32, 4};
+  auto r = RoutingReplay::create("synth:preset=qwen3-30b,experts=32,top-k=4,seed=3", g);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  auto take = [&](RoutingReplay& replay) {
+    std::vector<int32_t> all;
+    for (uint32_t rows : {7u, 1u, 2u}) {
+      for (uint32_t block : g.moe_blocks) {
+        std::vector<int32_t> ids(rows * 4, -1);
+        replay.replace(block, rows, ids.data(), nullptr);
+        all.insert(all.end(), ids.begin(), ids.end());
+      }
+    }
+    return all;
+  };
+  const std::vector<int32_t> first = take(**r);
+  const std::vector<int32_t> second = take(**r);
+  EXPECT_NE(first, second);  // the stream goes on
+  (*r)->rewind();
+  EXPECT_EQ(take(**r), first);
+  EXPECT_EQ((*r)->rows_replaced(), 3u * 2 * 10);
+
+  // mark() / back_to_mark(kept): of a step's 5 rows, 2 kept; the next step's first rows get
+  // the entries the rejected rows had.
+  (*r)->rewind();
+  std::vector<int32_t> step(5 * 4), again(3 * 4);
+  (*r)->mark();
+  (*r)->replace(0, 5, step.data(), nullptr);
+  (*r)->back_to_mark(2);
+  (*r)->replace(0, 3, again.data(), nullptr);
+  EXPECT_EQ(again, std::vector<int32_t>(step.begin() + 2 * 4, step.end()));
+  EXPECT_EQ(std::vector<int32_t>(step.begin(), step.begin() + 4), std::vector<int32_t>(first.begin(), first.begin() + 4));
+
+  std::vector<TraceLine> lines;
+  for (uint64_t s = 0; s < 5; ++s) lines.push_back({0, static_cast<uint32_t>(s), s, {static_cast<int32_t>(s), 7}, {}});
+  auto t = RoutingReplay::create("trace:" + write_trace("rewind.jsonl", lines), ReplayGeometry{{0}, 8, 2});
+  ASSERT_TRUE(t.ok()) << t.status().to_string();
+  std::vector<int32_t> ids(6);
+  (*t)->replace(0, 3, ids.data(), nullptr);
+  EXPECT_EQ(ids, (std::vector<int32_t>{0, 7, 1, 7, 2, 7}));
+  (*t)->rewind();
+  (*t)->replace(0, 3, ids.data(), nullptr);
+  EXPECT_EQ(ids, (std::vector<int32_t>{0, 7, 1, 7, 2, 7}));
+}
+
 // The stream as the engine takes it (rows in uneven calls, blocks interleaved, the model's
 // block numbers) keeps the generator's parameters: reuse and the window's share within
 // 2 points over 10,000 tokens, for every preset.

@@ -6,6 +6,7 @@
 # in a fresh process; every repetition is printed by bench itself. Logs under $OUT.
 #
 #   device: OUT=... [ACCEPT="0.7 0.3"] [EXPERT_CACHES="25%"] [DRAFT_MAX=4] [N=128] [SPEC_ARGS=--draft-fixed]
+#           [BENCH_ARGS="--routing synth:preset=qwen3-30b"] (every run, plain and drafted)
 #           bash tools/gpu/spec.sh
 #   carry: .gpu-carry/bin (tools/gpu/carry_bin.sh), .gpu-carry/debs,
 #          .gpu-carry/testdata/vocab/ggml-vocab-qwen2.gguf
@@ -33,7 +34,7 @@ F=/tmp/q30v-q4_k_m.gguf
   --vocab .gpu-carry/testdata/vocab/ggml-vocab-qwen2.gguf -o $F
 N=${N:-128}
 for where in resident ${EXPERT_CACHES-25%}; do
-  a=(bench -m $F --device cuda -p 32 -n "$N" -r "${REPS:-3}")
+  a=(bench -m $F --device cuda -p 32 -n "$N" -r "${REPS:-3}" ${BENCH_ARGS:-})
   [ "$where" = resident ] || a+=(--expert-cache "$where")
   tag=${where%\%}
   step "plain_$tag" $B/moetier "${a[@]}"
