@@ -110,6 +110,10 @@ struct TestResult {
   std::string spec_text;     // with a drafter: spec_summary over the timed repetitions
   std::string draft;         // the drafter's describe()
   SpecStats spec;
+  // With a drafter: the same greedy text decoded without drafts, a repetition after each
+  // drafted one in the same process (the same prompt, text, routing and cache warmth):
+  // the baseline a drafted figure is compared with.
+  std::vector<double> undrafted_ts;
   std::string name() const {
     if (n_batch > 0) {
       return "tg" + std::to_string(n_gen) + " x" + std::to_string(n_batch) +
@@ -192,6 +196,10 @@ class Bench {
                                                    : run_once(n_prompt, n_gen));
       r.samples_ns.push_back(static_cast<uint64_t>(ns));
       r.samples_ts.push_back(1e9 * static_cast<double>(r.tokens()) / ns);
+      if (spec) {
+        MT_ASSIGN_OR_RETURN(double plain_ns, run_spec(n_gen, nullptr, nullptr, false));
+        r.undrafted_ts.push_back(1e9 * static_cast<double>(r.tokens()) / plain_ns);
+      }
     }
     progress.update(static_cast<uint64_t>(f_.reps) + 1);
     progress.finish();
@@ -293,7 +301,7 @@ class Bench {
 
   // Nanoseconds for n_gen tokens decoded greedily with the drafter after the prompt's first
   // one (the prompt's prefill untimed); the steps' counts are added to *stats.
-  StatusOr<double> run_spec(int n_gen, SpecStats* stats, std::vector<int32_t>* output = nullptr) {
+  StatusOr<double> run_spec(int n_gen, SpecStats* stats, std::vector<int32_t>* output = nullptr, bool drafts = true) {
     Backend& backend = engine_.backend();
     auto* scripted = dynamic_cast<ScriptedDrafter*>(spec_.drafter.get());
     if (scripted != nullptr) {
@@ -315,7 +323,9 @@ class Bench {
     std::vector<int32_t> history = spec_prompt_;
     history.push_back(sampler.sample(logits_));
     sampler.accept(history.back());
-    SpeculativeDecoder decoder(backend, session.id(), *spec_.drafter, spec_.config);
+    SpecConfig config = spec_.config;
+    if (!drafts) config.draft_max = config.draft_min = 0, config.adaptive = false;  // every step a plain one
+    SpeculativeDecoder decoder(backend, session.id(), *spec_.drafter, config);
     const size_t end = history.size() + static_cast<size_t>(n_gen);
     const auto t0 = std::chrono::steady_clock::now();
     RoutingReplay* replay = trace != nullptr ? replay_.routing_override() : nullptr;
@@ -423,6 +433,7 @@ std::vector<nlohmann::ordered_json> result_rows(const ModelFacts& m, const Bench
       j["draft_accepted"] = r.spec.accepted;
       j["acceptance"] = r.spec.acceptance();
       j["tokens_per_step"] = r.spec.tokens_per_step();
+      j["undrafted_samples_ts"] = r.undrafted_ts;
       j["draft_backed_off_steps"] = r.spec.backed_off;
     }
     if (r.n_gen > 0 && r.n_batch <= 1) {
@@ -508,6 +519,16 @@ void print_markdown(const ModelFacts& m, const BenchFlags& f, int threads, const
     if (!r.tiering_text.empty()) std::printf("%s tiering: %s\n", r.name().c_str(), r.tiering_text.c_str());
     if (r.roofline) std::printf("%s %s\n", r.name().c_str(), tier_roofline_text(*r.roofline, r.steady_ts).c_str());
     if (!r.spec_text.empty()) std::printf("%s %s (greedy from a %d-token prompt)\n", r.name().c_str(), r.spec_text.c_str(), kSpecPrompt);
+    if (!r.undrafted_ts.empty()) {
+      std::string each;
+      for (double ts : r.undrafted_ts) each += (each.empty() ? "" : ", ") + fixed2(ts);
+      const double steady = r.undrafted_ts.size() > 1
+                                ? mean(std::vector<double>(r.undrafted_ts.begin() + 1, r.undrafted_ts.end()))
+                                : r.undrafted_ts.front();
+      std::printf("%s the same text without drafts (a run after each drafted one, same process) t/s: %s; steady %s; "
+                  "drafted / undrafted %.2fx\n",
+                  r.name().c_str(), each.c_str(), fixed2(steady).c_str(), steady > 0 ? r.steady_ts / steady : 0.0);
+    }
   }
 }
 

@@ -69,9 +69,13 @@ assert r["draft"].startswith("LABELLED acceptance mode"), r["draft"]
 assert r["acceptance"] == 1.0 and r["draft_accepted"] == r["draft_tokens"], r
 assert r["draft_steps"] == 12 and abs(r["tokens_per_step"] - 4.0) < 1e-9, r
 assert len(r["samples_ts"]) == 2 and all(v > 0 for v in r["samples_ts"]), r
+# the same text without drafts, a run after each drafted one: the baseline beside it
+assert len(r["undrafted_samples_ts"]) == 2 and all(v > 0 for v in r["undrafted_samples_ts"]), r
 PY
 "$MOETIER" bench -m "$MODEL" -t 2 -p 0 -n 16 -r 1 --lookup 2 >"$WORK/bench.md" 2>&1 || fail "bench md"
 grep -q "^tg16 speculative: prompt lookup" "$WORK/bench.md" || fail "bench markdown: no speculative line: $(cat "$WORK/bench.md")"
+grep -q "^tg16 the same text without drafts .* drafted / undrafted [0-9.]*x$" "$WORK/bench.md" \
+  || fail "bench markdown: no undrafted baseline line: $(cat "$WORK/bench.md")"
 
 # Errors: one line, exit 1.
 "$MOETIER" synth --arch qwen3moe --vocab "$VOCAB/ggml-vocab-qwen2.gguf" --embd 64 --heads 2 --heads-kv 1 --head-dim 32 \
