@@ -82,9 +82,15 @@ void RoutingReplay::rewind() {
   if (trace_ != nullptr) stream_ = std::make_unique<TraceStream>(*trace_);
 }
 
-void RoutingReplay::mark() {
-  if (gen_ != nullptr) marked_gen_ = std::make_unique<RoutingGenerator>(*gen_);
-  if (stream_ != nullptr) marked_stream_ = std::make_unique<TraceStream>(*stream_);
+void RoutingReplay::mark() {  // once per verification step: the copies reuse their storage
+  if (gen_ != nullptr) {
+    if (marked_gen_ == nullptr) marked_gen_ = std::make_unique<RoutingGenerator>(*gen_);
+    else *marked_gen_ = *gen_;
+  }
+  if (stream_ != nullptr) {
+    if (marked_stream_ == nullptr) marked_stream_ = std::make_unique<TraceStream>(*stream_);
+    else *marked_stream_ = *stream_;
+  }
 }
 
 void RoutingReplay::back_to_mark(uint32_t kept_rows) {

@@ -170,7 +170,7 @@ SpeculativeDecoder::SpeculativeDecoder(Backend& backend, SeqId seq, Drafter& dra
       drafter_(drafter),
       config_(config),
       length_(config.draft_max),
-      chooser_(std::min(config.draft_min, config.draft_max), config.draft_max) {
+      chooser_(config.draft_min, config.draft_max) {
   MT_CHECK(config.draft_max >= 0 && config.draft_min >= 0 && config.draft_min <= std::max(config.draft_max, 0));
 }
 

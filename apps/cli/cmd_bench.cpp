@@ -34,7 +34,6 @@
 
 #include <chrono>
 #include <optional>
-#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -42,6 +41,7 @@
 #include <string>
 #include <vector>
 
+#include "apps/cli/bench_report.h"
 #include "apps/cli/commands.h"
 #include "apps/cli/engine.h"
 #include "apps/cli/sizes.h"
@@ -58,23 +58,6 @@
 namespace mt::cli {
 namespace {
 
-struct BenchFlags {
-  std::string model, output = "md";
-  std::vector<int> n_prompt{512}, n_gen{128};  // llama-bench's lists: -p 512,4096 runs pp512 and pp4096
-  int threads = 0, reps = 5;
-  bool no_interleave = false;
-  double membw_gbps = 0;  // 0: no roofline column (on CUDA: the device bandwidth)
-  DeviceFlags device;
-  TieringFlags tiering;    // --expert-cache ...: experts through the GPU cache or the simulated device
-  BankFlags banks;
-  std::string routing;     // --routing synth:...|trace:FILE
-  std::vector<int> batch;  // --batch 1,2,4,8: batched decode tests instead of pp / tg
-  SpecFlags spec;          // a drafter: tg tests decode greedily from a prompt with it
-};
-
-// tg with a drafter: the prompt each repetition decodes from (untimed prefill).
-constexpr int kSpecPrompt = 32;
-
 // The feeds' Trace under --routing: it carries the replay and wants nothing back (a CUDA
 // step then copies no routing to the host).
 class ReplayTrace final : public Trace {
@@ -85,44 +68,6 @@ class ReplayTrace final : public Trace {
 
  private:
   RoutingReplay* replay_;
-};
-
-struct ModelFacts {
-  std::string name;             // file name
-  std::string arch;
-  uint64_t model_bytes = 0;     // file size
-  uint64_t n_params = 0;
-  uint64_t active_bytes_per_token = 0;
-};
-
-struct TestResult {
-  int n_prompt = 0, n_gen = 0;
-  int n_batch = 0;  // > 0: a --batch test (n_prompt: each sequence's untimed prefill)
-  std::vector<uint64_t> samples_ns;
-  std::vector<double> samples_ts;
-  double avg_ts = 0, stddev_ts = 0, avg_ns = 0;
-  // The first timed repetition apart (a cold cache, pinning, page faults show there), the
-  // rest as the steady state, and the spread: stddev / mean of every repetition.
-  double first_ts = 0, steady_ts = 0, cv = 0;
-  std::string tiering_json;  // with --expert-cache: experts/stats.h's JSON of this test
-  std::string tiering_text;  // its overall line
-  std::optional<TierRoofline> roofline;  // tiered tg: experts/stats.h's host memory + link roofline
-  std::string spec_text;     // with a drafter: spec_summary over the timed repetitions
-  std::string draft;         // the drafter's describe()
-  SpecStats spec;
-  // With a drafter: the same greedy text decoded without drafts, a repetition after each
-  // drafted one in the same process (the same prompt, text, routing and cache warmth):
-  // the baseline a drafted figure is compared with.
-  std::vector<double> undrafted_ts;
-  std::string name() const {
-    if (n_batch > 0) {
-      return "tg" + std::to_string(n_gen) + " x" + std::to_string(n_batch) +
-             (n_prompt > 0 ? " @ pp" + std::to_string(n_prompt) : "");
-    }
-    return n_prompt > 0 ? "pp" + std::to_string(n_prompt) : "tg" + std::to_string(n_gen);
-  }
-  double step_ms() const { return n_gen > 0 ? avg_ns / n_gen / 1e6 : 0.0; }
-  int tokens() const { return n_batch > 0 ? n_batch * n_gen : n_prompt + n_gen; }  // timed tokens of a run
 };
 
 // Bytes of weights one generated token reads. Expert bytes per layer come from the
@@ -151,21 +96,6 @@ StatusOr<uint64_t> active_bytes_per_token(const Model& model) {
     for (const LayerExpertGeometry& l : geo.layers) total += model.hparams().n_expert_used * l.bytes_per_expert();
   }
   return total;
-}
-
-double mean(const std::vector<double>& v) {
-  double s = 0;
-  for (double x : v) s += x;
-  return v.empty() ? 0 : s / static_cast<double>(v.size());
-}
-
-// Sample standard deviation (n - 1), as llama-bench reports it; 0 for one sample.
-double stddev(const std::vector<double>& v) {
-  if (v.size() < 2) return 0;
-  const double m = mean(v);
-  double sq = 0;
-  for (double x : v) sq += (x - m) * (x - m);
-  return std::sqrt(sq / static_cast<double>(v.size() - 1));
 }
 
 class Bench {
@@ -203,16 +133,7 @@ class Bench {
     }
     progress.update(static_cast<uint64_t>(f_.reps) + 1);
     progress.finish();
-    for (uint64_t ns : r.samples_ns) r.avg_ns += static_cast<double>(ns) / static_cast<double>(r.samples_ns.size());
-    r.avg_ts = mean(r.samples_ts);
-    r.stddev_ts = stddev(r.samples_ts);
-    r.cv = r.avg_ts > 0 ? r.stddev_ts / r.avg_ts : 0.0;
-    if (!r.samples_ts.empty()) {
-      r.first_ts = r.samples_ts.front();
-      r.steady_ts = r.samples_ts.size() > 1
-                        ? mean(std::vector<double>(r.samples_ts.begin() + 1, r.samples_ts.end()))
-                        : r.first_ts;
-    }
+    r.summarize();
     const ExpertScheduler* scheduler = engine_.tiering_scheduler();
     if (tiering_ != nullptr && scheduler != nullptr) {
       r.tiering_json = stats_json(*scheduler, tiering_->policy, tiering_->budget, engine_.tiering_timing());
@@ -390,147 +311,6 @@ class Bench {
  public:
   void set_tokenizer(const Tokenizer* tokenizer) { tokenizer_ = tokenizer; }
 };
-
-double gb_per_s(const ModelFacts& m, const TestResult& r) {
-  return static_cast<double>(m.active_bytes_per_token) * r.avg_ts / 1e9;
-}
-
-// One object per test: JSON's array elements, JSONL's lines and CSV's rows.
-std::vector<nlohmann::ordered_json> result_rows(const ModelFacts& m, const BenchFlags& f, int threads,
-                                                const std::vector<TestResult>& results) {
-  std::vector<nlohmann::ordered_json> out;
-  for (const TestResult& r : results) {
-    nlohmann::ordered_json j;
-    j["model_filename"] = f.model;
-    j["model_type"] = m.arch;
-    j["model_bytes"] = m.model_bytes;
-    j["model_n_params"] = m.n_params;
-    j["active_bytes_per_token"] = m.active_bytes_per_token;
-    j["n_threads"] = threads;
-    j["device"] = f.device.device == "cuda" || f.device.ngl > 0 ? "cuda" : "cpu";
-    j["routing"] = f.routing.empty() ? "router" : f.routing;
-    j["test"] = r.name();
-    j["n_prompt"] = r.n_prompt;
-    j["n_gen"] = r.n_gen;
-    if (r.n_batch > 0) {
-      j["n_batch"] = r.n_batch;
-      j["step_ms"] = r.step_ms();
-    }
-    j["avg_ns"] = static_cast<uint64_t>(r.avg_ns);
-    j["avg_ts"] = r.avg_ts;
-    j["stddev_ts"] = r.stddev_ts;
-    j["samples_ns"] = r.samples_ns;
-    j["samples_ts"] = r.samples_ts;
-    j["first_ts"] = r.first_ts;
-    j["steady_ts"] = r.steady_ts;
-    j["cv"] = r.cv;
-    if (!r.tiering_json.empty()) j["tiering"] = nlohmann::ordered_json::parse(r.tiering_json);
-    if (r.roofline) j["roofline"] = nlohmann::ordered_json::parse(tier_roofline_json(*r.roofline, r.steady_ts));
-    if (!r.spec_text.empty()) {
-      j["draft"] = r.draft;
-      j["draft_steps"] = r.spec.steps;
-      j["draft_tokens"] = r.spec.drafted;
-      j["draft_accepted"] = r.spec.accepted;
-      j["acceptance"] = r.spec.acceptance();
-      j["tokens_per_step"] = r.spec.tokens_per_step();
-      j["undrafted_samples_ts"] = r.undrafted_ts;
-      j["draft_backed_off_steps"] = r.spec.backed_off;
-    }
-    if (r.n_gen > 0 && r.n_batch <= 1) {
-      j["gb_per_s"] = gb_per_s(m, r);
-      if (f.membw_gbps > 0) {
-        j["membw_gb_per_s"] = f.membw_gbps;
-        j["roofline_fraction"] = gb_per_s(m, r) / f.membw_gbps;
-      }
-    }
-    out.push_back(std::move(j));
-  }
-  return out;
-}
-
-// CSV as llama-bench writes it: a header row, then one row per test of the scalar fields
-// (the samples joined by spaces; tiering stays in the JSON forms); strings quoted, quotes doubled.
-void print_csv(const std::vector<nlohmann::ordered_json>& rows) {
-  static const char* const kColumns[] = {"model_filename", "model_type", "model_bytes", "model_n_params",
-                                         "active_bytes_per_token", "n_threads", "device", "routing", "test", "n_prompt", "n_gen",
-                                         "n_batch", "step_ms", "avg_ns", "avg_ts", "stddev_ts", "first_ts", "steady_ts", "cv",
-                                         "gb_per_s", "samples_ns", "samples_ts"};
-  std::string line;
-  for (const char* c : kColumns) line += std::string(line.empty() ? "" : ",") + c;
-  std::printf("%s\n", line.c_str());
-  for (const nlohmann::ordered_json& r : rows) {
-    line.clear();
-    for (const char* c : kColumns) {
-      std::string cell;
-      if (r.contains(c) && r[c].is_string()) {
-        for (char ch : r[c].get<std::string>()) cell += ch == '"' ? std::string("\"\"") : std::string(1, ch);
-        cell = "\"" + cell + "\"";
-      } else if (r.contains(c) && r[c].is_array()) {
-        for (const auto& v : r[c]) cell += (cell.empty() ? "" : " ") + v.dump();
-        cell = "\"" + cell + "\"";
-      } else if (r.contains(c)) {
-        cell = r[c].dump();
-      }
-      line += (c == kColumns[0] ? "" : ",") + cell;
-    }
-    std::printf("%s\n", line.c_str());
-  }
-}
-
-std::string fixed2(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2f", v);
-  return buf;
-}
-
-void print_markdown(const ModelFacts& m, const BenchFlags& f, int threads, const std::vector<TestResult>& results) {
-  const bool roof = f.membw_gbps > 0;
-  std::printf("| model | size | params | active/token | threads | test | t/s | GB/s |%s\n", roof ? " roofline |" : "");
-  std::printf("| ----- | ---: | -----: | -----------: | ------: | ---: | --: | ---: |%s\n", roof ? " -------: |" : "");
-  for (const TestResult& r : results) {
-    std::string gbs = "-", frac = "-";
-    if (r.n_gen > 0 && r.n_batch <= 1) {
-      char buf[64];
-      std::snprintf(buf, sizeof buf, "%.2f", gb_per_s(m, r));
-      gbs = buf;
-      std::snprintf(buf, sizeof buf, "%.1f%%", 100.0 * gb_per_s(m, r) / std::max(f.membw_gbps, 1e-12));
-      frac = buf;
-    }
-    const double params = static_cast<double>(m.n_params);
-    std::printf("| %s %s | %s | %.2f %s | %s | %d | %s | %.2f ± %.2f | %s |%s\n", m.name.c_str(), m.arch.c_str(),
-                human_bytes(m.model_bytes).c_str(), params < 1e9 ? params / 1e6 : params / 1e9, params < 1e9 ? "M" : "B",
-                human_bytes(m.active_bytes_per_token).c_str(), threads, r.name().c_str(), r.avg_ts, r.stddev_ts,
-                gbs.c_str(), roof ? (" " + frac + " |").c_str() : "");
-  }
-  for (const TestResult& r : results) {
-    if (r.samples_ts.size() < 2) continue;
-    std::string each;
-    for (double ts : r.samples_ts) each += (each.empty() ? "" : ", ") + fixed2(ts);
-    std::printf("%s t/s, every repetition: %s; first %s, steady %s, cv %.1f%%", r.name().c_str(), each.c_str(),
-                fixed2(r.first_ts).c_str(), fixed2(r.steady_ts).c_str(), 100.0 * r.cv);
-    if (r.n_batch > 0) {
-      std::string ms;
-      for (uint64_t ns : r.samples_ns) ms += (ms.empty() ? "" : ", ") + fixed2(static_cast<double>(ns) / r.n_gen / 1e6);
-      std::printf("; step ms: %s", ms.c_str());
-    }
-    std::printf("\n");
-  }
-  for (const TestResult& r : results) {
-    if (!r.tiering_text.empty()) std::printf("%s tiering: %s\n", r.name().c_str(), r.tiering_text.c_str());
-    if (r.roofline) std::printf("%s %s\n", r.name().c_str(), tier_roofline_text(*r.roofline, r.steady_ts).c_str());
-    if (!r.spec_text.empty()) std::printf("%s %s (greedy from a %d-token prompt)\n", r.name().c_str(), r.spec_text.c_str(), kSpecPrompt);
-    if (!r.undrafted_ts.empty()) {
-      std::string each;
-      for (double ts : r.undrafted_ts) each += (each.empty() ? "" : ", ") + fixed2(ts);
-      const double steady = r.undrafted_ts.size() > 1
-                                ? mean(std::vector<double>(r.undrafted_ts.begin() + 1, r.undrafted_ts.end()))
-                                : r.undrafted_ts.front();
-      std::printf("%s the same text without drafts (a run after each drafted one, same process) t/s: %s; steady %s; "
-                  "drafted / undrafted %.2fx\n",
-                  r.name().c_str(), each.c_str(), fixed2(steady).c_str(), steady > 0 ? r.steady_ts / steady : 0.0);
-    }
-  }
-}
 
 int run(const BenchFlags& f) {
   if (f.model.empty()) return fail("bench", invalid_argument("-m FILE is required"));
