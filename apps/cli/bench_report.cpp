@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "apps/cli/sizes.h"
+#include "core/log.h"
 
 namespace mt::cli {
 namespace {
