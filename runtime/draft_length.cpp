@@ -9,8 +9,10 @@ namespace mt {
 
 namespace {
 constexpr double kCostWeight = 0.25;  // a new step's share of its row count's moving average
-constexpr double kDecay = 0.95;       // the acceptance counts' memory: about the last 20 steps
+constexpr double kDecay = 0.95;       // the acceptance counts' memory: about the last 20 drafted steps
 }  // namespace
+
+// ---- the cost model
 
 DraftLength::DraftLength(int min_len, int max_len)
     : min_(std::max(min_len, 0)), max_(std::max(max_len, 0)), cost_(static_cast<size_t>(std::max(max_len, 0)) + 2, 0.0) {
@@ -22,6 +24,12 @@ double DraftLength::acceptance() const { return kept_ / (kept_ + missed_); }
 double DraftLength::expected_tokens(int guesses, double p) {
   if (p >= 1) return guesses + 1.0;
   return (1 - std::pow(p, guesses + 1)) / (1 - p);
+}
+
+int DraftLength::measured_rows() const {
+  int measured = 0;
+  for (double c : cost_) measured += c > 0;
+  return measured;
 }
 
 double DraftLength::step_seconds(int rows) const {
@@ -47,18 +55,27 @@ double DraftLength::step_seconds(int rows) const {
   return std::max(ca + slope * (rows - a), 0.25 * std::min(ca, cb));  // a falling line is not trusted below a quarter
 }
 
+double DraftLength::rate(int guesses) const {
+  const double s = step_seconds(guesses + 1);
+  return s > 0 ? expected_tokens(guesses, acceptance()) / s : 0.0;
+}
+
 int DraftLength::choose() const {
-  int measured = 0;
-  for (double c : cost_) measured += c > 0;
-  if (measured < 2) return max_;
-  const double p = acceptance();
+  if (measured_rows() < 2) return max_;  // the first draft spans the range: the line through 1 and max + 1 rows
   int best = max_;
   double best_rate = 0;
   for (int len = min_; len <= max_; ++len) {
-    const double rate = expected_tokens(len, p) / step_seconds(len + 1);
-    if (rate > best_rate * (1 + 1e-9)) best = len, best_rate = rate;  // ties: the shorter
+    const double r = rate(len);
+    if (r > best_rate * (1 + 1e-9)) best = len, best_rate = r;  // ties: the shorter
   }
   return best;
+}
+
+double DraftLength::gain() const {
+  if (cost_[1] <= 0 || measured_rows() < 2) return 0;
+  double best = 0;
+  for (int len = std::max(min_, 1); len <= max_; ++len) best = std::max(best, rate(len));
+  return best / rate(0);
 }
 
 void DraftLength::observe(int guesses, int accepted, double seconds) {
@@ -68,6 +85,51 @@ void DraftLength::observe(int guesses, int accepted, double seconds) {
   if (guesses == 0) return;
   kept_ = kDecay * kept_ + accepted;
   missed_ = kDecay * missed_ + (accepted < guesses ? 1 : 0);
+}
+
+// ---- whether drafting pays
+
+bool SpecThrottle::draft(uint64_t step) const {
+  if (step < off_until_) return false;  // backed off
+  if (!plain_seen_) return false;       // the first step measures a plain one
+  return step % kPlainEvery != 0;
+}
+
+void SpecThrottle::observe(uint64_t step, int guesses, double gain) {
+  if (step < off_until_) ++off_steps_;
+  if (guesses == 0) {
+    plain_seen_ = true;
+    return;
+  }
+  ++drafted_n_;
+  // The first verdict waits for kMinDrafted drafted steps; a re-probe after a back-off is
+  // judged on its first step (drafting lost already: each probe costs, so it is kept short).
+  const int need = backoff_ > kFirstBackoff ? 1 : kMinDrafted;
+  if (gain <= 0 || drafted_n_ < need) return;
+  drafted_n_ = 0;
+  if (gain < 1 + kMargin) {  // not paying: plain steps for a while, longer each time
+    off_until_ = step + 1 + backoff_;
+    backoff_ = std::min<uint64_t>(backoff_ * 2, 256);
+  } else {
+    backoff_ = kFirstBackoff;
+  }
+}
+
+// ---- the two together
+
+DraftPolicy::DraftPolicy(int min_len, int max_len, bool adaptive, bool throttle)
+    : max_(std::max(max_len, 0)), adaptive_(adaptive), throttled_(adaptive && throttle), length_(min_len, max_len) {}
+
+int DraftPolicy::next(uint64_t step) const {
+  if (!adaptive_) return max_;
+  if (throttled_ && !throttle_.draft(step)) return 0;
+  return length_.choose();
+}
+
+void DraftPolicy::observe(uint64_t step, int guesses, int accepted, double seconds) {
+  if (!adaptive_) return;
+  length_.observe(guesses, accepted, seconds);
+  if (throttled_) throttle_.observe(step, guesses, length_.gain());
 }
 
 }  // namespace mt

@@ -1,14 +1,18 @@
-// The draft length that yields the most tokens per second, chosen by measurement: a step
-// that evaluates n rows (the pending token and n - 1 guesses) costs what the last steps of
-// n rows cost (moving averages; unmeasured row counts read off the line through the
-// measured ones), a guess is kept with the per-guess acceptance the last steps showed, and
-// a draft of L guesses then yields (1 - p^(L+1)) / (1 - p) tokens per step; the L in
-// [min, max] with the most tokens per second of step wins. Whatever makes a long
-// verification dear (the union of the guesses' experts, cache misses, a compute-bound CPU)
-// is in the costs; whether drafting pays at all stays SpecThrottle's verdict
-// (speculative.h), which compares drafted steps with plain ones.
+// When to draft and how long, chosen by measurement. DraftLength keeps the cost model: a
+// step that evaluates n rows (the pending token and n - 1 guesses) costs what the last
+// steps of n rows cost (moving averages of the whole step: proposal, verification,
+// sampling, rollback; unmeasured row counts read off the line through the measured ones),
+// a guess is kept with the per-guess acceptance the last steps showed, and a draft of L
+// guesses yields (1 - p^(L+1)) / (1 - p) tokens per step; the L in [min, max] with the
+// most tokens per second wins, and its rate over a plain step's is the gain. SpecThrottle
+// turns drafting off while that gain is under 1 + kMargin (backing off 8 plain steps,
+// doubling to 256, then one probe), so the model, not a noisy per-token comparison, says
+// whether speculation pays. Whatever makes a long verification dear (the union of the
+// guesses' experts, cache misses, a compute-bound CPU) is in the costs. DraftPolicy joins
+// the two: the first step is plain, the first draft the longest, then the model's choice.
 #pragma once
 
+#include <cstdint>
 #include <vector>
 
 namespace mt {
@@ -16,7 +20,9 @@ namespace mt {
 class DraftLength {
  public:
   DraftLength(int min_len, int max_len);
-  // Guesses to ask for in the next step: max until steps of two row counts are measured.
+  // Guesses to ask for in the next step: max until steps of two row counts are measured
+  // (one long draft spans the range; the line from 1 to 2 rows misjudges a cost that is
+  // not linear in the rows).
   int choose() const;
   // After a step that evaluated `guesses` guesses (0: a plain step), kept `accepted` of
   // them, in `seconds`.
@@ -25,13 +31,62 @@ class DraftLength {
   double acceptance() const;
   // The estimated seconds of a step of `rows` rows; 0 before any step is measured.
   double step_seconds(int rows) const;
+  // Expected tokens per second of a step drafting `guesses` guesses; 0 when unmeasured.
+  double rate(int guesses) const;
+  // rate(choose()) / rate(0): what drafting is expected to gain over plain steps; 0 while
+  // a plain step or no drafted step is measured.
+  double gain() const;
   // Expected tokens of a step that drafts `guesses` guesses at acceptance p.
   static double expected_tokens(int guesses, double p);
 
  private:
+  int measured_rows() const;
   int min_, max_;
   std::vector<double> cost_;  // (max + 2): seconds by rows, a moving average; 0 unmeasured
   double kept_ = 1, missed_ = 1;  // decayed counts of kept and rejected guesses (a prior of 1/2)
+};
+
+// Whether drafting pays, by the cost model's gain (DraftLength::gain). While it is under
+// 1 + kMargin (judged after kMinDrafted drafted steps; one is noise), drafting is off for a
+// back-off of plain steps (8, doubling to 256 while it keeps losing), then tried again with
+// one probe step judged alone. A forced plain step every kPlainEvery keeps the plain cost
+// current.
+class SpecThrottle {
+ public:
+  static constexpr int kPlainEvery = 16;
+  static constexpr int kMinDrafted = 3;
+  static constexpr uint64_t kFirstBackoff = 8;
+  static constexpr double kMargin = 0.03;  // a predicted gain under 3% is not worth the risk
+  // Before a step: false for a plain step (no guesses).
+  bool draft(uint64_t step) const;
+  // After a step with `guesses` guesses; gain: the model's verdict after it (0: unknown).
+  void observe(uint64_t step, int guesses, double gain);
+  uint64_t off_steps() const { return off_steps_; }  // plain steps spent backed off
+  bool measured_plain() const { return plain_seen_; }
+
+ private:
+  bool plain_seen_ = false;
+  int drafted_n_ = 0;  // drafted steps since the last verdict
+  uint64_t off_until_ = 0, backoff_ = kFirstBackoff, off_steps_ = 0;
+};
+
+// One sequence's drafting decisions: the guesses to ask for before each step and the
+// measurements after it.
+class DraftPolicy {
+ public:
+  // adaptive: the length by the model (else always max); throttle: SpecThrottle may turn
+  // drafting off (adaptive only).
+  DraftPolicy(int min_len, int max_len, bool adaptive, bool throttle);
+  int next(uint64_t step) const;  // guesses to ask for in step `step` (0: a plain step)
+  void observe(uint64_t step, int guesses, int accepted, double seconds);
+  const DraftLength& length() const { return length_; }
+  const SpecThrottle& throttle() const { return throttle_; }
+
+ private:
+  int max_;
+  bool adaptive_, throttled_;
+  DraftLength length_;
+  SpecThrottle throttle_;
 };
 
 }  // namespace mt

@@ -130,38 +130,6 @@ std::string ScriptedDrafter::describe() const {
   return text;
 }
 
-// ---- when drafting pays
-
-bool SpecThrottle::draft(uint64_t step) const {
-  if (step < off_until_) return false;  // backed off
-  if (plain_s_ == 0) return step > 0;   // the first step measures a plain one
-  return step % kPlainEvery != 0;
-}
-
-void SpecThrottle::observe(uint64_t step, int guesses, int emitted, double seconds) {
-  constexpr double kWeight = 0.25;  // moving averages: the last few steps count most
-  if (step < off_until_) ++off_steps_;
-  if (guesses == 0) {
-    plain_s_ = plain_s_ == 0 ? seconds : plain_s_ + kWeight * (seconds - plain_s_);
-    return;
-  }
-  const double per_token = seconds / std::max(emitted, 1);
-  drafted_s_ = drafted_s_ == 0 ? per_token : drafted_s_ + kWeight * (per_token - drafted_s_);
-  ++drafted_n_;
-  // The first verdict waits for kMinDrafted steps; a re-probe after a back-off is judged on
-  // its first step (drafting lost already: each probe costs, so it is kept short).
-  const int need = backoff_ > kFirstBackoff ? 1 : kMinDrafted;
-  if (plain_s_ == 0 || drafted_n_ < need) return;
-  if (drafted_s_ > plain_s_) {  // losing: plain steps for a while, longer each time
-    off_until_ = step + 1 + backoff_;
-    backoff_ = std::min<uint64_t>(backoff_ * 2, 256);
-    drafted_s_ = 0;  // the next try measures afresh
-    drafted_n_ = 0;
-  } else {
-    backoff_ = kFirstBackoff;
-  }
-}
-
 // ---- verification
 
 SpeculativeDecoder::SpeculativeDecoder(Backend& backend, SeqId seq, Drafter& drafter, SpecConfig config)
@@ -169,8 +137,7 @@ SpeculativeDecoder::SpeculativeDecoder(Backend& backend, SeqId seq, Drafter& dra
       seq_(seq),
       drafter_(drafter),
       config_(config),
-      length_(config.draft_max),
-      chooser_(config.draft_min, config.draft_max) {
+      policy_(config.draft_min, config.draft_max, config.adaptive, config.throttle) {
   MT_CHECK(config.draft_max >= 0 && config.draft_min >= 0 && config.draft_min <= std::max(config.draft_max, 0));
 }
 
@@ -184,10 +151,11 @@ Status SpeculativeDecoder::step(std::vector<int32_t>* history, Sampler& sampler,
   MT_CHECK_MSG(pos0 + 1 == history->size(), "the sequence must hold the history but its pending token");
   const uint32_t n_ctx = backend_.n_ctx(seq_);
   const int room = pos0 + 1 < n_ctx ? static_cast<int>(n_ctx - pos0 - 1) : 0;  // positions after the pending token
-  const bool throttled = config_.adaptive && config_.throttle && !throttle_.draft(stats_.steps);
-  const int want = throttled ? 0 : std::min({length_, max_new - 1, room});
+  const int want = std::min({policy_.next(stats_.steps), max_new - 1, room});
   draft_.clear();
-  const auto t0 = std::chrono::steady_clock::now();  // the step's time: the proposal and the verification
+  // The step's time: the proposal, the verification, the rows' sampling and the rollback
+  // (what a longer draft costs beside its rows' evaluation).
+  const auto t0 = std::chrono::steady_clock::now();
   if (want > 0) MT_RETURN_IF_ERROR(drafter_.propose(*history, want, &draft_));
   if (draft_.size() > static_cast<size_t>(std::max(want, 0))) draft_.resize(static_cast<size_t>(std::max(want, 0)));
   const uint32_t n_vocab = backend_.n_vocab();
@@ -200,7 +168,6 @@ Status SpeculativeDecoder::step(std::vector<int32_t>* history, Sampler& sampler,
   batch_.clear();
   batch_.add(seq_, pos0, rows_, Logits::kAll);
   MT_RETURN_IF_ERROR(backend_.eval(batch_, &logits_, trace));
-  const double eval_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
   size_t accepted = 0;
   for (size_t i = 0; i <= draft_.size(); ++i) {
@@ -216,18 +183,13 @@ Status SpeculativeDecoder::step(std::vector<int32_t>* history, Sampler& sampler,
     MT_RETURN_IF_ERROR(backend_.truncate_sequence(seq_, pos0 + 1 + static_cast<uint32_t>(accepted)));
   }
 
-  if (config_.adaptive && config_.throttle) {
-    throttle_.observe(stats_.steps, static_cast<int>(draft_.size()), static_cast<int>(accepted) + 1, eval_s);
-  }
+  const double step_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  policy_.observe(stats_.steps, static_cast<int>(draft_.size()), static_cast<int>(accepted), step_s);
   ++stats_.steps;
-  stats_.backed_off = throttle_.off_steps();
+  stats_.backed_off = policy_.throttle().off_steps();
   stats_.drafted += draft_.size();
   stats_.accepted += accepted;
   stats_.emitted += accepted + 1;
-  if (config_.adaptive) {
-    chooser_.observe(static_cast<int>(draft_.size()), static_cast<int>(accepted), eval_s);
-    length_ = chooser_.choose();
-  }
   return {};
 }
 

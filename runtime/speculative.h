@@ -137,40 +137,12 @@ struct SpecConfig {
   bool throttle = true;  // adaptive only: SpecThrottle turns drafting off while it does not pay
 };
 
-// Whether drafting pays, by measurement: the time per produced token of steps with
-// guesses against the time of plain steps (moving averages; a forced plain step every
-// kPlainEvery keeps the plain figure current). While drafted steps are slower per token
-// (over at least kMinDrafted of them),
-// drafting is off for a back-off of plain steps (8, doubling to 256 while it keeps losing),
-// then tried again with one probe step judged alone (a probe of something that lost
-// already is kept short). Measured rather than modelled, so whatever makes a verification step
-// dear (the union of the guesses' experts, cache misses, a CPU that is compute-bound) is
-// in the figure; the price is a probe now and then.
-class SpecThrottle {
- public:
-  static constexpr int kPlainEvery = 16;
-  static constexpr int kMinDrafted = 3;  // drafted steps measured before a first verdict (one is noise)
-  static constexpr uint64_t kFirstBackoff = 8;  // plain steps after the first losing verdict
-  // Before a step: false for a plain step (no guesses).
-  bool draft(uint64_t step) const;
-  // After a step with `guesses` guesses that produced `emitted` tokens in `seconds`.
-  void observe(uint64_t step, int guesses, int emitted, double seconds);
-  double plain_seconds() const { return plain_s_; }        // per token; 0: not measured
-  double drafted_seconds() const { return drafted_s_; }    // per produced token; 0: not measured
-  uint64_t off_steps() const { return off_steps_; }        // plain steps spent backed off
-
- private:
-  double plain_s_ = 0, drafted_s_ = 0;
-  int drafted_n_ = 0;  // drafted steps since the last verdict
-  uint64_t off_until_ = 0, backoff_ = kFirstBackoff, off_steps_ = 0;
-};
-
 struct SpecStats {
   uint64_t steps = 0;     // verification calls (plain steps included: a step with no draft)
   uint64_t drafted = 0;   // guesses evaluated
   uint64_t accepted = 0;  // guesses kept
   uint64_t emitted = 0;   // tokens produced (accepted + one per step)
-  uint64_t backed_off = 0;  // plain steps while SpecThrottle had drafting off
+  uint64_t backed_off = 0;  // plain steps while SpecThrottle (draft_length.h) had drafting off
   double acceptance() const { return drafted > 0 ? static_cast<double>(accepted) / static_cast<double>(drafted) : 0.0; }
   double tokens_per_step() const { return steps > 0 ? static_cast<double>(emitted) / static_cast<double>(steps) : 0.0; }
 };
@@ -188,18 +160,15 @@ class SpeculativeDecoder {
   Status step(std::vector<int32_t>* history, Sampler& sampler, int max_new, Trace* trace = nullptr);
 
   const SpecStats& stats() const { return stats_; }
-  const SpecThrottle& throttle() const { return throttle_; }
-  int draft_length() const { return length_; }
+  const DraftPolicy& policy() const { return policy_; }
 
  private:
   Backend& backend_;
   SeqId seq_;
   Drafter& drafter_;
   SpecConfig config_;
-  int length_;
-  DraftLength chooser_;
   bool rollback_kept_ = false;  // Backend::keep_run_rollback asked for
-  SpecThrottle throttle_;
+  DraftPolicy policy_;
   SpecStats stats_;
   Batch batch_;
   std::vector<int32_t> draft_, rows_;

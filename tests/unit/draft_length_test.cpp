@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 
 namespace mt {
@@ -36,9 +37,11 @@ TEST(DraftLength, UnmeasuredCostsComeFromTheLineThroughTheMeasuredOnes) {
   DraftLength d(1, 8);
   EXPECT_EQ(d.step_seconds(3), 0.0);
   EXPECT_EQ(d.choose(), 8);  // nothing measured: the longest
+  EXPECT_EQ(d.gain(), 0.0);
   d.observe(0, 0, 2.0);      // 1 row
   EXPECT_EQ(d.step_seconds(5), 2.0);
   EXPECT_EQ(d.choose(), 8);  // one row count measured: still the longest
+  EXPECT_EQ(d.gain(), 0.0);
   d.observe(4, 0, 6.0);      // 5 rows
   EXPECT_DOUBLE_EQ(d.step_seconds(3), 4.0);
   EXPECT_DOUBLE_EQ(d.step_seconds(9), 10.0);
@@ -83,6 +86,98 @@ TEST(DraftLength, PicksTheLengthWithTheMostTokensPerSecond) {
   none.observe(0, 0, 1.0);
   feed(none, 4, 0.1, 1.0, 1.0, 60, rng);
   EXPECT_EQ(none.choose(), 0);
+}
+
+// The gain is the best draft's expected rate over a plain step's, the rows' costs read off
+// the line through the two measured row counts.
+TEST(DraftLength, GainIsTheBestDraftsRateOverAPlainSteps) {
+  DraftLength d(1, 8);
+  d.observe(0, 0, 1.0);
+  EXPECT_EQ(d.gain(), 0.0);  // no drafted step measured
+  d.observe(8, 4, 1.8);      // one step: 4 kept, then a miss (the prior's 1 and 1 decayed by 0.95)
+  const double p = (0.95 + 4) / (0.95 + 4 + 0.95 + 1);
+  EXPECT_NEAR(d.acceptance(), p, 1e-12);
+  double best = 0;
+  for (int len = 1; len <= 8; ++len) best = std::max(best, DraftLength::expected_tokens(len, p) / (1.0 + 0.1 * len));
+  EXPECT_NEAR(d.gain(), best, 1e-12);
+  EXPECT_GT(d.gain(), 2.0);
+}
+
+// The throttle follows the model's verdict: the first step is plain; a gain under 1 +
+// kMargin (after three drafted steps) turns drafting off for 8 steps, then a probe judged
+// alone, 16 while it keeps losing; a paying gain keeps it on but for a plain step every
+// kPlainEvery.
+TEST(DraftLength, ThrottleTurnsDraftingOffWhileTheModelSaysItDoesNotPay) {
+  SpecThrottle t;
+  EXPECT_FALSE(t.draft(0));
+  t.observe(0, 0, 0.0);
+  for (uint64_t s = 1; s <= 3; ++s) {
+    EXPECT_TRUE(t.draft(s)) << s;
+    t.observe(s, 1, 1.0 + SpecThrottle::kMargin / 2);  // break-even is not enough
+  }
+  for (uint64_t s = 4; s < 12; ++s) {
+    EXPECT_FALSE(t.draft(s)) << s;
+    t.observe(s, 0, 0.0);
+  }
+  EXPECT_EQ(t.off_steps(), 8u);
+  EXPECT_TRUE(t.draft(12));  // the probe, judged on its one step: 16 plain steps
+  t.observe(12, 1, 0.8);
+  for (uint64_t s = 13; s < 29; ++s) {
+    EXPECT_FALSE(t.draft(s)) << s;
+    t.observe(s, 0, 0.0);
+  }
+  EXPECT_EQ(t.off_steps(), 8u + 16u);
+  EXPECT_TRUE(t.draft(29));
+  t.observe(29, 1, 1.5);  // paying
+  int drafted = 0;
+  for (uint64_t s = 32; s < 32 + 4 * SpecThrottle::kPlainEvery; ++s) {
+    const bool d = t.draft(s);
+    drafted += d;
+    EXPECT_EQ(d, s % SpecThrottle::kPlainEvery != 0) << s;
+    t.observe(s, d ? 4 : 0, d ? 1.5 : 0.0);
+  }
+  EXPECT_EQ(drafted, 4 * (SpecThrottle::kPlainEvery - 1));
+  EXPECT_EQ(t.off_steps(), 8u + 16u);
+}
+
+// DraftPolicy over a simulated decode of 2,000 tokens (steps cost plain + row x guesses,
+// each +-3% noise; guesses kept with probability p): where drafting cannot pay it costs
+// at most 2% against plain steps (the exploration and the probes), and where it pays the
+// rate is within 10% of the best fixed length's.
+TEST(DraftLength, PolicyNeverLosesAndFindsTheBestLength) {
+  struct Case {
+    double p, row;  // acceptance; a guess row's cost in plain steps
+    bool pays;
+  };
+  // 0.3 / 0.3: one guess is break-even; 0.3 / 0.6: every length loses; 0.7 / 0.285: the
+  // H100's measured 0.78 ms per row over a 2.73 ms step; 0.9 / 0.1: long drafts.
+  for (const Case c : {Case{0.3, 0.3, false}, Case{0.3, 0.6, false}, Case{0.7, 0.285, true}, Case{0.9, 0.1, true},
+                       Case{0.5, 1.0, false}}) {
+    std::mt19937 rng(42);
+    std::uniform_real_distribution<double> u(0, 1);
+    DraftPolicy policy(1, 8, true, true);
+    double seconds = 0;
+    int tokens = 0;
+    uint64_t step = 0;
+    while (tokens < 2000) {
+      const int len = policy.next(step);
+      int kept = 0;
+      while (kept < len && u(rng) < c.p) ++kept;
+      const double s = (1.0 + c.row * len) * (0.97 + 0.06 * u(rng));
+      policy.observe(step++, len, kept, s);
+      seconds += s;
+      tokens += kept + 1;
+    }
+    const double speedup = tokens / seconds;  // plain: 1 token a unit
+    double best = 1;
+    for (int len = 1; len <= 8; ++len) best = std::max(best, DraftLength::expected_tokens(len, c.p) / (1 + c.row * len));
+    EXPECT_GE(speedup, 0.98) << "p " << c.p << " row " << c.row;
+    if (c.pays) {
+      EXPECT_GE(speedup, 0.9 * best) << "p " << c.p << " row " << c.row << " best " << best;
+    } else {
+      EXPECT_GT(policy.throttle().off_steps(), 0u) << "p " << c.p << " row " << c.row;
+    }
+  }
 }
 
 TEST(DraftLength, ExpectedTokensOfAGeometricRun) {

@@ -295,47 +295,6 @@ TEST(Speculative, VerificationDrawsTheTargetsDistribution) {
   }
 }
 
-// The throttle: the first step is plain; drafted steps slower per token than plain ones
-// (three of them) turn drafting off for 8 steps, then 16 while it keeps losing; faster ones keep it on but
-// for a plain step every kPlainEvery.
-TEST(Speculative, ThrottleTurnsDraftingOffWhileItDoesNotPay) {
-  SpecThrottle t;
-  EXPECT_FALSE(t.draft(0));
-  t.observe(0, 0, 1, 0.010);  // plain: 10 ms a token
-  for (uint64_t s = 1; s <= 3; ++s) {  // 15 ms a token: losing, judged after kMinDrafted = 3 steps
-    EXPECT_TRUE(t.draft(s)) << s;
-    t.observe(s, 4, 2, 0.030);
-  }
-  for (uint64_t s = 4; s < 12; ++s) {
-    EXPECT_FALSE(t.draft(s)) << s;
-    t.observe(s, 0, 1, 0.010);
-  }
-  EXPECT_EQ(t.off_steps(), 8u);
-  EXPECT_TRUE(t.draft(12));  // a re-probe is judged on its one step: still losing, 16 plain steps
-  t.observe(12, 4, 2, 0.030);
-  for (uint64_t s = 13; s < 29; ++s) {
-    EXPECT_FALSE(t.draft(s)) << s;
-    t.observe(s, 0, 1, 0.010);
-  }
-  EXPECT_TRUE(t.draft(29));
-  t.observe(29, 4, 1, 0.030);  // losing again: 32 plain steps
-  for (uint64_t s = 30; s < 62; ++s) {
-    EXPECT_FALSE(t.draft(s)) << s;
-    t.observe(s, 0, 1, 0.010);
-  }
-  EXPECT_EQ(t.off_steps(), 8u + 16u + 32u);
-  EXPECT_TRUE(t.draft(62));
-  t.observe(62, 4, 5, 0.020);  // 4 ms a token: paying
-  int drafted = 0;
-  for (uint64_t s = 64; s < 64 + 4 * SpecThrottle::kPlainEvery; ++s) {
-    const bool d = t.draft(s);
-    drafted += d;
-    EXPECT_EQ(d, s % SpecThrottle::kPlainEvery != 0) << s;
-    t.observe(s, d ? 4 : 0, d ? 5 : 1, d ? 0.020 : 0.010);
-  }
-  EXPECT_EQ(drafted, 4 * (SpecThrottle::kPlainEvery - 1));
-}
-
 TEST(Speculative, LookupProposesWhatFollowedTheLastOccurrence) {
   LookupDrafter lookup(3, 1);
   std::vector<int32_t> draft;
