@@ -8,14 +8,25 @@
 namespace mt {
 
 namespace {
-constexpr double kCostWeight = 0.25;  // a new step's share of its row count's moving average
 constexpr double kDecay = 0.95;       // the acceptance counts' memory: about the last 20 drafted steps
 }  // namespace
 
 // ---- the cost model
 
+double DraftLength::Samples::estimate() const {
+  const int k = std::min(n, kKept);
+  if (k == 0) return 0;
+  double v[kKept];
+  for (int i = 0; i < k; ++i) {  // insertion into order (five at most)
+    int j = i;
+    for (; j > 0 && v[j - 1] > s[i]; --j) v[j] = v[j - 1];
+    v[j] = s[i];
+  }
+  return k < 3 ? v[0] : v[k / 2];
+}
+
 DraftLength::DraftLength(int min_len, int max_len)
-    : min_(std::max(min_len, 0)), max_(std::max(max_len, 0)), cost_(static_cast<size_t>(std::max(max_len, 0)) + 2, 0.0) {
+    : min_(std::max(min_len, 0)), max_(std::max(max_len, 0)), samples_(static_cast<size_t>(std::max(max_len, 0)) + 2) {
   MT_CHECK(min_ <= max_);
 }
 
@@ -28,19 +39,19 @@ double DraftLength::expected_tokens(int guesses, double p) {
 
 int DraftLength::measured_rows() const {
   int measured = 0;
-  for (double c : cost_) measured += c > 0;
+  for (const Samples& c : samples_) measured += c.n > 0;
   return measured;
 }
 
 double DraftLength::step_seconds(int rows) const {
-  MT_CHECK(rows >= 1 && static_cast<size_t>(rows) < cost_.size());
-  if (cost_[static_cast<size_t>(rows)] > 0) return cost_[static_cast<size_t>(rows)];
+  MT_CHECK(rows >= 1 && static_cast<size_t>(rows) < samples_.size());
+  if (samples_[static_cast<size_t>(rows)].n > 0) return cost(rows);
   // The nearest measured row counts below and above; beyond the measured ones, the line
   // through the last two of them.
   std::vector<int> measured;
-  for (int n = 1; n < static_cast<int>(cost_.size()); ++n) if (cost_[static_cast<size_t>(n)] > 0) measured.push_back(n);
+  for (int n = 1; n < static_cast<int>(samples_.size()); ++n) if (samples_[static_cast<size_t>(n)].n > 0) measured.push_back(n);
   if (measured.empty()) return 0;
-  if (measured.size() == 1) return cost_[static_cast<size_t>(measured[0])];
+  if (measured.size() == 1) return cost(measured[0]);
   auto upper = std::upper_bound(measured.begin(), measured.end(), rows);
   int a, b;
   if (upper == measured.begin()) {
@@ -50,7 +61,7 @@ double DraftLength::step_seconds(int rows) const {
   } else {
     a = *(upper - 1), b = *upper;
   }
-  const double ca = cost_[static_cast<size_t>(a)], cb = cost_[static_cast<size_t>(b)];
+  const double ca = cost(a), cb = cost(b);
   const double slope = (cb - ca) / (b - a);
   return std::max(ca + slope * (rows - a), 0.25 * std::min(ca, cb));  // a falling line is not trusted below a quarter
 }
@@ -72,7 +83,7 @@ int DraftLength::choose() const {
 }
 
 double DraftLength::gain() const {
-  if (cost_[1] <= 0 || measured_rows() < 2) return 0;
+  if (samples_[1].n == 0 || measured_rows() < 2) return 0;
   double best = 0;
   for (int len = std::max(min_, 1); len <= max_; ++len) best = std::max(best, rate(len));
   return best / rate(0);
@@ -80,8 +91,9 @@ double DraftLength::gain() const {
 
 void DraftLength::observe(int guesses, int accepted, double seconds) {
   MT_CHECK(guesses >= 0 && accepted >= 0 && accepted <= guesses && guesses <= max_);
-  double& c = cost_[static_cast<size_t>(guesses) + 1];
-  c = c == 0 ? seconds : c + kCostWeight * (seconds - c);
+  Samples& c = samples_[static_cast<size_t>(guesses) + 1];
+  c.s[c.n % kKept] = seconds;
+  ++c.n;
   if (guesses == 0) return;
   kept_ = kDecay * kept_ + accepted;
   missed_ = kDecay * missed_ + (accepted < guesses ? 1 : 0);
@@ -90,17 +102,14 @@ void DraftLength::observe(int guesses, int accepted, double seconds) {
 // ---- whether drafting pays
 
 bool SpecThrottle::draft(uint64_t step) const {
-  if (step < off_until_) return false;  // backed off
-  if (!plain_seen_) return false;       // the first step measures a plain one
+  if (step < kPlainFirst) return false;  // measure plain steps first
+  if (step < off_until_) return false;   // backed off
   return step % kPlainEvery != 0;
 }
 
 void SpecThrottle::observe(uint64_t step, int guesses, double gain) {
   if (step < off_until_) ++off_steps_;
-  if (guesses == 0) {
-    plain_seen_ = true;
-    return;
-  }
+  if (guesses == 0) return;
   ++drafted_n_;
   // The first verdict waits for kMinDrafted drafted steps; a re-probe after a back-off is
   // judged on its first step (drafting lost already: each probe costs, so it is kept short).
@@ -128,7 +137,7 @@ int DraftPolicy::next(uint64_t step) const {
 
 void DraftPolicy::observe(uint64_t step, int guesses, int accepted, double seconds) {
   if (!adaptive_) return;
-  length_.observe(guesses, accepted, seconds);
+  if (step > 0) length_.observe(guesses, accepted, seconds);  // the first step's time is the sequence's set-up
   if (throttled_) throttle_.observe(step, guesses, length_.gain());
 }
 

@@ -1,7 +1,9 @@
 // When to draft and how long, chosen by measurement. DraftLength keeps the cost model: a
 // step that evaluates n rows (the pending token and n - 1 guesses) costs what the last
-// steps of n rows cost (moving averages of the whole step: proposal, verification,
-// sampling, rollback; unmeasured row counts read off the line through the measured ones),
+// steps of n rows cost (the median of the last five, the least of fewer than three: a
+// step that captured a graph or met a cold cache is an outlier, not a cost; the whole step:
+// proposal, verification, sampling, rollback; unmeasured row counts read off the line
+// through the measured ones),
 // a guess is kept with the per-guess acceptance the last steps showed, and a draft of L
 // guesses yields (1 - p^(L+1)) / (1 - p) tokens per step; the L in [min, max] with the
 // most tokens per second wins, and its rate over a plain step's is the gain. SpecThrottle
@@ -9,7 +11,9 @@
 // doubling to 256, then one probe), so the model, not a noisy per-token comparison, says
 // whether speculation pays. Whatever makes a long verification dear (the union of the
 // guesses' experts, cache misses, a compute-bound CPU) is in the costs. DraftPolicy joins
-// the two: the first step is plain, the first draft the longest, then the model's choice.
+// the two: the first two steps are plain (the first one's time, a sequence's set-up such
+// as its decode graph's capture, is not a cost), the first draft the longest, then the
+// model's choice.
 #pragma once
 
 #include <cstdint>
@@ -40,9 +44,16 @@ class DraftLength {
   static double expected_tokens(int guesses, double p);
 
  private:
+  static constexpr int kKept = 5;  // samples kept per row count
+  struct Samples {
+    double s[kKept] = {};
+    int n = 0;  // samples seen (the last kKept kept, in a ring)
+    double estimate() const;
+  };
   int measured_rows() const;
+  double cost(int rows) const { return samples_[static_cast<size_t>(rows)].estimate(); }
   int min_, max_;
-  std::vector<double> cost_;  // (max + 2): seconds by rows, a moving average; 0 unmeasured
+  std::vector<Samples> samples_;  // (max + 2): step seconds by rows
   double kept_ = 1, missed_ = 1;  // decayed counts of kept and rejected guesses (a prior of 1/2)
 };
 
@@ -56,16 +67,15 @@ class SpecThrottle {
   static constexpr int kPlainEvery = 16;
   static constexpr int kMinDrafted = 3;
   static constexpr uint64_t kFirstBackoff = 8;
+  static constexpr uint64_t kPlainFirst = 2;  // plain steps at the start (the first one's time is set-up)
   static constexpr double kMargin = 0.03;  // a predicted gain under 3% is not worth the risk
   // Before a step: false for a plain step (no guesses).
   bool draft(uint64_t step) const;
   // After a step with `guesses` guesses; gain: the model's verdict after it (0: unknown).
   void observe(uint64_t step, int guesses, double gain);
   uint64_t off_steps() const { return off_steps_; }  // plain steps spent backed off
-  bool measured_plain() const { return plain_seen_; }
 
  private:
-  bool plain_seen_ = false;
   int drafted_n_ = 0;  // drafted steps since the last verdict
   uint64_t off_until_ = 0, backoff_ = kFirstBackoff, off_steps_ = 0;
 };
