@@ -16,6 +16,7 @@
 // model's choice.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
