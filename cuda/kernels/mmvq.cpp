@@ -92,11 +92,15 @@ EnvInt g_split("MOETIER_CUDA_MMVQ_SPLIT", 4);
 // one, plus the grouping launch), 16 at 925.5 vs 914.8, and 32 (mmvq to 64 tokens) at
 // 1254.9 against the per-slot mmq's 1140.1; docs/PERFORMANCE.md.
 EnvInt g_grouped("MOETIER_CUDA_MMVQ_GROUPED", 24);
+// MOETIER_CUDA_MMVQ_ROWS_MULTI=4: four rows per lane group in dense products of 2-8
+// tokens (MmvqArgs::multi_rows); 2 otherwise. Not yet measured on a GPU.
+EnvInt g_multi_rows("MOETIER_CUDA_MMVQ_ROWS_MULTI", 2);
 
 MmvqArgs base_args(const DeviceMatrix& w, float* y) {
   MmvqArgs a;
   a.wide_lanes = g_wide16.on() ? 16 : 0;
   a.split_warps = g_split.value();
+  a.multi_rows = g_multi_rows.value() == 4 ? 4 : 2;
   a.w = w.data;
   a.row_bytes = w.row_bytes;
   a.matrix_bytes = w.matrix_bytes;

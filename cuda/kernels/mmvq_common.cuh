@@ -495,6 +495,14 @@ void launch_quant_lanes(const MmvqArgs& a, cudaStream_t stream) {
       default: break;
     }
   }
+  if constexpr (NT > 1) {
+    // MmvqArgs::multi_rows: each activation load for four rows; whole groups only (a
+    // short last group re-reads its first row for the missing ones, right for R = 2 only)
+    if (a.multi_rows == 4 && a.n_out % 4 == 0) {
+      mmvq_quant_kernel<Tr, A, NT, 32, 4><<<mmvq_grid(a, 32, 4), kThreads, 0, stream>>>(a);
+      return;
+    }
+  }
   mmvq_quant_kernel<Tr, A, NT, 32, R><<<mmvq_grid(a, 32, R), kThreads, 0, stream>>>(a);
 }
 
