@@ -92,9 +92,13 @@ EnvInt g_split("MOETIER_CUDA_MMVQ_SPLIT", 4);
 // one, plus the grouping launch), 16 at 925.5 vs 914.8, and 32 (mmvq to 64 tokens) at
 // 1254.9 against the per-slot mmq's 1140.1; docs/PERFORMANCE.md.
 EnvInt g_grouped("MOETIER_CUDA_MMVQ_GROUPED", 24);
-// MOETIER_CUDA_MMVQ_ROWS_MULTI=4: four rows per lane group in dense products of 2-8
-// tokens (MmvqArgs::multi_rows); 2 otherwise. Not yet measured on a GPU.
-EnvInt g_multi_rows("MOETIER_CUDA_MMVQ_ROWS_MULTI", 2);
+// MOETIER_CUDA_MMVQ_ROWS_MULTI=4 (the default; =2 the old two): four rows per lane group in
+// dense products of 2-8 tokens (MmvqArgs::multi_rows). qwen3-30b-a3b q4_k_m on an H100
+// (bench --batch 1,4,8 -p 0 -n 32, two alternating rounds, 2026-12-07): step 4.37-4.44 vs
+// 4.42-4.59 ms at 4 sequences, 6.63-6.78 vs 6.80-7.09 at 8, 1 unchanged; the logits of a
+// 6-token prefill bit-identical (each row's sum is the same products in the same order);
+// docs/PERFORMANCE.md. Other weight types not yet measured.
+EnvInt g_multi_rows("MOETIER_CUDA_MMVQ_ROWS_MULTI", 4);
 
 MmvqArgs base_args(const DeviceMatrix& w, float* y) {
   MmvqArgs a;

@@ -79,11 +79,11 @@ struct MmvqArgs {
   // each lane walks fewer tasks one after the other; the warps' sums are added in shared
   // memory (MOETIER_CUDA_MMVQ_SPLIT, default 4; the sums in another order than one warp's).
   int split_warps = 0;
-  // Rows per lane group of a dense product of 2-8 tokens: 2 (the default) or 4, so that
-  // each activation load serves four weight rows (MOETIER_CUDA_MMVQ_ROWS_MULTI=4; at 5
-  // tokens the dense products cost ~3x their one-token time, their activation loads from
-  // L1 growing with the tokens; docs/PERFORMANCE.md 2026-12-07).
-  int multi_rows = 2;
+  // Rows per lane group of a dense product of 2-8 tokens: 4 (mmvq.cpp's default) or 2
+  // (MOETIER_CUDA_MMVQ_ROWS_MULTI=2), so that each activation load serves four weight rows
+  // (at 5 tokens the output product cost 4.6x its one-token time, the activation loads
+  // from L1 growing with the tokens; docs/PERFORMANCE.md 2026-12-07).
+  int multi_rows = 4;
   // Routed, grouped by expert (cuda/kernels/mmvq_groups.cu): grid.y over the groups of
   // `groups` (expert_groups layout below) instead of the slots; each group's matrix rows
   // are read once for its 1..kGroupTokens slots, every slot's sums exactly those of its
