@@ -71,21 +71,26 @@ double DraftLength::rate(int guesses) const {
   return s > 0 ? expected_tokens(guesses, acceptance()) / s : 0.0;
 }
 
-int DraftLength::choose() const {
-  if (measured_rows() < 2) return max_;  // the first draft spans the range: the line through 1 and max + 1 rows
+int DraftLength::best_from(int shortest, double* best_rate) const {
   int best = max_;
-  double best_rate = 0;
-  for (int len = min_; len <= max_; ++len) {
+  *best_rate = 0;
+  for (int len = shortest; len <= max_; ++len) {
     const double r = rate(len);
-    if (r > best_rate * (1 + 1e-9)) best = len, best_rate = r;  // ties: the shorter
+    if (r > *best_rate * (1 + 1e-9)) best = len, *best_rate = r;  // ties: the shorter
   }
   return best;
 }
 
+int DraftLength::choose() const {
+  if (measured_rows() < 2) return max_;  // the first draft spans the range: the line through 1 and max + 1 rows
+  double r;
+  return best_from(min_, &r);
+}
+
 double DraftLength::gain() const {
   if (samples_[1].n == 0 || measured_rows() < 2) return 0;
-  double best = 0;
-  for (int len = std::max(min_, 1); len <= max_; ++len) best = std::max(best, rate(len));
+  double best;
+  best_from(std::max(min_, 1), &best);
   return best / rate(0);
 }
 

@@ -38,8 +38,8 @@ class DraftLength {
   double step_seconds(int rows) const;
   // Expected tokens per second of a step drafting `guesses` guesses; 0 when unmeasured.
   double rate(int guesses) const;
-  // rate(choose()) / rate(0): what drafting is expected to gain over plain steps; 0 while
-  // a plain step or no drafted step is measured.
+  // The best drafting length's rate (at least one guess) over rate(0): what drafting is
+  // expected to gain over plain steps; 0 while a plain step or no drafted step is measured.
   double gain() const;
   // Expected tokens of a step that drafts `guesses` guesses at acceptance p.
   static double expected_tokens(int guesses, double p);
@@ -52,6 +52,8 @@ class DraftLength {
     double estimate() const;
   };
   int measured_rows() const;
+  // The length in [shortest, max] with the most expected tokens per second (*rate: that rate).
+  int best_from(int shortest, double* rate) const;
   double cost(int rows) const { return samples_[static_cast<size_t>(rows)].estimate(); }
   int min_, max_;
   std::vector<Samples> samples_;  // (max + 2): step seconds by rows
