@@ -4,6 +4,8 @@
 #include <unordered_set>
 #include <utility>
 
+#include "core/row_argmax.h"
+
 namespace mt {
 
 void Batch::add(SeqId seq, uint32_t pos, int32_t token, bool logits) {
@@ -99,6 +101,11 @@ Status Sequence::feed(std::span<const int32_t> tokens, bool all_logits, std::vec
   batch_.clear();
   batch_.add(id_, backend_->position(id_), tokens, all_logits ? Logits::kAll : Logits::kLast);
   return backend_->eval(batch_, logits, trace);
+}
+
+Status Backend::eval_argmax(const Batch& batch, std::vector<int32_t>* ids, Trace* trace) {
+  MT_RETURN_IF_ERROR(eval(batch, &argmax_scratch_, trace));
+  return argmax_rows(argmax_scratch_, batch.n_logits(), ids);
 }
 
 }  // namespace mt

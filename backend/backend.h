@@ -102,6 +102,15 @@ class Backend {
   // rows' logits, in batch order: batch.n_logits() x n_vocab(). The sequences advance by
   // their runs' lengths. trace, when given, sees each forward call's intermediates.
   virtual Status eval(const Batch& batch, std::vector<float>* logits, Trace* trace = nullptr) = 0;
+  // The same evaluation, returning only each asked row's row_argmax (core/row_argmax.h:
+  // greedy decoding's pick without bias or penalties) into *ids, in batch order. The
+  // default evaluates the logits and scans them on the host; the CUDA backend reduces a
+  // verification's rows on the device, so only their ids cross to the host (speculative
+  // decoding's greedy steps). DataLoss where a row's logits are -inf or NaN throughout.
+  virtual Status eval_argmax(const Batch& batch, std::vector<int32_t>* ids, Trace* trace = nullptr);
+
+ protected:
+  std::vector<float> argmax_scratch_;  // eval_argmax's logits (the default)
 };
 
 // One sequence's run of a batch: entries [first, first + n), at positions pos0 .. pos0 + n - 1.

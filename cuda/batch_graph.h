@@ -37,7 +37,7 @@ class BatchGraphs {
   static void set_wanted(bool on);
   // Batch graph replays in this process (tests: that a batch took the graph).
   static uint64_t replays_total();
-  bool ok() const { return ids_ != nullptr && kv_rows_ != nullptr; }  // pinned memory allocated
+  bool ok() const { return ids_ != nullptr && kv_rows_ != nullptr && argmax_dev_ != nullptr; }  // buffers allocated
   int32_t* ids() { return ids_; }            // (kMaxTokens) the next replay's token ids
   SeqKvRow* kv_rows() { return kv_rows_; }  // (n_layer, T) at [l * T + t], for the next replay
 
@@ -47,8 +47,14 @@ class BatchGraphs {
   void ensure(uint32_t T, uint32_t cap, uint64_t gen, cudaStream_t stream, const std::function<const float*()>& enqueue);
   // Replays T's graph, copies its T logits rows (n_vocab each) to host_logits, waits.
   void replay(uint32_t T, float* host_logits, size_t n_vocab, cudaStream_t stream);
+  // Replays T's graph and reduces each logits row to its argmax on the device (rows_argmax,
+  // cuda/kernels/ops.h): only the T ids are copied, to host_ids; waits. An H100 copied a
+  // verification's 5 rows of a 151,936-token vocabulary (3 MB) to pageable memory and
+  // scanned them on the host, for ids alone.
+  void replay_argmax(uint32_t T, int32_t* host_ids, size_t n_vocab, cudaStream_t stream);
 
  private:
+  void free_buffers();
   struct Entry {
     cudaGraphExec_t exec = nullptr;
     uint32_t cap = 0;
@@ -58,6 +64,8 @@ class BatchGraphs {
   std::array<Entry, kMaxTokens + 1> entries_{};
   int32_t* ids_ = nullptr;
   SeqKvRow* kv_rows_ = nullptr;
+  int32_t* argmax_dev_ = nullptr;     // (kMaxTokens) replay_argmax's picks on the device
+  int32_t* argmax_pinned_ = nullptr;  // (kMaxTokens) and copied here
 };
 
 }  // namespace mt::cuda

@@ -4,8 +4,14 @@
 #include <string>
 
 #include "cuda/cuda_model.h"
+#include "cuda/kernels/env_switch.h"
 
 namespace mt::cuda {
+namespace {
+// MOETIER_CUDA_ARGMAX=0: eval_argmax copies the logits rows to the host and scans them
+// there (Backend's default) instead of reducing them on the device (an A/B switch).
+EnvSwitch g_device_argmax("MOETIER_CUDA_ARGMAX", true);
+}  // namespace
 
 CudaBackend::CudaBackend(CudaModel& model) : model_(model), n_vocab_(model.host().hparams().n_vocab) {}
 CudaBackend::~CudaBackend() = default;
@@ -65,6 +71,19 @@ Status CudaBackend::eval(const Batch& batch, std::vector<float>* logits, Trace* 
   MT_RETURN_IF_ERROR(model_.eval_batch(feeds, logits, trace));
   MT_CHECK(logits->size() == static_cast<size_t>(batch.n_logits()) * V);
   return {};
+}
+
+Status CudaBackend::eval_argmax(const Batch& batch, std::vector<int32_t>* ids, Trace* trace) {
+  MT_ASSIGN_OR_RETURN(std::vector<SeqRun> runs, split_runs(batch, n_vocab_));
+  const std::span<const uint8_t> asked = batch.logits();
+  const bool last = batch.n_logits() == 1 && asked.back() != 0;
+  if (g_device_argmax.on() && runs.size() == 1 && (last || batch.n_logits() == batch.size())) {  // it reduces its rows
+    auto it = seqs_.find(runs[0].seq);
+    if (it == seqs_.end()) return unknown_sequence(runs[0].seq);
+    MT_RETURN_IF_ERROR(check_run(runs[0], it->second.e->position(), it->second.e->n_ctx()));
+    return it->second.e->feed_argmax(batch.tokens(), !last, ids, trace);
+  }
+  return Backend::eval_argmax(batch, ids, trace);
 }
 
 }  // namespace mt::cuda

@@ -43,7 +43,7 @@ CudaSequence::CudaSequence(CudaModel::Impl& m, uint32_t n_ctx, QuantType kv_type
 
 CudaSequence::~CudaSequence() = default;
 
-Status CudaSequence::feed(std::span<const int32_t> tokens, bool all_logits, std::vector<float>* logits, Trace* trace) {
+Status CudaSequence::check_tokens(std::span<const int32_t> tokens) const {
   const HParams& hp = m_.hp;
   const auto T = static_cast<uint32_t>(tokens.size());
   if (T == 0) return invalid_argument("no tokens to evaluate");
@@ -57,6 +57,28 @@ Status CudaSequence::feed(std::span<const int32_t> tokens, bool all_logits, std:
                               std::to_string(hp.n_vocab - 1) + ")");
     }
   }
+  return {};
+}
+
+Status CudaSequence::feed_argmax(std::span<const int32_t> tokens, bool all_logits, std::vector<int32_t>* ids,
+                                 Trace* trace) {
+  const auto T = static_cast<uint32_t>(tokens.size());
+  if (all_logits && T >= 2 && T <= BatchGraphs::kMaxTokens && trace == nullptr) {
+    MT_RETURN_IF_ERROR(check_tokens(tokens));
+    MT_CUDA_CHECK(cudaSetDevice(m_.device));
+    if (eval_rows_graph(tokens, nullptr, ids)) {
+      for (size_t r = 0; r < ids->size(); ++r) {
+        if ((*ids)[r] < 0) return data_loss("logits row " + std::to_string(r) + " is -inf or NaN throughout (broken weights?)");
+      }
+      return {};
+    }
+  }
+  return Evaluator::feed_argmax(tokens, all_logits, ids, trace);
+}
+
+Status CudaSequence::feed(std::span<const int32_t> tokens, bool all_logits, std::vector<float>* logits, Trace* trace) {
+  const auto T = static_cast<uint32_t>(tokens.size());
+  MT_RETURN_IF_ERROR(check_tokens(tokens));
   if (trace) trace->begin_step();
   MT_CUDA_CHECK(cudaSetDevice(m_.device));
   logits->clear();
@@ -82,14 +104,15 @@ Status CudaSequence::feed(std::span<const int32_t> tokens, bool all_logits, std:
   return {};
 }
 
-bool CudaSequence::eval_rows_graph(std::span<const int32_t> tokens, std::vector<float>* logits) {
+bool CudaSequence::eval_rows_graph(std::span<const int32_t> tokens, std::vector<float>* logits,
+                                   std::vector<int32_t>* ids) {
   static constexpr uint8_t kWant = 1;
   std::array<SeqFeed, BatchGraphs::kMaxTokens> feeds;
   for (size_t i = 0; i < tokens.size(); ++i) feeds[i] = {this, tokens.subspan(i, 1), {&kWant, 1}};
   ensure_workspace(static_cast<uint32_t>(tokens.size()));
-  logits->resize(tokens.size() * m_.hp.n_vocab);
-  if (eval_batch_graph(m_, {feeds.data(), tokens.size()}, logits, nullptr)) return true;
-  logits->clear();
+  if (logits != nullptr) logits->resize(tokens.size() * m_.hp.n_vocab);
+  if (eval_batch_graph(m_, {feeds.data(), tokens.size()}, logits, nullptr, ids)) return true;
+  if (logits != nullptr) logits->clear();
   return false;
 }
 

@@ -103,6 +103,10 @@ class CudaSequence final : public Evaluator {
   uint32_t position() const override { return pos_; }
   uint32_t n_ctx() const override { return n_ctx_; }
   Status feed(std::span<const int32_t> tokens, bool all_logits, std::vector<float>* logits, Trace* trace) override;
+  // A verification's 2..BatchGraphs::kMaxTokens rows through a batch graph, each reduced
+  // to its argmax on the device (BatchGraphs::replay_argmax); anything else as Evaluator's.
+  Status feed_argmax(std::span<const int32_t> tokens, bool all_logits, std::vector<int32_t>* ids,
+                     Trace* trace) override;
 
   // This sequence becomes a copy of `from` (a sequence of the same model and KV type):
   // its first from.position() positions' K / V rows (recurrent layers: their states)
@@ -203,13 +207,16 @@ class CudaSequence final : public Evaluator {
   void eval_pass(const Step& step);
   // feed_batch through a batch graph (cuda/batch_graph.h) where the batch is one decode
   // token per sequence and the model allows it; false: nothing done (launch plainly).
+  // With ids (then logits may be null) each row's argmax instead of its logits.
   static bool eval_batch_graph(CudaModel::Impl& m, std::span<const SeqFeed> feeds, std::vector<float>* logits,
-                               Trace* trace);
+                               Trace* trace, std::vector<int32_t>* ids = nullptr);
   void eval_chunk(std::span<const int32_t> tokens, uint32_t rows, std::vector<float>* logits, Trace* trace);
   bool eval_token_graph(int32_t token, std::vector<float>* logits);
   // 2..BatchGraphs::kMaxTokens tokens of this sequence with every row's logits through a
   // batch graph (one row per token); false: nothing done.
-  bool eval_rows_graph(std::span<const int32_t> tokens, std::vector<float>* logits);
+  bool eval_rows_graph(std::span<const int32_t> tokens, std::vector<float>* logits, std::vector<int32_t>* ids = nullptr);
+  // The tokens against the context and the vocabulary (nothing evaluated on an error).
+  Status check_tokens(std::span<const int32_t> tokens) const;
   // The last position (+ 1) of the span of kGraphSpan positions a decode graph at pos_ serves.
   uint32_t graph_cap() const { return std::min(n_ctx_, (pos_ / kGraphSpan + 1) * kGraphSpan); }
 

@@ -98,7 +98,7 @@ Status CudaSequence::feed_batch(CudaModel::Impl& m, std::span<const SeqFeed> fee
 }
 
 bool CudaSequence::eval_batch_graph(CudaModel::Impl& m, std::span<const SeqFeed> feeds, std::vector<float>* logits,
-                                    Trace* trace) {
+                                    Trace* trace, std::vector<int32_t>* ids) {
   const auto T = static_cast<uint32_t>(feeds.size());
   if (!BatchGraphs::wanted() || trace != nullptr || m.tiering != nullptr || T < 2 || T > BatchGraphs::kMaxTokens) {
     return false;
@@ -150,7 +150,12 @@ bool CudaSequence::eval_batch_graph(CudaModel::Impl& m, std::span<const SeqFeed>
     lead.enqueue(step);
     return logits_dev;
   });
-  g.replay(T, logits->data(), m.hp.n_vocab, m.stream);
+  if (ids != nullptr) {
+    ids->resize(T);
+    g.replay_argmax(T, ids->data(), m.hp.n_vocab, m.stream);
+  } else {
+    g.replay(T, logits->data(), m.hp.n_vocab, m.stream);
+  }
   for (const SeqRows& r : rows) r.seq->pos_ += 1;  // k rows of one sequence: k positions
   return true;
 }

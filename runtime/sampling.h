@@ -70,6 +70,14 @@ class Sampler {
   // Adds a token (prompt or generated) to the penalty history.
   void accept(int32_t token);
 
+  // Whether sample() is row_argmax (core/row_argmax.h) of the raw logits: temperature 0
+  // with no logit bias and no penalties (no random number is drawn either). A caller may
+  // then ask the backend for the rows' argmax alone (Backend::eval_argmax).
+  bool picks_argmax() const {
+    return params_.temperature == 0 && params_.logit_bias.empty() && params_.repeat_penalty == 1.0f &&
+           params_.frequency_penalty == 0.0f && params_.presence_penalty == 0.0f;
+  }
+
   // The seed in use: params.seed, or the random one drawn when that was 0.
   uint64_t seed() const { return seed_; }
 

@@ -7,14 +7,6 @@
 #include "core/check.h"
 
 namespace mt {
-namespace {
-
-int32_t argmax(std::span<const float> row) {
-  return static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin());  // first on ties
-}
-
-}  // namespace
-
 // ---- prompt lookup
 
 Status LookupDrafter::propose(std::span<const int32_t> history, int max_n, std::vector<int32_t>* draft) {
@@ -76,16 +68,15 @@ Status ModelDrafter::propose(std::span<const int32_t> history, int max_n, std::v
   }
   batch_.clear();
   batch_.add(seq_, static_cast<uint32_t>(common), history.subspan(common), Logits::kLast);
-  MT_RETURN_IF_ERROR(backend_.eval(batch_, &logits_));
+  MT_RETURN_IF_ERROR(backend_.eval_argmax(batch_, &ids_));  // greedy: only the pick leaves the device
   fed_.insert(fed_.end(), history.begin() + static_cast<ptrdiff_t>(common), history.end());
-  const uint32_t n_vocab = backend_.n_vocab();
   for (int i = 0; i < max_n; ++i) {
-    const int32_t guess = argmax({logits_.data(), n_vocab});
+    const int32_t guess = ids_.at(0);
     draft->push_back(guess);
     if (i + 1 == max_n) break;  // the last guess need not be fed
     batch_.clear();
     batch_.add(seq_, static_cast<uint32_t>(fed_.size()), guess, true);
-    MT_RETURN_IF_ERROR(backend_.eval(batch_, &logits_));
+    MT_RETURN_IF_ERROR(backend_.eval_argmax(batch_, &ids_));
     fed_.push_back(guess);
   }
   return {};
@@ -167,13 +158,20 @@ Status SpeculativeDecoder::step(std::vector<int32_t>* history, Sampler& sampler,
   rows_.insert(rows_.end(), draft_.begin(), draft_.end());
   batch_.clear();
   batch_.add(seq_, pos0, rows_, Logits::kAll);
-  MT_RETURN_IF_ERROR(backend_.eval(batch_, &logits_, trace));
+  // Greedy without bias or penalties: the rows' argmax alone (on the GPU only the ids leave
+  // the device), which is exactly what sample() would pick from their logits.
+  const bool argmax_only = sampler.picks_argmax();
+  if (argmax_only) {
+    MT_RETURN_IF_ERROR(backend_.eval_argmax(batch_, &ids_, trace));
+  } else {
+    MT_RETURN_IF_ERROR(backend_.eval(batch_, &logits_, trace));
+  }
 
   size_t accepted = 0;
   for (size_t i = 0; i <= draft_.size(); ++i) {
-    const std::span<const float> row(logits_.data() + i * n_vocab, n_vocab);
     const bool guessed = i < draft_.size();
-    const int32_t token = sampler.sample(row);  // plain decoding's draw; a guess is kept when it equals it
+    // plain decoding's draw; a guess is kept when it equals it
+    const int32_t token = argmax_only ? ids_[i] : sampler.sample({logits_.data() + i * n_vocab, n_vocab});
     sampler.accept(token);
     history->push_back(token);
     if (!guessed || token != draft_[i]) break;

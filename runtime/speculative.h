@@ -95,7 +95,7 @@ class ModelDrafter final : public Drafter {
   std::string name_;
   std::vector<int32_t> fed_;  // the tokens in seq_, in order
   Batch batch_;
-  std::vector<float> logits_;
+  std::vector<int32_t> ids_;  // the last evaluation's greedy pick
 };
 
 // The labelled acceptance mode (for measuring the mechanics on models whose drafts could
@@ -171,7 +171,7 @@ class SpeculativeDecoder {
   DraftPolicy policy_;
   SpecStats stats_;
   Batch batch_;
-  std::vector<int32_t> draft_, rows_;
+  std::vector<int32_t> draft_, rows_, ids_;  // ids_: the rows' argmax (Sampler::picks_argmax)
   std::vector<float> logits_;
 };
 

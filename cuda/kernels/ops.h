@@ -19,6 +19,11 @@ namespace mt::cuda {
 void get_rows(QuantType type, const uint8_t* table, uint64_t row_bytes, const int32_t* ids, int n_ids, int n,
               float* out, cudaStream_t stream);
 
+// out[r] = core/row_argmax.h's row_argmax of row r of x (rows, n): the lowest index of the
+// greatest value, -inf and NaN never picked, -1 for a row without any other value. One
+// block per row (greedy decoding's pick without the logits leaving the device).
+void rows_argmax(const float* x, int rows, int n, int32_t* out, cudaStream_t stream);
+
 // model/attention.cpp rms_norm, per row: out = x / sqrt(mean(x^2) + eps) * w (w null: no
 // weight; w has n entries). Rows are x_stride / out_stride floats apart; out may be x.
 // The per-head q/k norm is this with rows = tokens * heads, n = head_dim.

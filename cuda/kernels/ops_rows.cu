@@ -1,8 +1,11 @@
 // get_rows on the device (cuda/kernels/ops.h): gathering token embeddings from a GGUF-typed
 // table, each element through cuda/kernels/dequant.cuh (bit-exact with quant/'s reference
 // dequantize_row). One thread per output element: grid.x over the columns, grid.y over
-// the ids (looped past the grid limit).
+// the ids (looped past the grid limit). And rows_argmax: one block per row, each thread
+// the first of its strided elements' maxima, then warp and block arg-max (ties to the
+// lower index), so the pick is core/row_argmax.h's.
 #include <algorithm>
+#include <climits>
 
 #include "core/check.h"
 #include "cuda/kernels/dequant.cuh"
@@ -27,7 +30,42 @@ __global__ void get_rows_kernel(const uint8_t* table, uint64_t row_bytes, const 
   }
 }
 
+constexpr int kArgmaxThreads = 1024;
+
+// x (rows, n), out (rows); grid.x over the rows.
+__global__ void rows_argmax_kernel(const float* x, int n, int32_t* out) {
+  __shared__ float warp_v[32];
+  __shared__ int warp_i[32];
+  const float* row = x + static_cast<int64_t>(blockIdx.x) * n;
+  float v = -INFINITY;
+  int i = INT_MAX;  // no candidate (v stays -inf: never the answer)
+  for (int j = static_cast<int>(threadIdx.x); j < n; j += blockDim.x) {
+    const float e = row[j];
+    if (e > v) {  // strict, as row_argmax: this thread's first of equal maxima; NaN never
+      v = e;
+      i = j;
+    }
+  }
+  detail::warp_argmax(v, i);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (lane == 0) warp_v[warp] = v, warp_i[warp] = i;
+  __syncthreads();
+  if (warp != 0) return;
+  const int n_warps = blockDim.x >> 5;
+  v = lane < n_warps ? warp_v[lane] : -INFINITY;
+  i = lane < n_warps ? warp_i[lane] : INT_MAX;
+  detail::warp_argmax(v, i);
+  if (lane == 0) out[blockIdx.x] = v > -INFINITY ? i : -1;
+}
+
 }  // namespace
+
+void rows_argmax(const float* x, int rows, int n, int32_t* out, cudaStream_t stream) {
+  MT_CHECK(rows >= 0 && n > 0);
+  if (rows == 0) return;
+  rows_argmax_kernel<<<static_cast<unsigned>(rows), kArgmaxThreads, 0, stream>>>(x, n, out);
+  MT_CUDA_CHECK_LAUNCH();
+}
 
 void get_rows(QuantType type, const uint8_t* table, uint64_t row_bytes, const int32_t* ids, int n_ids, int n,
               float* out, cudaStream_t stream) {

@@ -3,13 +3,15 @@
 // plain batched launches) and takes the graph for its decode-only steps; decoding three
 // sequences together across a span of positions (256) recaptures the graph and stays
 // within 1e-4 (F32) of the same steps launched plainly; one sequence's 5-token verification
-// steps through the graph's rows give the plain logits.
+// steps through the graph's rows give the plain logits, and their argmax alone (eval_argmax,
+// reduced on the device) is the scalar pick of those logits.
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
 
 #include "backend_schedule.h"
+#include "core/row_argmax.h"
 #include "batch_schedule.h"
 #include "cuda/batch_graph.h"
 #include "cuda/cuda_backend.h"
@@ -99,8 +101,9 @@ TEST(CudaBatchGraph, ASpanOfPositionsEndsAndTheGraphIsCapturedAgain) {
 
 // One sequence's few tokens with every row's logits (a verification of guesses): 40 prompt
 // tokens, then 4 steps of 5 tokens and one decode token, plain then through the batch
-// graph's rows (one per token at consecutive positions of the sequence).
-std::vector<std::vector<float>> verify_steps(CudaBackend& backend) {
+// graph's rows (one per token at consecutive positions of the sequence). With ids, each
+// step is eval_argmax's instead, its picks appended to *ids (the logits then empty).
+std::vector<std::vector<float>> verify_steps(CudaBackend& backend, std::vector<int32_t>* ids = nullptr) {
   const uint32_t V = backend.n_vocab();
   auto id = backend.create_sequence(128);
   EXPECT_TRUE(id.ok());
@@ -115,9 +118,14 @@ std::vector<std::vector<float>> verify_steps(CudaBackend& backend) {
     const uint32_t n = k < 4 ? 5 : 1;
     Batch b;
     for (uint32_t i = 0; i < n; ++i, ++pos) b.add(*id, pos, static_cast<int32_t>((k * 53 + i * 7 + 3) % V), true);
-    const Status st = backend.eval(b, &lg);
+    std::vector<int32_t> picked;
+    const Status st = ids != nullptr ? backend.eval_argmax(b, &picked) : backend.eval(b, &lg);
     EXPECT_TRUE(st.ok()) << st.to_string();
-    out.push_back(lg);
+    if (ids != nullptr) {
+      EXPECT_EQ(picked.size(), n);
+      ids->insert(ids->end(), picked.begin(), picked.end());
+    }
+    out.push_back(ids != nullptr ? std::vector<float>{} : lg);
   }
   backend.free_sequence(*id);
   return out;
@@ -149,6 +157,30 @@ TEST(CudaBatchGraph, OneSequencesVerificationRowsGiveThePlainLogits) {
         EXPECT_LE(mt::test::rel(graphed[k].data() + r * V, plain[k].data() + r * V, V), 1e-4) << "step " << k << " row " << r;
       }
     }
+  }
+}
+
+TEST(CudaBatchGraph, VerificationArgmaxOnTheDeviceIsThePickOfTheLogits) {
+  MT_SKIP_WITHOUT_DEVICE();
+  for (const char* quant : {"f32", "q4_k_m"}) {
+    SCOPED_TRACE(quant);
+    auto host = test::load_tiny(Arch::kQwen3Moe, quant, "batch-graph-argmax");
+    ASSERT_TRUE(host.ok()) << host.status().to_string();
+    auto gpu = CudaModel::load(**host);
+    ASSERT_TRUE(gpu.ok()) << gpu.status().to_string();
+    CudaBackend backend(**gpu);
+    const uint32_t V = backend.n_vocab();
+    GraphsOn on(true);
+    const auto logits = verify_steps(backend);
+    std::vector<int32_t> want;
+    for (const auto& step : logits) {
+      for (size_t r = 0; r * V < step.size(); ++r) want.push_back(row_argmax({step.data() + r * V, V}));
+    }
+    const uint64_t before = BatchGraphs::replays_total();
+    std::vector<int32_t> got;
+    verify_steps(backend, &got);
+    EXPECT_EQ(BatchGraphs::replays_total() - before, 4u) << "each 5-token step one replay, reduced on the device";
+    EXPECT_EQ(got, want) << "the same graph's logits, their argmax on the host";
   }
 }
 

@@ -4,16 +4,18 @@
 // (relative to the row's largest output) of a double-precision softmax over the same
 // cached rows, router_topk against model/ffn.cpp's top-k (ids equal, weights within
 // 1e-5), swiglu and moe_combine against their CPU loops, get_rows bit-exact with quant/'s
-// dequantize_row.
+// dequantize_row, rows_argmax equal to core/row_argmax.h's pick.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <numeric>
 #include <random>
 #include <vector>
 
+#include "core/row_argmax.h"
 #include "cuda/kernels/mmvq.h"
 #include "cuda/kernels/ops.h"
 #include "cuda_test_util.h"
@@ -37,6 +39,50 @@ void expect_close(const std::vector<float>& got, const std::vector<float>& want,
     if (!(std::fabs(got[i] - want[i]) <= rel * std::fabs(want[i]) + abs)) {
       ADD_FAILURE() << what << " [" << i << "]: got " << got[i] << " want " << want[i];
       ++bad;
+    }
+  }
+}
+
+// ---- rows_argmax ----
+
+// Rows of a logits-like vocabulary and of odd small widths, with the hard cases planted:
+// the maximum twice (the lower index must win, also across threads and warps), -0 beside
+// +0 as the maximum, NaN and -inf around the maximum, a row of -inf with one finite value
+// last, and rows with no value left (all -inf, all NaN: -1).
+TEST(CudaOps, RowsArgmaxIsTheScalarPick) {
+  MT_SKIP_WITHOUT_DEVICE();
+  std::mt19937 rng(7);
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  for (int n : {151936, 1000, 33, 1}) {
+    const int rows = 9;
+    std::vector<float> x = randn(static_cast<size_t>(rows) * n, rng, 4.0f);
+    auto row = [&](int r) { return x.data() + static_cast<size_t>(r) * n; };
+    std::uniform_int_distribution<int> at(0, n - 1);
+    if (n > 1) {
+      const int a = at(rng), b = at(rng);  // row 1: the maximum at two places
+      row(1)[a] = row(1)[b] = 100.0f;
+      row(2)[at(rng)] = nan;               // row 2: NaN beside the maximum
+      row(2)[at(rng)] = 50.0f;
+      std::fill(row(3), row(3) + n, 0.0f);  // row 3: all zeros, -0 first: index 0
+      row(3)[0] = -0.0f;
+      for (int j = 0; j < n; ++j) row(4)[j] = j % 2 == 0 ? -inf : nan;  // row 4: nothing left
+      std::fill(row(5), row(5) + n, -inf);  // row 5: one finite value, the last
+      row(5)[n - 1] = -1e30f;
+      std::fill(row(6), row(6) + n, -inf);  // row 6: every token masked
+      row(7)[n - 1] = row(7)[0] = 1e9f;     // row 7: the first and the last tie
+    }
+    DeviceBuffer dx = to_device(x), dout(rows * sizeof(int32_t));
+    rows_argmax(dx.as<float>(), rows, n, dout.as<int32_t>(), nullptr);
+    const std::vector<int32_t> got = to_host<int32_t>(dout, rows);
+    for (int r = 0; r < rows; ++r) {
+      EXPECT_EQ(got[r], row_argmax({row(r), static_cast<size_t>(n)})) << "n " << n << " row " << r;
+    }
+    if (n > 1) {
+      EXPECT_EQ(got[3], 0);
+      EXPECT_EQ(got[4], -1);
+      EXPECT_EQ(got[5], n - 1);
+      EXPECT_EQ(got[6], -1);
+      EXPECT_EQ(got[7], 0);
     }
   }
 }

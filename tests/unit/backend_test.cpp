@@ -10,6 +10,7 @@
 
 #include "backend/backend.h"
 #include "backend_schedule.h"
+#include "core/row_argmax.h"
 #include "model/cpu_backend.h"
 #include "model/model.h"
 #include "synth/synth.h"
@@ -53,6 +54,41 @@ TEST(CpuBackend, ThreeSequencesInOneCallGiveEachSequenceAlone) {
 
 // Forks taken after a prompt: one continues exactly as a sequence never forked, the other
 // diverges without touching the original (recurrent states are copied too).
+// eval_argmax (the default: eval, then each asked row's row_argmax) advances the sequence
+// as eval does and returns the argmax of the rows eval returns: a whole verification run's
+// rows and one last row.
+TEST(CpuBackend, EvalArgmaxIsTheArgmaxOfEachAskedRow) {
+  auto model = synth_model(Arch::kQwen3Moe, "f32");
+  ASSERT_NE(model, nullptr);
+  CpuBackend backend(*model);
+  const uint32_t V = backend.n_vocab();
+  const std::vector<int32_t> prompt = ids(6, 4, V), more = ids(4, 5, V);
+  std::vector<float> lg, scratch;
+  std::vector<int32_t> want, got;
+  {
+    auto ref = Sequence::create(backend, 16);
+    ASSERT_TRUE(ref.ok());
+    ASSERT_TRUE(ref->feed(prompt, false, &lg).ok());
+    want.push_back(row_argmax({lg.data(), V}));
+    ASSERT_TRUE(ref->feed(more, true, &lg).ok());
+    for (size_t r = 0; r < more.size(); ++r) want.push_back(row_argmax({lg.data() + r * V, V}));
+  }
+  auto seq = backend.create_sequence(16);
+  ASSERT_TRUE(seq.ok());
+  Batch b;
+  b.add(*seq, 0, prompt, Logits::kLast);
+  std::vector<int32_t> picked;
+  ASSERT_TRUE(backend.eval_argmax(b, &picked).ok());
+  got.insert(got.end(), picked.begin(), picked.end());
+  b.clear();
+  b.add(*seq, static_cast<uint32_t>(prompt.size()), more, Logits::kAll);
+  ASSERT_TRUE(backend.eval_argmax(b, &picked).ok());
+  got.insert(got.end(), picked.begin(), picked.end());
+  EXPECT_EQ(backend.position(*seq), prompt.size() + more.size());
+  EXPECT_EQ(got, want);
+  backend.free_sequence(*seq);
+}
+
 TEST(CpuBackend, AForkContinuesAsTheOriginal) {
   for (Arch arch : {Arch::kQwen3Moe, Arch::kQwen35Moe}) {
     auto model = synth_model(arch, "f32");

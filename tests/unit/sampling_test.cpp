@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "core/row_argmax.h"
 #include "runtime/sampling.h"
 
 namespace mt {
@@ -70,6 +71,52 @@ TEST(Sampling, GreedyIsArgmaxAndTiesGoToTheLowestId) {
   EXPECT_EQ(six.sample(std::vector<float>{0.5f, 2.0f, -1.0f, 2.0f, 2.0f, 1.0f}), 1);
   const float ninf = -std::numeric_limits<float>::infinity();
   EXPECT_EQ(six.sample(std::vector<float>{ninf, ninf, -50.0f, ninf, -50.0f, ninf}), 2);
+}
+
+// row_argmax (core/row_argmax.h) is what a greedy sampler without bias or penalties picks
+// (picks_argmax: callers then ask the backend for the argmax alone), on random rows and on
+// ties, -0 beside +0 and masked tokens (NaN: the sampler refuses it, row_argmax skips it);
+// any bias, penalty or temperature turns it off.
+TEST(Sampling, PicksArgmaxExactlyWhenSampleIsTheRowArgmax) {
+  SamplingParams greedy;
+  greedy.temperature = 0;
+  Sampler s(greedy, 1000);
+  EXPECT_TRUE(s.picks_argmax());
+  std::mt19937 rng(3);
+  std::normal_distribution<float> dist(0.0f, 2.0f);
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  for (int trial = 0; trial < 50; ++trial) {
+    std::vector<float> row(1000);
+    for (float& v : row) v = trial % 5 == 0 ? std::round(dist(rng)) : dist(rng);  // rounded: many ties
+    if (trial % 3 == 2) std::fill(row.begin(), row.begin() + 500, -inf);
+    if (trial == 10) std::fill(row.begin(), row.end(), 0.0f), row[0] = -0.0f;
+    EXPECT_EQ(s.sample(row), row_argmax(row)) << "trial " << trial;
+  }
+  std::vector<float> masked(4, -inf);
+  EXPECT_EQ(row_argmax(masked), -1);
+  masked[3] = nan;
+  EXPECT_EQ(row_argmax(masked), -1);
+  EXPECT_EQ(row_argmax(std::vector<float>{nan, -1.0f, nan, 2.0f, nan}), 3);
+  std::vector<float> ties = {1.0f, 3.0f, 2.0f, 3.0f};
+  EXPECT_EQ(row_argmax(ties), 1);
+
+  SamplingParams p = greedy;
+  p.logit_bias = {{1, 0.5f}};
+  EXPECT_FALSE(Sampler(p, 1000).picks_argmax());
+  for (int which = 0; which < 4; ++which) {
+    p = greedy;
+    if (which == 0) p.repeat_penalty = 1.1f;
+    if (which == 1) p.presence_penalty = 0.5f;
+    if (which == 2) p.frequency_penalty = 0.5f;
+    if (which == 3) p.temperature = 0.5f;
+    EXPECT_FALSE(Sampler(p, 1000).picks_argmax()) << which;
+  }
+  std::vector<int32_t> ids;
+  const std::vector<float> two_rows = {1.0f, 2.0f, 0.0f, -inf, -inf, -inf};
+  EXPECT_TRUE(argmax_rows(two_rows, 1, &ids).ok());  // one row of six
+  EXPECT_EQ(ids, std::vector<int32_t>{1});
+  const Status st = argmax_rows(two_rows, 2, &ids);
+  EXPECT_EQ(st.code(), StatusCode::kDataLoss) << st.to_string();  // the second row is all -inf
 }
 
 TEST(Sampling, TopKOneIsGreedyAtAnyTemperature) {
