@@ -59,15 +59,12 @@ int current_sm() {
 
 // MOETIER_CUDA_EXPERTS_MMVQ_MAX=N (N > 0): routed products of up to N tokens take mmvq
 // whatever the table says, for every type (measuring a new crossover); 0: the table.
-// MOETIER_CUDA_DENSE_MMVQ_MAX=N the same for dense products (above N: mmq where it fits).
 namespace {
 EnvInt g_experts_max("MOETIER_CUDA_EXPERTS_MMVQ_MAX", 0);
-EnvInt g_dense_max("MOETIER_CUDA_DENSE_MMVQ_MAX", 0);
 }  // namespace
 
 int mmvq_max_tokens(int sm, QuantType type, bool experts) {
   if (experts && g_experts_max.value() > 0) return g_experts_max.value();
-  if (!experts && g_dense_max.value() > 0) return g_dense_max.value();
   const DispatchRow* row = find_row(sm, type);
   if (row == nullptr) return kMmvqMaxTokens;
   return experts ? row->experts_max_tokens : row->dense_max_tokens;
