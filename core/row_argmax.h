@@ -5,6 +5,7 @@
 // without bias or penalties.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <span>
@@ -16,13 +17,29 @@
 namespace mt {
 
 inline int32_t row_argmax(std::span<const float> row) {
+  // Blocks of kBlock: the block's maximum over independent lanes (vectorizable; NaN never
+  // replaces a lane's value), and only a block whose maximum beats the best so far is
+  // scanned for its first index of that value (earlier blocks held nothing as large).
+  constexpr size_t kBlock = 64, kLanes = 8;
   int32_t best = -1;
   float best_value = -std::numeric_limits<float>::infinity();
-  for (size_t i = 0; i < row.size(); ++i) {
-    if (row[i] > best_value) {  // strict: the first of equal maxima stays; NaN compares false
-      best_value = row[i];
-      best = static_cast<int32_t>(i);
+  for (size_t b0 = 0; b0 < row.size(); b0 += kBlock) {
+    const size_t n = std::min(kBlock, row.size() - b0);
+    const float* x = row.data() + b0;
+    float lane[kLanes];
+    for (float& l : lane) l = -std::numeric_limits<float>::infinity();
+    size_t i = 0;
+    for (; i + kLanes <= n; i += kLanes) {
+      for (size_t k = 0; k < kLanes; ++k) lane[k] = x[i + k] > lane[k] ? x[i + k] : lane[k];
     }
+    for (; i < n; ++i) lane[0] = x[i] > lane[0] ? x[i] : lane[0];
+    float m = lane[0];
+    for (size_t k = 1; k < kLanes; ++k) m = lane[k] > m ? lane[k] : m;
+    if (!(m > best_value)) continue;  // strict: the first of equal maxima stays
+    size_t at = 0;
+    while (!(x[at] == m)) ++at;  // -0 == +0: the first zero, as a strict scan keeps it
+    best_value = m;
+    best = static_cast<int32_t>(b0 + at);
   }
   return best;
 }

@@ -10,6 +10,8 @@ DecodeGraph::DecodeGraph(bool want, uint32_t n_vocab) : on_(want) {
   if (on_ && (cudaHostAlloc(reinterpret_cast<void**>(&pinned_step_), 2 * sizeof(uint32_t), cudaHostAllocDefault) !=
                   cudaSuccess ||
               cudaHostAlloc(reinterpret_cast<void**>(&pinned_logits_), sizeof(float) * n_vocab, cudaHostAllocDefault) !=
+                  cudaSuccess ||
+              cudaHostAlloc(reinterpret_cast<void**>(&pinned_argmax_), sizeof(int32_t), cudaHostAllocDefault) !=
                   cudaSuccess)) {
     cudaGetLastError();
     log_warn("CUDA graphs off: cannot allocate their pinned buffers");
@@ -22,6 +24,7 @@ DecodeGraph::~DecodeGraph() {
   if (exec_ != nullptr) cudaGraphExecDestroy(exec_);
   if (pinned_step_ != nullptr) cudaFreeHost(pinned_step_);
   if (pinned_logits_ != nullptr) cudaFreeHost(pinned_logits_);
+  if (pinned_argmax_ != nullptr) cudaFreeHost(pinned_argmax_);
 }
 
 void DecodeGraph::drop(cudaStream_t stream) {

@@ -1,7 +1,9 @@
 // A sequence's decode graph: one decode step's launches captured once per span of
 // positions and replayed at every position of the span. The token id and position are
 // read on the device (step_dev, copied there from pinned_step by the graph's first node),
-// the logits row written to pinned_logits, so a replay needs no new parameters; a new
+// the logits row written to pinned_logits and its argmax (rows_argmax, a few microseconds:
+// greedy decoding then scans nothing on the host) to pinned_argmax, so a replay needs no
+// new parameters; a new
 // span (attention's split is sized for its last position) is captured again and the
 // executable updated in place where CUDA allows. Off (MOETIER_CUDA_GRAPHS=0, a tiered
 // model, or pinned memory refused): every decode step is launched plainly.
@@ -42,12 +44,15 @@ class DecodeGraph {
   const DeviceBuffer& step_dev() const { return step_dev_; }    // (2) the graph's copy
   const float* pinned_logits() const { return pinned_logits_; }  // (n_vocab)
   float* logits_out() { return pinned_logits_; }
+  int32_t pinned_argmax() const { return *pinned_argmax_; }
+  int32_t* argmax_out() { return pinned_argmax_; }
   StageTimer& timer() { return timer_; }  // stage times inside the graph (MOETIER_CUDA_PROFILE=1)
 
  private:
   bool on_ = false;
   uint32_t* pinned_step_ = nullptr;
   float* pinned_logits_ = nullptr;
+  int32_t* pinned_argmax_ = nullptr;
   DeviceBuffer step_dev_;
   cudaGraphExec_t exec_ = nullptr;
   uint32_t cap_ = 0;  // the span end exec_ was captured for

@@ -63,10 +63,18 @@ Status CudaSequence::check_tokens(std::span<const int32_t> tokens) const {
 Status CudaSequence::feed_argmax(std::span<const int32_t> tokens, bool all_logits, std::vector<int32_t>* ids,
                                  Trace* trace) {
   const auto T = static_cast<uint32_t>(tokens.size());
-  if (all_logits && T >= 2 && T <= BatchGraphs::kMaxTokens && trace == nullptr) {
+  const bool rows = all_logits && T >= 2 && T <= BatchGraphs::kMaxTokens;  // a verification's rows
+  if ((rows || T == 1) && trace == nullptr) {
     MT_RETURN_IF_ERROR(check_tokens(tokens));
     MT_CUDA_CHECK(cudaSetDevice(m_.device));
-    if (eval_rows_graph(tokens, nullptr, ids)) {
+    bool done = false;
+    if (rows) {
+      done = eval_rows_graph(tokens, nullptr, ids);
+    } else if (graph_.on()) {  // one decode token: the decode graph's pick
+      done = eval_token_graph(tokens[0], nullptr, ids);
+      if (done) pos_ += 1;
+    }
+    if (done) {
       for (size_t r = 0; r < ids->size(); ++r) {
         if ((*ids)[r] < 0) return data_loss("logits row " + std::to_string(r) + " is -inf or NaN throughout (broken weights?)");
       }
@@ -150,7 +158,7 @@ void CudaSequence::eval_chunk(std::span<const int32_t> tokens, uint32_t rows, st
 
 // One decode token by replaying the graph of its span of positions (cuda/decode_graph.h),
 // captured first where the span is new. Returns false (nothing done) when graphs are off.
-bool CudaSequence::eval_token_graph(int32_t token, std::vector<float>* logits) {
+bool CudaSequence::eval_token_graph(int32_t token, std::vector<float>* logits, std::vector<int32_t>* ids) {
   if (!graph_.on()) return false;
   ensure_workspace(1);
   if (graph_ws_generation_ != ws_.generation()) {
@@ -163,13 +171,18 @@ bool CudaSequence::eval_token_graph(int32_t token, std::vector<float>* logits) {
     step.T = 1;
     step.rows = 1;
     step.host_logits = graph_.logits_out();
+    step.host_argmax = graph_.argmax_out();
     step.graph_n_kv_cap = cap;
     const SeqRows self{this, 0, 1, pos_};  // the position is read from the graph's step_dev
     step.seqs = {&self, 1};
     enqueue(step);
   });
   graph_.replay(token, pos_, m_.stream, timer_);
-  logits->assign(graph_.pinned_logits(), graph_.pinned_logits() + m_.hp.n_vocab);
+  if (ids != nullptr) {
+    ids->assign(1, graph_.pinned_argmax());
+  } else {
+    logits->assign(graph_.pinned_logits(), graph_.pinned_logits() + m_.hp.n_vocab);
+  }
   return true;
 }
 

@@ -137,6 +137,7 @@ class CudaSequence final : public Evaluator {
     const int32_t* host_ids = nullptr;  // (T) ids; null: a graph step (id and position from graph_'s step_dev)
     uint32_t T = 0, rows = 0;           // tokens, logits rows wanted (the last `rows`, or out_rows)
     float* host_logits = nullptr;       // (rows, n_vocab)
+    int32_t* host_argmax = nullptr;     // (rows) pinned: each row's argmax too (a decode graph's capture)
     Trace* trace = nullptr;
     uint32_t graph_n_kv_cap = 0;        // graph step: positions its attention split covers
     std::span<const SeqRows> seqs;      // the sequences whose rows the pass holds, in row order
@@ -211,7 +212,8 @@ class CudaSequence final : public Evaluator {
   static bool eval_batch_graph(CudaModel::Impl& m, std::span<const SeqFeed> feeds, std::vector<float>* logits,
                                Trace* trace, std::vector<int32_t>* ids = nullptr);
   void eval_chunk(std::span<const int32_t> tokens, uint32_t rows, std::vector<float>* logits, Trace* trace);
-  bool eval_token_graph(int32_t token, std::vector<float>* logits);
+  // With ids (logits then may be null): the row's argmax alone, reduced in the graph.
+  bool eval_token_graph(int32_t token, std::vector<float>* logits, std::vector<int32_t>* ids = nullptr);
   // 2..BatchGraphs::kMaxTokens tokens of this sequence with every row's logits through a
   // batch graph (one row per token); false: nothing done.
   bool eval_rows_graph(std::span<const int32_t> tokens, std::vector<float>* logits, std::vector<int32_t>* ids = nullptr);

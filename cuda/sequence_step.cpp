@@ -207,6 +207,11 @@ void CudaSequence::output_logits(Pass& p, const ActRows& hx) {
       continue;
     }
     MT_CUDA_CHECK(cudaMemcpyAsync(st.host_logits + r0 * V, lg, n * V * sizeof(float), cudaMemcpyDeviceToHost, m_.stream));
+    if (st.host_argmax != nullptr) {  // greedy decoding's pick, so that a caller needs no scan of the row
+      int32_t* picks = ws_->take_n<int32_t>(n);
+      rows_argmax(lg, static_cast<int>(n), static_cast<int>(V), picks, m_.stream);
+      MT_CUDA_CHECK(cudaMemcpyAsync(st.host_argmax + r0, picks, n * sizeof(int32_t), cudaMemcpyDeviceToHost, m_.stream));
+    }
   }
 }
 
