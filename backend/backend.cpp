@@ -103,6 +103,14 @@ Status Sequence::feed(std::span<const int32_t> tokens, bool all_logits, std::vec
   return backend_->eval(batch_, logits, trace);
 }
 
+Status Sequence::feed_argmax(std::span<const int32_t> tokens, bool all_logits, std::vector<int32_t>* ids,
+                             Trace* trace) {
+  MT_CHECK(backend_ != nullptr);
+  batch_.clear();
+  batch_.add(id_, backend_->position(id_), tokens, all_logits ? Logits::kAll : Logits::kLast);
+  return backend_->eval_argmax(batch_, ids, trace);
+}
+
 Status Backend::eval_argmax(const Batch& batch, std::vector<int32_t>* ids, Trace* trace) {
   MT_RETURN_IF_ERROR(eval(batch, &argmax_scratch_, trace));
   return argmax_rows(argmax_scratch_, batch.n_logits(), ids);

@@ -142,6 +142,9 @@ class Sequence {
   // Appends tokens at position(): logits of the last token, or of every token (n x n_vocab)
   // when all_logits.
   Status feed(std::span<const int32_t> tokens, bool all_logits, std::vector<float>* logits, Trace* trace = nullptr);
+  // The same through Backend::eval_argmax: the last row's (all_logits: every row's) argmax.
+  Status feed_argmax(std::span<const int32_t> tokens, bool all_logits, std::vector<int32_t>* ids,
+                     Trace* trace = nullptr);
 
  private:
   Sequence(Backend* backend, SeqId id) : backend_(backend), id_(id) {}

@@ -140,7 +140,7 @@ struct RunReport {
 };
 
 // The timings and the expert-usage summary, on stderr after the text.
-void print_report(const RunFlags& f, const Engine& engine, const RunReport& r, const UsageTrace& usage) {
+void print_report(const RunFlags& f, const Engine& engine, const RunReport& r, const UsageTrace* usage) {
   const HParams& hp = engine.model().hparams();
   std::fprintf(stderr, "\nmodel: %s (%s, %u layers, %u experts top-%u) on %s, load %.2f s, seed %llu, stop: %s\n",
                f.model.c_str(), std::string(arch_info(hp.arch).name).c_str(), hp.n_layer, hp.n_expert, hp.n_expert_used,
@@ -156,7 +156,11 @@ void print_report(const RunFlags& f, const Engine& engine, const RunReport& r, c
                  kSteadyAfter, head, r.generated - kSteadyAfter, rest, head / rest);
   }
   if (!r.spec.empty()) std::fprintf(stderr, "%s\n", r.spec.c_str());
-  usage.print(hp.n_expert, r.n_prompt + static_cast<uint64_t>(std::max(0, r.generated - 1)));
+  if (usage == nullptr) {
+    std::fputs("experts: not counted (the GPU's decode graphs return no routing; --record-routing FILE counts them)\n", stderr);
+    return;
+  }
+  usage->print(hp.n_expert, r.n_prompt + static_cast<uint64_t>(std::max(0, r.generated - 1)));
 }
 
 Status write_text_file(const std::string& path, const std::string& text) {
@@ -281,6 +285,11 @@ int run(RunFlags f) {
                  replay->describe().c_str());
   }
   UsageTrace usage(record.get(), replay.get());
+  // On the GPU, resident, a decode step is a graph replay that returns no routing: counting
+  // the experts there (a copy and a sync per layer, every launch from the host) would slow
+  // every token below bench's tg. There the usage is counted only when recorded or replayed.
+  const bool count_usage = !(*engine)->on_gpu() || (*engine)->tiering_scheduler() != nullptr || record || replay;
+  Trace* trace = count_usage ? &usage : nullptr;
 
   std::fputs(f.chat || !f.chat_template_file.empty() ? "" : f.prompt.c_str(), stdout);
   std::fflush(stdout);
@@ -298,7 +307,7 @@ int run(RunFlags f) {
     spec = std::make_unique<SpeculativeDecoder>((*engine)->backend(), session->id(), *spec_setup.drafter, spec_setup.config);
   }
   const auto t_prompt = std::chrono::steady_clock::now();
-  Status s = session->feed(prompt, false, &logits, &usage);
+  Status s = session->feed(prompt, false, &logits, trace);
   if (!s.ok()) return fail("run", s);
   const double prompt_s = seconds_since(t_prompt);
 
@@ -333,16 +342,26 @@ int run(RunFlags f) {
     bool done = emit(history.back());
     while (!done) {
       const size_t before = history.size();
-      s = spec->step(&history, sampler, f.n_predict - generated, &usage);
+      s = spec->step(&history, sampler, f.n_predict - generated, trace);
       if (!s.ok()) return fail("run", s);
       for (size_t i = before; i < history.size() && !done; ++i) done = emit(history[i]);
     }
   } else {
+    // Greedy without bias or penalties: each step returns its pick alone (on the GPU the
+    // decode graph reduces the row; Sampler::picks_argmax).
+    const bool argmax_only = sampler.picks_argmax();
+    std::vector<int32_t> picks;
+    int32_t next = f.n_predict > 0 ? sampler.sample(logits) : 0;
     while (generated < f.n_predict && !stopped) {
-      const int32_t next = sampler.sample(logits);
       sampler.accept(next);
       if (emit(next)) break;
-      s = session->feed({&next, 1}, false, &logits, &usage);
+      if (argmax_only) {
+        s = session->feed_argmax({&next, 1}, false, &picks, trace);
+        if (s.ok()) next = picks.at(0);
+      } else {
+        s = session->feed({&next, 1}, false, &logits, trace);
+        if (s.ok()) next = sampler.sample(logits);
+      }
       if (!s.ok()) return fail("run", s);
     }
   }
@@ -359,7 +378,7 @@ int run(RunFlags f) {
                          first_token_s, head_s,
                          spec != nullptr ? spec_summary(*spec_setup.drafter, spec->stats()) : "",
                          prompt.size(), generated, reason, sampler.seed()};
-  if (log_level() <= LogLevel::kInfo) print_report(f, **engine, report, usage);
+  if (log_level() <= LogLevel::kInfo) print_report(f, **engine, report, count_usage ? &usage : nullptr);
   if (scheduler != nullptr && f.stats) {
     std::fputs(stats_text(*scheduler, tiering.policy, tiering.budget, timing).c_str(), stderr);
     std::fprintf(stderr, "%s\n", (*engine)->tiering_summary().c_str());
