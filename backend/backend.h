@@ -108,6 +108,9 @@ class Backend {
   // verification's rows on the device, so only their ids cross to the host (speculative
   // decoding's greedy steps). DataLoss where a row's logits are -inf or NaN throughout.
   virtual Status eval_argmax(const Batch& batch, std::vector<int32_t>* ids, Trace* trace = nullptr);
+  // One-time set-ups so far (a device's graph captures): a step during which this grew
+  // measured the set-up, not the step (the draft policy does not take its time as a cost).
+  virtual uint64_t setups() const { return 0; }
 
  protected:
   std::vector<float> argmax_scratch_;  // eval_argmax's logits (the default)

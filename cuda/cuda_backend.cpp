@@ -4,6 +4,7 @@
 #include <string>
 
 #include "cuda/cuda_model.h"
+#include "cuda/decode_graph.h"
 #include "cuda/kernels/env_switch.h"
 
 namespace mt::cuda {
@@ -72,6 +73,8 @@ Status CudaBackend::eval(const Batch& batch, std::vector<float>* logits, Trace* 
   MT_CHECK(logits->size() == static_cast<size_t>(batch.n_logits()) * V);
   return {};
 }
+
+uint64_t CudaBackend::setups() const { return graph_captures_total(); }
 
 Status CudaBackend::eval_argmax(const Batch& batch, std::vector<int32_t>* ids, Trace* trace) {
   MT_ASSIGN_OR_RETURN(std::vector<SeqRun> runs, split_runs(batch, n_vocab_));

@@ -34,6 +34,7 @@ class CudaBackend final : public Backend {
   uint32_t n_ctx(SeqId seq) const override { return get(seq).e->n_ctx(); }
   Status eval(const Batch& batch, std::vector<float>* logits, Trace* trace = nullptr) override;
   Status eval_argmax(const Batch& batch, std::vector<int32_t>* ids, Trace* trace = nullptr) override;
+  uint64_t setups() const override;  // graph captures (cuda/decode_graph.h), the process's
 
  private:
   struct Seq {

@@ -1,6 +1,8 @@
 // The decode graph (cuda/decode_graph.h).
 #include "cuda/decode_graph.h"
 
+#include <atomic>
+
 #include "core/log.h"
 #include "cuda/kernels/check.h"
 
@@ -35,7 +37,14 @@ void DecodeGraph::drop(cudaStream_t stream) {
   cap_ = 0;
 }
 
+namespace {
+std::atomic<uint64_t> g_captures{0};
+}  // namespace
+
+uint64_t graph_captures_total() { return g_captures.load(std::memory_order_relaxed); }
+
 void capture_graph(cudaGraphExec_t* exec, cudaStream_t stream, const std::function<void()>& enqueue) {
+  g_captures.fetch_add(1, std::memory_order_relaxed);
   MT_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
   enqueue();
   cudaGraph_t graph = nullptr;

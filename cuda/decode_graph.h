@@ -22,6 +22,8 @@ namespace mt::cuda {
 // Captures enqueue's launches on `stream` into *exec: an existing executable is updated in
 // place where CUDA allows (same topology), else destroyed and instantiated anew.
 void capture_graph(cudaGraphExec_t* exec, cudaStream_t stream, const std::function<void()>& enqueue);
+// Captures so far in this process (every caller of capture_graph): CudaBackend::setups.
+uint64_t graph_captures_total();
 
 class DecodeGraph {
  public:

@@ -96,9 +96,11 @@ double DraftLength::gain() const {
 
 void DraftLength::observe(int guesses, int accepted, double seconds) {
   MT_CHECK(guesses >= 0 && accepted >= 0 && accepted <= guesses && guesses <= max_);
-  Samples& c = samples_[static_cast<size_t>(guesses) + 1];
-  c.s[c.n % kKept] = seconds;
-  ++c.n;
+  if (seconds >= 0) {
+    Samples& c = samples_[static_cast<size_t>(guesses) + 1];
+    c.s[c.n % kKept] = seconds;
+    ++c.n;
+  }
   if (guesses == 0) return;
   kept_ = kDecay * kept_ + accepted;
   missed_ = kDecay * missed_ + (accepted < guesses ? 1 : 0);
@@ -140,9 +142,10 @@ int DraftPolicy::next(uint64_t step) const {
   return length_.choose();
 }
 
-void DraftPolicy::observe(uint64_t step, int guesses, int accepted, double seconds) {
+void DraftPolicy::observe(uint64_t step, int guesses, int accepted, double seconds, bool set_up) {
   if (!adaptive_) return;
-  if (step > 0) length_.observe(guesses, accepted, seconds);  // the first step's time is the sequence's set-up
+  // The first step's time is the sequence's set-up, whatever the backend reports.
+  length_.observe(guesses, accepted, step > 0 && !set_up ? seconds : -1.0);
   if (throttled_) throttle_.observe(step, guesses, length_.gain());
 }
 

@@ -147,6 +147,7 @@ Status SpeculativeDecoder::step(std::vector<int32_t>* history, Sampler& sampler,
   // The step's time: the proposal, the verification, the rows' sampling and the rollback
   // (what a longer draft costs beside its rows' evaluation).
   const auto t0 = std::chrono::steady_clock::now();
+  const uint64_t setups = backend_.setups();
   if (want > 0) MT_RETURN_IF_ERROR(drafter_.propose(*history, want, &draft_));
   if (draft_.size() > static_cast<size_t>(std::max(want, 0))) draft_.resize(static_cast<size_t>(std::max(want, 0)));
   const uint32_t n_vocab = backend_.n_vocab();
@@ -182,7 +183,8 @@ Status SpeculativeDecoder::step(std::vector<int32_t>* history, Sampler& sampler,
   }
 
   const double step_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  policy_.observe(stats_.steps, static_cast<int>(draft_.size()), static_cast<int>(accepted), step_s);
+  policy_.observe(stats_.steps, static_cast<int>(draft_.size()), static_cast<int>(accepted), step_s,
+                  backend_.setups() != setups);
   ++stats_.steps;
   stats_.backed_off = policy_.throttle().off_steps();
   stats_.drafted += draft_.size();

@@ -191,6 +191,28 @@ TEST(DraftLength, PolicyNeverLosesAndFindsTheBestLength) {
   }
 }
 
+// A step that did a one-time set-up (Backend::setups grew: a graph captured for a new row
+// count) counts its acceptance but not its time: the length it drafted keeps its measured
+// cost, and a row count whose only step was a set-up stays unmeasured (read off the line)
+// instead of standing at the capture's cost and being avoided.
+TEST(DraftLength, ASetUpStepsTimeIsNoCost) {
+  DraftPolicy policy(1, 4, true, true);
+  policy.observe(0, 0, 0, 50e-3);  // the first step: the sequence's set-up
+  policy.observe(1, 0, 0, 2.7e-3);
+  EXPECT_NEAR(policy.length().step_seconds(1), 2.7e-3, 1e-9);
+  policy.observe(2, 4, 3, 60e-3, /*set_up=*/true);  // 5 rows, with their graph's capture
+  EXPECT_EQ(policy.length().step_seconds(5), policy.length().step_seconds(1)) << "5 rows still unmeasured (flat line)";
+  const double before = policy.length().acceptance();
+  policy.observe(3, 4, 4, 4.5e-3);
+  EXPECT_NEAR(policy.length().step_seconds(5), 4.5e-3, 1e-9);
+  EXPECT_GT(policy.length().acceptance(), before);
+  policy.observe(4, 2, 0, 40e-3, /*set_up=*/true);  // 3 rows' first step, a capture
+  policy.observe(5, 2, 2, 3.5e-3);
+  policy.observe(6, 2, 2, 3.6e-3);
+  EXPECT_NEAR(policy.length().step_seconds(3), 3.5e-3, 1e-9) << "the least of two samples, the capture not among them";
+  EXPECT_EQ(policy.next(7), 4) << "long drafts pay at these costs";
+}
+
 TEST(DraftLength, ExpectedTokensOfAGeometricRun) {
   EXPECT_DOUBLE_EQ(DraftLength::expected_tokens(0, 0.7), 1.0);
   EXPECT_NEAR(DraftLength::expected_tokens(4, 0.7), 1 + 0.7 + 0.49 + 0.343 + 0.2401, 1e-12);
