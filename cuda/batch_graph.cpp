@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
-#include <cstring>
 
 #include "core/check.h"
 #include "core/log.h"
@@ -16,9 +15,6 @@ namespace mt::cuda {
 
 namespace {
 EnvSwitch g_wanted("MOETIER_CUDA_BATCH_GRAPHS", true);
-// MOETIER_CUDA_PINNED_LOGITS=1: a replay's logits rows go to pinned memory, then to the
-// caller's vector by memcpy, instead of straight to the (pageable) vector (an A/B switch).
-EnvSwitch g_pinned_logits("MOETIER_CUDA_PINNED_LOGITS", false);
 std::atomic<uint64_t> g_replays{0};
 }  // namespace
 
@@ -52,7 +48,6 @@ BatchGraphs::~BatchGraphs() {
     if (e.exec != nullptr) cudaGraphExecDestroy(e.exec);
   }
   free_buffers();
-  if (staging_ != nullptr) cudaFreeHost(staging_);
 }
 
 void BatchGraphs::ensure(uint32_t T, uint32_t cap, uint64_t gen, cudaStream_t stream,
@@ -70,29 +65,9 @@ void BatchGraphs::replay(uint32_t T, float* host_logits, size_t n_vocab, cudaStr
   const Entry& e = entries_[T];
   MT_CHECK(e.exec != nullptr);
   MT_CUDA_CHECK(cudaGraphLaunch(e.exec, stream));
-  const size_t bytes = T * n_vocab * sizeof(float);
-  if (g_pinned_logits.on() && staging(kMaxTokens * n_vocab * sizeof(float))) {
-    MT_CUDA_CHECK(cudaMemcpyAsync(staging_, e.logits_dev, bytes, cudaMemcpyDeviceToHost, stream));
-    MT_CUDA_CHECK(cudaStreamSynchronize(stream));
-    std::memcpy(host_logits, staging_, bytes);
-  } else {
-    MT_CUDA_CHECK(cudaMemcpyAsync(host_logits, e.logits_dev, bytes, cudaMemcpyDeviceToHost, stream));
-    MT_CUDA_CHECK(cudaStreamSynchronize(stream));
-  }
+  MT_CUDA_CHECK(cudaMemcpyAsync(host_logits, e.logits_dev, T * n_vocab * sizeof(float), cudaMemcpyDeviceToHost, stream));
+  MT_CUDA_CHECK(cudaStreamSynchronize(stream));
   g_replays.fetch_add(1, std::memory_order_relaxed);
-}
-
-bool BatchGraphs::staging(size_t bytes) {
-  if (staging_bytes_ >= bytes) return true;
-  if (staging_ != nullptr) cudaFreeHost(staging_);
-  staging_ = nullptr, staging_bytes_ = 0;
-  if (cudaHostAlloc(&staging_, bytes, cudaHostAllocDefault) != cudaSuccess) {
-    cudaGetLastError();
-    staging_ = nullptr;
-    return false;
-  }
-  staging_bytes_ = bytes;
-  return true;
 }
 
 void BatchGraphs::replay_argmax(uint32_t T, int32_t* host_ids, size_t n_vocab, cudaStream_t stream) {

@@ -55,8 +55,6 @@ class BatchGraphs {
 
  private:
   void free_buffers();
-  // staging_ holds at least `bytes` (pinned, grown on demand); false where pinning fails.
-  bool staging(size_t bytes);
   struct Entry {
     cudaGraphExec_t exec = nullptr;
     uint32_t cap = 0;
@@ -68,8 +66,6 @@ class BatchGraphs {
   SeqKvRow* kv_rows_ = nullptr;
   int32_t* argmax_dev_ = nullptr;     // (kMaxTokens) replay_argmax's picks on the device
   int32_t* argmax_pinned_ = nullptr;  // (kMaxTokens) and copied here
-  void* staging_ = nullptr;           // MOETIER_CUDA_PINNED_LOGITS: the rows on their way to the caller
-  size_t staging_bytes_ = 0;
 };
 
 }  // namespace mt::cuda
