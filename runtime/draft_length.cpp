@@ -111,7 +111,7 @@ void DraftLength::observe(int guesses, int accepted, double seconds) {
 bool SpecThrottle::draft(uint64_t step) const {
   if (step < kPlainFirst) return false;  // measure plain steps first
   if (step < off_until_) return false;   // backed off
-  return step % kPlainEvery != 0;
+  return step % (last_gain_ >= kSureGain ? kPlainEverySure : kPlainEvery) != 0;
 }
 
 void SpecThrottle::observe(uint64_t step, int guesses, double gain) {
@@ -123,6 +123,7 @@ void SpecThrottle::observe(uint64_t step, int guesses, double gain) {
   const int need = backoff_ > kFirstBackoff ? 1 : kMinDrafted;
   if (gain <= 0 || drafted_n_ < need) return;
   drafted_n_ = 0;
+  last_gain_ = gain;
   if (gain < 1 + kMargin) {  // not paying: plain steps for a while, longer each time
     off_until_ = step + 1 + backoff_;
     backoff_ = std::min<uint64_t>(backoff_ * 2, 256);

@@ -111,7 +111,7 @@ TEST(DraftLength, GainIsTheBestDraftsRateOverAPlainSteps) {
 // The throttle follows the model's verdict: the first two steps are plain; a gain under 1 +
 // kMargin (after three drafted steps) turns drafting off for 8 steps, then a probe judged
 // alone, 16 while it keeps losing; a paying gain keeps it on but for a plain step every
-// kPlainEvery.
+// kPlainEvery, every kPlainEverySure once the gain is at least kSureGain.
 TEST(DraftLength, ThrottleTurnsDraftingOffWhileTheModelSaysItDoesNotPay) {
   SpecThrottle t;
   for (uint64_t s = 0; s < SpecThrottle::kPlainFirst; ++s) {
@@ -136,15 +136,25 @@ TEST(DraftLength, ThrottleTurnsDraftingOffWhileTheModelSaysItDoesNotPay) {
   }
   EXPECT_EQ(t.off_steps(), 8u + 16u);
   EXPECT_TRUE(t.draft(30));
-  t.observe(30, 1, 1.5);  // paying
+  t.observe(30, 1, 1.1);  // paying, not by much: a plain step every kPlainEvery
   int drafted = 0;
   for (uint64_t s = 32; s < 32 + 4 * SpecThrottle::kPlainEvery; ++s) {
     const bool d = t.draft(s);
     drafted += d;
     EXPECT_EQ(d, s % SpecThrottle::kPlainEvery != 0) << s;
-    t.observe(s, d ? 4 : 0, d ? 1.5 : 0.0);
+    t.observe(s, d ? 4 : 0, d ? 1.1 : 0.0);
   }
   EXPECT_EQ(drafted, 4 * (SpecThrottle::kPlainEvery - 1));
+  EXPECT_EQ(t.off_steps(), 8u + 16u);
+  // Paying by far (>= kSureGain): a plain step only every kPlainEverySure.
+  const uint64_t from = 32 + 4 * SpecThrottle::kPlainEvery;
+  drafted = 0;
+  for (uint64_t s = from; s < from + 2 * SpecThrottle::kPlainEverySure; ++s) {
+    const bool d = t.draft(s);
+    drafted += d;
+    t.observe(s, d ? 4 : 0, d ? 1.5 : 0.0);
+  }
+  EXPECT_GE(drafted, 2 * (SpecThrottle::kPlainEverySure - 1) - 1) << "one step at kPlainEvery before the verdict moved";
   EXPECT_EQ(t.off_steps(), 8u + 16u);
 }
 
