@@ -44,6 +44,11 @@ inline int32_t row_argmax(std::span<const float> row) {
   return best;
 }
 
+// DataLoss for logits row `row` having no token left (-inf or NaN throughout: broken weights).
+inline Status no_token_left(size_t row) {
+  return data_loss("logits row " + std::to_string(row) + " is -inf or NaN throughout (broken weights?)");
+}
+
 // *ids = row_argmax of each of the n rows of logits (n x n_vocab). DataLoss where a row has
 // no token left: logits that are -inf or NaN throughout come from broken weights.
 inline Status argmax_rows(std::span<const float> logits, size_t n, std::vector<int32_t>* ids) {
@@ -52,7 +57,7 @@ inline Status argmax_rows(std::span<const float> logits, size_t n, std::vector<i
   const size_t V = logits.size() / n;
   for (size_t r = 0; r < n; ++r) {
     const int32_t id = row_argmax(logits.subspan(r * V, V));
-    if (id < 0) return data_loss("logits row " + std::to_string(r) + " is -inf or NaN throughout (broken weights?)");
+    if (id < 0) return no_token_left(r);
     ids->push_back(id);
   }
   return {};

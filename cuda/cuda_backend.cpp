@@ -46,46 +46,43 @@ Status CudaBackend::truncate_sequence(SeqId seq, uint32_t n_pos) {
   return model_.truncate_sequence(*it->second.e, n_pos);
 }
 
+StatusOr<CudaBackend::Runs> CudaBackend::checked_runs(const Batch& batch) {
+  Runs r;
+  MT_ASSIGN_OR_RETURN(r.runs, split_runs(batch, n_vocab_));
+  for (const SeqRun& run : r.runs) {
+    auto it = seqs_.find(run.seq);
+    if (it == seqs_.end()) return unknown_sequence(run.seq);
+    MT_RETURN_IF_ERROR(check_run(run, it->second.e->position(), it->second.e->n_ctx()));
+    r.seqs.push_back(it->second.e.get());
+  }
+  // One run asking for its last row or for every row: the sequence answers by itself.
+  r.last = batch.n_logits() == 1 && batch.logits().back() != 0;
+  r.one = r.runs.size() == 1 && (r.last || batch.n_logits() == batch.size());
+  return r;
+}
+
 Status CudaBackend::eval(const Batch& batch, std::vector<float>* logits, Trace* trace) {
-  MT_ASSIGN_OR_RETURN(std::vector<SeqRun> runs, split_runs(batch, n_vocab_));
-  std::vector<Evaluator*> seqs;
-  for (const SeqRun& r : runs) {
-    auto it = seqs_.find(r.seq);
-    if (it == seqs_.end()) return unknown_sequence(r.seq);
-    MT_RETURN_IF_ERROR(check_run(r, it->second.e->position(), it->second.e->n_ctx()));
-    seqs.push_back(it->second.e.get());
-  }
-  const std::span<const uint8_t> asked = batch.logits();
-  const size_t V = n_vocab_;
-  // One run asking for its last row or for every row: the sequence writes the caller's vector.
-  const bool last = batch.n_logits() == 1 && asked.back() != 0;
-  if (runs.size() == 1 && (last || batch.n_logits() == batch.size())) {
-    return seqs[0]->feed(batch.tokens(), !last, logits, trace);
-  }
+  MT_ASSIGN_OR_RETURN(Runs r, checked_runs(batch));
+  if (r.one) return r.seqs[0]->feed(batch.tokens(), !r.last, logits, trace);  // it writes the caller's vector
   // Several sequences: one forward pass per micro-batch of their rows together.
-  std::vector<CudaModel::Feed> feeds(runs.size());
-  for (size_t i = 0; i < runs.size(); ++i) {
-    feeds[i].seq = seqs[i];
-    feeds[i].tokens = batch.tokens().subspan(runs[i].first, runs[i].n);
-    feeds[i].want = asked.subspan(runs[i].first, runs[i].n);
+  const std::span<const uint8_t> asked = batch.logits();
+  std::vector<CudaModel::Feed> feeds(r.runs.size());
+  for (size_t i = 0; i < r.runs.size(); ++i) {
+    feeds[i].seq = r.seqs[i];
+    feeds[i].tokens = batch.tokens().subspan(r.runs[i].first, r.runs[i].n);
+    feeds[i].want = asked.subspan(r.runs[i].first, r.runs[i].n);
   }
   MT_RETURN_IF_ERROR(model_.eval_batch(feeds, logits, trace));
-  MT_CHECK(logits->size() == static_cast<size_t>(batch.n_logits()) * V);
+  MT_CHECK(logits->size() == static_cast<size_t>(batch.n_logits()) * n_vocab_);
   return {};
 }
 
 uint64_t CudaBackend::setups() const { return graph_captures_total(); }
 
 Status CudaBackend::eval_argmax(const Batch& batch, std::vector<int32_t>* ids, Trace* trace) {
-  MT_ASSIGN_OR_RETURN(std::vector<SeqRun> runs, split_runs(batch, n_vocab_));
-  const std::span<const uint8_t> asked = batch.logits();
-  const bool last = batch.n_logits() == 1 && asked.back() != 0;
-  if (g_device_argmax.on() && runs.size() == 1 && (last || batch.n_logits() == batch.size())) {  // it reduces its rows
-    auto it = seqs_.find(runs[0].seq);
-    if (it == seqs_.end()) return unknown_sequence(runs[0].seq);
-    MT_RETURN_IF_ERROR(check_run(runs[0], it->second.e->position(), it->second.e->n_ctx()));
-    return it->second.e->feed_argmax(batch.tokens(), !last, ids, trace);
-  }
+  if (!g_device_argmax.on()) return Backend::eval_argmax(batch, ids, trace);
+  MT_ASSIGN_OR_RETURN(Runs r, checked_runs(batch));
+  if (r.one) return r.seqs[0]->feed_argmax(batch.tokens(), !r.last, ids, trace);  // it reduces its rows
   return Backend::eval_argmax(batch, ids, trace);
 }
 

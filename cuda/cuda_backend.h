@@ -42,6 +42,14 @@ class CudaBackend final : public Backend {
     QuantType kv_type;
   };
   const Seq& get(SeqId seq) const;
+  // A batch's runs checked against their sequences (eval and eval_argmax): one: a single
+  // run asking for its last row (last) or for every row, which its sequence answers alone.
+  struct Runs {
+    std::vector<SeqRun> runs;
+    std::vector<Evaluator*> seqs;
+    bool last = false, one = false;
+  };
+  StatusOr<Runs> checked_runs(const Batch& batch);
 
   CudaModel& model_;
   uint32_t n_vocab_;

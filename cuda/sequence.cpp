@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "core/row_argmax.h"
 #include "cuda/kernels/check.h"
 
 namespace mt::cuda::detail {
@@ -76,7 +77,7 @@ Status CudaSequence::feed_argmax(std::span<const int32_t> tokens, bool all_logit
     }
     if (done) {
       for (size_t r = 0; r < ids->size(); ++r) {
-        if ((*ids)[r] < 0) return data_loss("logits row " + std::to_string(r) + " is -inf or NaN throughout (broken weights?)");
+        if ((*ids)[r] < 0) return no_token_left(r);
       }
       return {};
     }

@@ -288,8 +288,8 @@ int run(RunFlags f) {
   // On the GPU, resident, a decode step is a graph replay that returns no routing: counting
   // the experts there (a copy and a sync per layer, every launch from the host) would slow
   // every token below bench's tg. There the usage is counted only when recorded or replayed.
-  const bool count_usage = !(*engine)->on_gpu() || (*engine)->tiering_scheduler() != nullptr || record || replay;
-  Trace* trace = count_usage ? &usage : nullptr;
+  UsageTrace* counted = !(*engine)->on_gpu() || (*engine)->tiering_scheduler() != nullptr || record || replay ? &usage : nullptr;
+  Trace* trace = counted;
 
   std::fputs(f.chat || !f.chat_template_file.empty() ? "" : f.prompt.c_str(), stdout);
   std::fflush(stdout);
@@ -378,7 +378,7 @@ int run(RunFlags f) {
                          first_token_s, head_s,
                          spec != nullptr ? spec_summary(*spec_setup.drafter, spec->stats()) : "",
                          prompt.size(), generated, reason, sampler.seed()};
-  if (log_level() <= LogLevel::kInfo) print_report(f, **engine, report, count_usage ? &usage : nullptr);
+  if (log_level() <= LogLevel::kInfo) print_report(f, **engine, report, counted);
   if (scheduler != nullptr && f.stats) {
     std::fputs(stats_text(*scheduler, tiering.policy, tiering.budget, timing).c_str(), stderr);
     std::fprintf(stderr, "%s\n", (*engine)->tiering_summary().c_str());
