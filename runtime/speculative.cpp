@@ -84,22 +84,17 @@ Status ModelDrafter::propose(std::span<const int32_t> history, int max_n, std::v
 
 // ---- the labelled acceptance mode
 
-ScriptedDrafter::ScriptedDrafter(std::vector<int32_t> reference, double acceptance, uint32_t n_vocab, uint64_t seed)
-    : reference_(std::move(reference)), acceptance_(acceptance), n_vocab_(n_vocab), seed_(seed), rng_(seed) {
+ScriptedDrafter::ScriptedDrafter(std::vector<int32_t> reference, double acceptance, uint32_t n_vocab, uint64_t seed,
+                                 bool hold)
+    : reference_(std::move(reference)), acceptance_(acceptance), n_vocab_(n_vocab), seed_(seed), hold_(hold), rng_(seed) {
   MT_CHECK(acceptance >= 0 && acceptance <= 1 && n_vocab > 1);
 }
 
 Status ScriptedDrafter::propose(std::span<const int32_t> history, int max_n, std::vector<int32_t>* draft) {
   draft->clear();
   const size_t at = history.size();
-  if (at > reference_.size() || !std::equal(history.begin(), history.end(), reference_.begin())) {  // left the script
-    if (left_at_ == kOnScript) {
-      const size_t n = std::min(at, reference_.size());
-      left_at_ = static_cast<size_t>(std::mismatch(history.begin(), history.begin() + static_cast<ptrdiff_t>(n),
-                                                   reference_.begin()).first - history.begin());
-    }
-    return {};
-  }
+  // A history off the script gets nothing (the hold keeps a decoder's on it).
+  if (at > reference_.size() || !std::equal(history.begin(), history.end(), reference_.begin())) return {};
   std::uniform_real_distribution<double> uniform(0.0, 1.0);
   for (int i = 0; i < max_n && at + static_cast<size_t>(i) < reference_.size(); ++i) {
     const int32_t right = reference_[at + static_cast<size_t>(i)];
@@ -109,10 +104,10 @@ Status ScriptedDrafter::propose(std::span<const int32_t> history, int max_n, std
   return {};
 }
 
-void ScriptedDrafter::restart(std::vector<int32_t> reference) {
-  if (!reference.empty()) reference_ = std::move(reference);
-  rng_.seed(seed_);
-  left_at_ = kOnScript;
+bool ScriptedDrafter::scripted_token(size_t index, int32_t* token) const {
+  if (!hold_ || index >= reference_.size()) return false;
+  *token = reference_[index];
+  return true;
 }
 
 std::string ScriptedDrafter::describe() const {
@@ -172,7 +167,12 @@ Status SpeculativeDecoder::step(std::vector<int32_t>* history, Sampler& sampler,
   for (size_t i = 0; i <= draft_.size(); ++i) {
     const bool guessed = i < draft_.size();
     // plain decoding's draw; a guess is kept when it equals it
-    const int32_t token = argmax_only ? ids_[i] : sampler.sample({logits_.data() + i * n_vocab, n_vocab});
+    int32_t token = argmax_only ? ids_[i] : sampler.sample({logits_.data() + i * n_vocab, n_vocab});
+    int32_t scripted;
+    if (drafter_.scripted_token(history->size(), &scripted) && scripted != token) {  // the labelled mode's hold
+      token = scripted;
+      ++stats_.held;
+    }
     sampler.accept(token);
     history->push_back(token);
     if (!guessed || token != draft_[i]) break;

@@ -3,7 +3,8 @@
 // selected expert once for all of them), and keeps the longest prefix its own sampling
 // agrees with, plus the token it sampled where they part (or after the last guess).
 //
-// Invariant: the tokens are plain decoding's, token for token and seed for seed. Each row's
+// Invariant: the tokens are plain decoding's, token for token and seed for seed (the
+// labelled mode's script aside: ScriptedDrafter). Each row's
 // token is Sampler::sample's draw, the same random numbers in the same order as plain
 // decoding, and a guess is kept only when it equals that draw. For a drafter that proposes
 // its tokens for sure (every drafter here does) a guess is then kept with the probability
@@ -45,6 +46,12 @@ class Drafter {
   virtual Status prepare_target(Backend& backend, SeqId seq) {
     (void)backend, (void)seq;
     return {};
+  }
+  // The labelled mode's script: true with *token the token the history must hold at
+  // `index`, whatever the target picks there. The default holds nothing.
+  virtual bool scripted_token(size_t index, int32_t* token) const {
+    (void)index, (void)token;
+    return false;
   }
 };
 
@@ -101,24 +108,25 @@ class ModelDrafter final : public Drafter {
 // The labelled acceptance mode (for measuring the mechanics on models whose drafts could
 // never agree, e.g. random-weight synthetic ones): proposes the target's own continuation,
 // computed beforehand by plain greedy decoding, each token right with probability
-// `acceptance` and otherwise a wrong one. Output is the target's either way; only the
-// acceptance is staged. Once the history leaves the script (a near tie the batched rows
-// decide otherwise than the one-token rows did) nothing more is proposed: left_at() says
-// where, and restart() takes a script that follows the speculative run's own output (the
-// bench calibrates it so; see apps/cli/cmd_bench.cpp).
+// `acceptance` and otherwise a wrong one. A history off the script gets no proposal.
+// With `hold` (bench's measurement) the script also holds the output: where the target's
+// pick differs from it (a near tie the batched rows decide otherwise than the one-token
+// rows did: on the GPU their products sum in another order, and a tiered run's split of
+// experts between the CPU and the device follows its timing) the script's token is kept
+// and SpecStats::held counts it. Without the hold such a run left its script at the first
+// near tie and drafted nothing more, measuring plain decoding; with adaptive lengths no two
+// runs took the same rows, so no script could be settled in advance. Every step still
+// evaluates every row: only which of two near-equal tokens follows is staged, as the
+// acceptance is. Without it (the default) the output is the target's, as for any drafter.
 class ScriptedDrafter final : public Drafter {
  public:
-  static constexpr size_t kOnScript = static_cast<size_t>(-1);
   // reference: the prompt followed by the plain greedy continuation.
-  ScriptedDrafter(std::vector<int32_t> reference, double acceptance, uint32_t n_vocab, uint64_t seed);
+  ScriptedDrafter(std::vector<int32_t> reference, double acceptance, uint32_t n_vocab, uint64_t seed, bool hold = false);
   Status propose(std::span<const int32_t> history, int max_n, std::vector<int32_t>* draft) override;
   std::string describe() const override;
-  // A new script (empty: keep the one held), the random numbers from the start again and
-  // left_at() cleared: the same run then gets the same guesses.
-  void restart(std::vector<int32_t> reference);
-  // The history length at which the run first left the script since the last restart
-  // (kOnScript: it never did).
-  size_t left_at() const { return left_at_; }
+  bool scripted_token(size_t index, int32_t* token) const override;
+  // The random numbers from the start again: the same run then gets the same guesses.
+  void restart() { rng_.seed(seed_); }
   const std::vector<int32_t>& reference() const { return reference_; }
 
  private:
@@ -126,8 +134,8 @@ class ScriptedDrafter final : public Drafter {
   double acceptance_;
   uint32_t n_vocab_;
   uint64_t seed_;
+  bool hold_;
   std::mt19937_64 rng_;
-  size_t left_at_ = kOnScript;
 };
 
 struct SpecConfig {
@@ -143,6 +151,7 @@ struct SpecStats {
   uint64_t accepted = 0;  // guesses kept
   uint64_t emitted = 0;   // tokens produced (accepted + one per step)
   uint64_t backed_off = 0;  // plain steps while SpecThrottle (draft_length.h) had drafting off
+  uint64_t held = 0;        // the labelled mode: picks the script overrode (near ties; ScriptedDrafter)
   double acceptance() const { return drafted > 0 ? static_cast<double>(accepted) / static_cast<double>(drafted) : 0.0; }
   double tokens_per_step() const { return steps > 0 ? static_cast<double>(emitted) / static_cast<double>(steps) : 0.0; }
 };

@@ -127,7 +127,7 @@ class Bench {
       r.samples_ns.push_back(static_cast<uint64_t>(ns));
       r.samples_ts.push_back(1e9 * static_cast<double>(r.tokens()) / ns);
       if (spec) {
-        MT_ASSIGN_OR_RETURN(double plain_ns, run_spec(n_gen, nullptr, nullptr, false));
+        MT_ASSIGN_OR_RETURN(double plain_ns, run_spec(n_gen, nullptr, false));
         r.undrafted_ts.push_back(1e9 * static_cast<double>(r.tokens()) / plain_ns);
       }
     }
@@ -148,13 +148,6 @@ class Bench {
     if (spec) {
       r.spec_text = spec_summary(*spec_.drafter, r.spec);
       r.draft = spec_.drafter->describe();
-      if (script_rounds_ > 0) {
-        r.spec_text += "; script settled in " + std::to_string(script_rounds_) + " untimed run(s)";
-        if (script_left_at_ != ScriptedDrafter::kOnScript) {
-          r.spec_text += " (the last left it at token " + std::to_string(script_left_at_) + ")";
-        }
-        r.spec_text += ", " + std::to_string(script_left_runs_) + " of " + std::to_string(f_.reps) + " timed runs left it";
-      }
     }
     return r;
   }
@@ -182,7 +175,10 @@ class Bench {
   }
 
   // A drafter for tg tests of n_gen tokens: the prompt (kSpecPrompt random tokens) and, for
-  // the labelled mode, its plain greedy continuation (make_spec decodes it here, untimed).
+  // the labelled mode, its plain greedy continuation (make_spec decodes it here, untimed),
+  // which holds every run's output (ScriptedDrafter's hold: near ties the batched rows or
+  // a tiered run's timing decide otherwise keep the script, counted), so every timed run,
+  // drafted or not, decodes the same text at the same staged acceptance.
   Status prepare_spec(int n_gen) {
     spec_prompt_.resize(kSpecPrompt);
     for (int32_t& t : spec_prompt_) t = random_token();
@@ -191,44 +187,22 @@ class Bench {
     greedy.temperature = 0;
     greedy.seed = 1;
     spec_ = {};
+    // Under --routing the reference is decoded with the routing the timed runs replay
+    RoutingReplay* replay = replay_.routing_override();
+    if (replay != nullptr) replay->rewind();
     MT_ASSIGN_OR_RETURN(spec_, make_spec(f_.spec, {&engine_, tokenizer_, &spec_prompt_, n_gen + 1, n_ctx, greedy,
-                                                   f_.threads, f_.device}));
-    return calibrate_script(n_gen);
-  }
-
-  // The labelled mode's script is plain decoding's continuation; where the verification's
-  // batched rows decide a near tie otherwise (on the GPU their products sum in another
-  // order), the run leaves the script and drafts nothing more, which would measure plain
-  // decoding. So the script becomes the speculative run's own output, found by untimed
-  // runs (each with the same guesses: restart() replays the random numbers) until one
-  // keeps to its script; the timed runs replay the same guesses.
-  Status calibrate_script(int n_gen) {
-    auto* scripted = dynamic_cast<ScriptedDrafter*>(spec_.drafter.get());
-    if (scripted == nullptr) return {};
-    constexpr int kMaxRounds = 6;
-    script_rounds_ = 0;
-    script_left_at_ = ScriptedDrafter::kOnScript;
-    script_left_runs_ = 0;
-    for (int round = 1; round <= kMaxRounds; ++round) {
-      std::vector<int32_t> output;
-      MT_RETURN_IF_ERROR(run_spec(n_gen, nullptr, &output).status());
-      script_rounds_ = round;
-      script_left_at_ = scripted->left_at();
-      if (script_left_at_ == ScriptedDrafter::kOnScript) break;
-      scripted->restart(std::move(output));
-    }
+                                                   f_.threads, f_.device, replay != nullptr ? &replay_ : nullptr, true}));
     return {};
   }
 
   // Nanoseconds for n_gen tokens decoded greedily with the drafter after the prompt's first
   // one (the prompt's prefill untimed); the steps' counts are added to *stats.
-  StatusOr<double> run_spec(int n_gen, SpecStats* stats, std::vector<int32_t>* output = nullptr, bool drafts = true) {
+  StatusOr<double> run_spec(int n_gen, SpecStats* stats, bool drafts = true) {
     Backend& backend = engine_.backend();
     auto* scripted = dynamic_cast<ScriptedDrafter*>(spec_.drafter.get());
     if (scripted != nullptr) {
-      // The same guesses and, under --routing, the same routing: the run is repeated
-      // exactly (the script's settling needs it)
-      scripted->restart({});
+      // The same guesses and, under --routing, the same routing: each run is the same work
+      scripted->restart();
       if (RoutingReplay* replay = replay_.routing_override()) replay->rewind();
     }
     const uint32_t n_ctx = static_cast<uint32_t>(kSpecPrompt + n_gen + f_.spec.draft_max + 2);
@@ -243,6 +217,8 @@ class Bench {
     for (int32_t t : spec_prompt_) sampler.accept(t);
     std::vector<int32_t> history = spec_prompt_;
     history.push_back(sampler.sample(logits_));
+    int32_t scripted_first;  // the labelled mode holds the first token to its script as well
+    if (spec_.drafter->scripted_token(history.size() - 1, &scripted_first)) history.back() = scripted_first;
     sampler.accept(history.back());
     SpecConfig config = spec_.config;
     if (!drafts) config.draft_max = config.draft_min = 0, config.adaptive = false;  // every step a plain one
@@ -258,14 +234,13 @@ class Bench {
       if (replay != nullptr) replay->back_to_mark(static_cast<uint32_t>(decoder.stats().emitted - emitted));
     }
     const double ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
-    if (output != nullptr) *output = std::move(history);
-    if (stats != nullptr && scripted != nullptr && scripted->left_at() != ScriptedDrafter::kOnScript) ++script_left_runs_;
     if (stats != nullptr) {
       stats->steps += decoder.stats().steps;
       stats->drafted += decoder.stats().drafted;
       stats->accepted += decoder.stats().accepted;
       stats->emitted += decoder.stats().emitted;
       stats->backed_off += decoder.stats().backed_off;
+      stats->held += decoder.stats().held;
     }
     return ns;
   }
@@ -304,9 +279,6 @@ class Bench {
   const Tokenizer* tokenizer_ = nullptr;  // set with a drafter (the draft model's vocabulary check)
   std::vector<int32_t> spec_prompt_;
   SpecSetup spec_;
-  int script_rounds_ = 0;          // the labelled mode: untimed runs that settled the script
-  size_t script_left_at_ = 0;      // where the last of them left its script (kOnScript: never)
-  int script_left_runs_ = 0;       // timed runs that left the script
 
  public:
   void set_tokenizer(const Tokenizer* tokenizer) { tokenizer_ = tokenizer; }

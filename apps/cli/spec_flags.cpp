@@ -33,12 +33,12 @@ StatusOr<std::vector<int32_t>> greedy_reference(const SpecTarget& t) {
   for (int32_t id : *t.prompt) sampler.accept(id);
   std::vector<int32_t> reference = *t.prompt;
   std::vector<float> logits;
-  MT_RETURN_IF_ERROR(seq.feed(*t.prompt, false, &logits));
+  MT_RETURN_IF_ERROR(seq.feed(*t.prompt, false, &logits, t.trace));
   for (int i = 0; i < t.n_predict; ++i) {
     const int32_t next = sampler.sample(logits);
     sampler.accept(next);
     reference.push_back(next);
-    if (i + 1 < t.n_predict) MT_RETURN_IF_ERROR(seq.feed({&next, 1}, false, &logits));
+    if (i + 1 < t.n_predict) MT_RETURN_IF_ERROR(seq.feed({&next, 1}, false, &logits, t.trace));
   }
   return reference;
 }
@@ -79,7 +79,7 @@ StatusOr<SpecSetup> make_spec(const SpecFlags& f, const SpecTarget& t) {
     }
     MT_ASSIGN_OR_RETURN(std::vector<int32_t> reference, greedy_reference(t));
     setup.drafter = std::make_unique<ScriptedDrafter>(std::move(reference), f.scripted, n_vocab,
-                                                      t.sampling.seed != 0 ? t.sampling.seed : 1);
+                                                      t.sampling.seed != 0 ? t.sampling.seed : 1, t.hold_script);
   } else if (!f.draft_model.empty()) {
     MT_ASSIGN_OR_RETURN(setup.draft_engine, Engine::load(f.draft_model, t.threads, true, t.device));
     const Model& draft = setup.draft_engine->model();
@@ -111,6 +111,7 @@ std::string spec_summary(const Drafter& drafter, const SpecStats& s) {
                 static_cast<unsigned long long>(s.accepted), 100.0 * s.acceptance(), s.tokens_per_step());
   std::string line = "speculative: " + drafter.describe() + ": " + text;
   if (s.backed_off > 0) line += ", " + std::to_string(s.backed_off) + " plain steps while drafting did not pay";
+  if (s.held > 0) line += ", " + std::to_string(s.held) + " picks held to the script (near ties)";
   return line;
 }
 

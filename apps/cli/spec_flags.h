@@ -46,6 +46,8 @@ struct SpecTarget {
   SamplingParams sampling;
   int threads = 0;
   DeviceFlags device;
+  Trace* trace = nullptr;  // the labelled mode's reference decode sees it (bench --routing: the replayed routing)
+  bool hold_script = false;  // the labelled mode holds the output to its script (bench; ScriptedDrafter)
 };
 
 // Errors (one line each): more than one drafter, a bad length or probability, a draft

@@ -337,32 +337,57 @@ TEST(Speculative, ScriptedProposesTheReferenceAtItsRate) {
   EXPECT_TRUE(draft.empty());
 }
 
-// Where the history left the script is kept; restart() replays the same guesses and takes
-// a new script (the bench's calibration to the speculative run's own output).
-TEST(Speculative, ScriptedSaysWhereItLeftAndRestartsWithTheSameGuesses) {
+// restart() replays the same guesses. Without the hold the output is the target's: a
+// script that differs from plain decoding at one token is left there (and nothing more is
+// proposed); with it the output is the script, each pick it overrode counted (the altered
+// token, then wherever the original continuation parts from the target's after it), and a
+// script equal to plain decoding overrides nothing.
+TEST(Speculative, ScriptedHoldKeepsTheScriptAndCountsWhatItOverrode) {
   std::vector<int32_t> reference(64);
   for (size_t i = 0; i < reference.size(); ++i) reference[i] = static_cast<int32_t>(i % 13);
-  ScriptedDrafter scripted(reference, 0.5, 100, 9);
+  ScriptedDrafter replayed(reference, 0.5, 100, 9);
   std::vector<int32_t> first, again;
-  ASSERT_TRUE(scripted.propose(std::span<const int32_t>(reference.data(), 10), 8, &first).ok());
-  EXPECT_EQ(scripted.left_at(), ScriptedDrafter::kOnScript);
-  std::vector<int32_t> off(reference.begin(), reference.begin() + 20);
-  off[17] = 99;
-  ASSERT_TRUE(scripted.propose(off, 4, &again).ok());
-  EXPECT_TRUE(again.empty());
-  EXPECT_EQ(scripted.left_at(), 17u);
-  scripted.restart({});
-  EXPECT_EQ(scripted.left_at(), ScriptedDrafter::kOnScript);
-  ASSERT_TRUE(scripted.propose(std::span<const int32_t>(reference.data(), 10), 8, &again).ok());
+  ASSERT_TRUE(replayed.propose(std::span<const int32_t>(reference.data(), 10), 8, &first).ok());
+  replayed.restart();
+  ASSERT_TRUE(replayed.propose(std::span<const int32_t>(reference.data(), 10), 8, &again).ok());
   EXPECT_EQ(again, first);
-  // The run's own output as the new script: the history that left the old one is on it.
-  std::vector<int32_t> own = off;
-  own.resize(40, 3);
-  scripted.restart(own);
-  ASSERT_TRUE(scripted.propose(off, 4, &again).ok());
-  EXPECT_EQ(again.size(), 4u);
-  EXPECT_EQ(scripted.left_at(), ScriptedDrafter::kOnScript);
-  EXPECT_EQ(scripted.reference(), own);
+  int32_t token = -1;
+  EXPECT_FALSE(replayed.scripted_token(12, &token));  // no hold
+
+  auto model = Model::load(write_tiny(Arch::kQwen3Moe, "f32"), {2});
+  ASSERT_TRUE(model.ok());
+  CpuBackend backend(**model);
+  const std::vector<int32_t> prompt = test::ids(10, 3, backend.n_vocab());
+  const Plain plain = plain_greedy(backend, prompt, 40);
+  std::vector<int32_t> script = prompt;
+  script.insert(script.end(), plain.tokens.begin(), plain.tokens.end());
+  const size_t altered = prompt.size() + 12;
+  script[altered] = static_cast<int32_t>((static_cast<uint32_t>(script[altered]) + 1) % backend.n_vocab());
+  const std::vector<int32_t> script_tokens(script.begin() + static_cast<ptrdiff_t>(prompt.size()), script.end());
+  SpecConfig config;
+  config.draft_max = 3;
+  config.adaptive = false;
+
+  ScriptedDrafter free_running(script, 0.7, backend.n_vocab(), 5);
+  SpecStats stats;
+  EXPECT_EQ(spec_decode(backend, free_running, config, prompt, 40, greedy_params(), &stats), plain.tokens);
+  EXPECT_EQ(stats.held, 0u);
+
+  ScriptedDrafter held(script, 0.7, backend.n_vocab(), 5, true);
+  ASSERT_TRUE(held.scripted_token(altered, &token));
+  EXPECT_EQ(token, script[altered]);
+  EXPECT_FALSE(held.scripted_token(script.size(), &token));  // past the script: the target's
+  stats = {};
+  EXPECT_EQ(spec_decode(backend, held, config, prompt, 40, greedy_params(), &stats), script_tokens);
+  EXPECT_GE(stats.held, 1u);
+  EXPECT_GT(stats.accepted, 0u);  // the guesses after the altered token are still the script's and kept
+
+  std::vector<int32_t> faithful = prompt;
+  faithful.insert(faithful.end(), plain.tokens.begin(), plain.tokens.end());
+  ScriptedDrafter held_plain(faithful, 0.7, backend.n_vocab(), 5, true);
+  stats = {};
+  EXPECT_EQ(spec_decode(backend, held_plain, config, prompt, 40, greedy_params(), &stats), plain.tokens);
+  EXPECT_EQ(stats.held, 0u);
 }
 
 // Gated DeltaNet hybrids: a verification run is logged (Backend::keep_run_rollback) and cut
