@@ -63,6 +63,10 @@ struct TestResult {
   // drafted one in the same process (the same prompt, text, routing and cache warmth):
   // the baseline a drafted figure is compared with.
   std::vector<double> undrafted_ts;
+  // With a drafter: the timed repetitions' steps by rows evaluated (index: the pending
+  // token plus the guesses), their count and summed seconds: what a longer draft costs.
+  std::vector<uint64_t> step_n_by_rows;
+  std::vector<double> step_s_by_rows;
   std::string name() const {
     if (n_batch > 0) {
       return "tg" + std::to_string(n_gen) + " x" + std::to_string(n_batch) +

@@ -121,7 +121,7 @@ class Bench {
     (void)warm_ns;
     for (int i = 0; i < f_.reps; ++i) {
       progress.update(static_cast<uint64_t>(i) + 1);
-      MT_ASSIGN_OR_RETURN(double ns, spec          ? run_spec(n_gen, &r.spec)
+      MT_ASSIGN_OR_RETURN(double ns, spec          ? run_spec(n_gen, &r)
                                      : n_batch > 0 ? run_batched(n_prompt, n_gen, n_batch)
                                                    : run_once(n_prompt, n_gen));
       r.samples_ns.push_back(static_cast<uint64_t>(ns));
@@ -196,8 +196,9 @@ class Bench {
   }
 
   // Nanoseconds for n_gen tokens decoded greedily with the drafter after the prompt's first
-  // one (the prompt's prefill untimed); the steps' counts are added to *stats.
-  StatusOr<double> run_spec(int n_gen, SpecStats* stats, bool drafts = true) {
+  // one (the prompt's prefill untimed); the steps' counts and times by rows are added to
+  // *result (null: an untimed or undrafted run).
+  StatusOr<double> run_spec(int n_gen, TestResult* result, bool drafts = true) {
     Backend& backend = engine_.backend();
     auto* scripted = dynamic_cast<ScriptedDrafter*>(spec_.drafter.get());
     if (scripted != nullptr) {
@@ -229,12 +230,20 @@ class Bench {
     while (history.size() < end) {
       // Under --routing a position keeps its entry: the rejected guesses' rows give theirs back.
       if (replay != nullptr) replay->mark();
-      const uint64_t emitted = decoder.stats().emitted;
+      const uint64_t emitted = decoder.stats().emitted, drafted = decoder.stats().drafted;
+      const auto s0 = std::chrono::steady_clock::now();
       MT_RETURN_IF_ERROR(decoder.step(&history, sampler, static_cast<int>(end - history.size()), trace));
+      if (result != nullptr) {  // the step's time by its rows
+        const size_t rows = static_cast<size_t>(decoder.stats().drafted - drafted) + 1;
+        if (result->step_n_by_rows.size() <= rows) result->step_n_by_rows.resize(rows + 1), result->step_s_by_rows.resize(rows + 1);
+        ++result->step_n_by_rows[rows];
+        result->step_s_by_rows[rows] += std::chrono::duration<double>(std::chrono::steady_clock::now() - s0).count();
+      }
       if (replay != nullptr) replay->back_to_mark(static_cast<uint32_t>(decoder.stats().emitted - emitted));
     }
     const double ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
-    if (stats != nullptr) {
+    if (result != nullptr) {
+      SpecStats* stats = &result->spec;
       stats->steps += decoder.stats().steps;
       stats->drafted += decoder.stats().drafted;
       stats->accepted += decoder.stats().accepted;

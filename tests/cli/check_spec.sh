@@ -68,6 +68,9 @@ assert r["draft"].startswith("LABELLED acceptance mode"), r["draft"]
 # p = 1, 3 guesses a step: every guess kept, 4 tokens a step; 24 tokens a repetition, 2 timed repetitions.
 assert r["acceptance"] == 1.0 and r["draft_accepted"] == r["draft_tokens"], r
 assert r["draft_steps"] == 12 and abs(r["tokens_per_step"] - 4.0) < 1e-9, r
+# every step evaluated the pending token and 3 guesses, each timed
+assert list(r["steps_by_rows"]) == ["4"] and r["steps_by_rows"]["4"]["steps"] == 12, r["steps_by_rows"]
+assert r["steps_by_rows"]["4"]["mean_ms"] > 0 and r["draft_held_picks"] == 0, r
 assert len(r["samples_ts"]) == 2 and all(v > 0 for v in r["samples_ts"]), r
 # the same text without drafts, a run after each drafted one: the baseline beside it
 assert len(r["undrafted_samples_ts"]) == 2 and all(v > 0 for v in r["undrafted_samples_ts"]), r
