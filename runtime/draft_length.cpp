@@ -26,8 +26,18 @@ double DraftLength::Samples::estimate() const {
 }
 
 DraftLength::DraftLength(int min_len, int max_len)
-    : min_(std::max(min_len, 0)), max_(std::max(max_len, 0)), samples_(static_cast<size_t>(std::max(max_len, 0)) + 2) {
+    : min_(std::max(min_len, 0)),
+      max_(std::max(max_len, 0)),
+      samples_(static_cast<size_t>(std::max(max_len, 0)) + 2),
+      seen_at_(samples_.size(), 0) {
   MT_CHECK(min_ <= max_);
+}
+
+void DraftLength::take_costs(const DraftLength& other) {
+  MT_CHECK(other.samples_.size() == samples_.size());
+  samples_ = other.samples_;
+  seen_at_ = other.seen_at_;
+  observed_ = other.observed_;
 }
 
 double DraftLength::acceptance() const { return kept_ / (kept_ + missed_); }
@@ -84,7 +94,17 @@ int DraftLength::best_from(int shortest, double* best_rate) const {
 int DraftLength::choose() const {
   if (measured_rows() < 2) return max_;  // the first draft spans the range: the line through 1 and max + 1 rows
   double r;
-  return best_from(min_, &r);
+  const int best = best_from(min_, &r);
+  if (observed_ % kProbeEvery != kProbeEvery - 1) return best;
+  // A probe: the neighbour measured longest ago (a never-measured one first; ties: the longer)
+  int probe = best;
+  uint64_t oldest = UINT64_MAX;
+  for (int len : {best + 1, best - 1}) {
+    if (len < min_ || len > max_) continue;
+    const uint64_t seen = seen_at_[static_cast<size_t>(len) + 1];
+    if (seen < oldest) probe = len, oldest = seen;
+  }
+  return probe;
 }
 
 double DraftLength::gain() const {
@@ -100,6 +120,7 @@ void DraftLength::observe(int guesses, int accepted, double seconds) {
     Samples& c = samples_[static_cast<size_t>(guesses) + 1];
     c.s[c.n % kKept] = seconds;
     ++c.n;
+    seen_at_[static_cast<size_t>(guesses) + 1] = ++observed_;
   }
   if (guesses == 0) return;
   kept_ = kDecay * kept_ + accepted;
@@ -109,9 +130,9 @@ void DraftLength::observe(int guesses, int accepted, double seconds) {
 // ---- whether drafting pays
 
 bool SpecThrottle::draft(uint64_t step) const {
-  if (step < kPlainFirst) return false;  // measure plain steps first
-  if (step < off_until_) return false;   // backed off
-  return step % (last_gain_ >= kSureGain ? kPlainEverySure : kPlainEvery) != 0;
+  if (step < plain_first_) return false;  // measure plain steps first
+  if (step < off_until_) return false;    // backed off
+  return step == 0 || step % (last_gain_ >= kSureGain ? kPlainEverySure : kPlainEvery) != 0;
 }
 
 void SpecThrottle::observe(uint64_t step, int guesses, double gain) {
@@ -136,6 +157,11 @@ void SpecThrottle::observe(uint64_t step, int guesses, double gain) {
 
 DraftPolicy::DraftPolicy(int min_len, int max_len, bool adaptive, bool throttle)
     : max_(std::max(max_len, 0)), adaptive_(adaptive), throttled_(adaptive && throttle), length_(min_len, max_len) {}
+
+void DraftPolicy::warm_start(const DraftPolicy& other) {
+  length_.take_costs(other.length_);
+  throttle_.skip_plain_first();
+}
 
 int DraftPolicy::next(uint64_t step) const {
   if (!adaptive_) return max_;

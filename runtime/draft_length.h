@@ -13,7 +13,12 @@
 // guesses' experts, cache misses, a compute-bound CPU) is in the costs. DraftPolicy joins
 // the two: the first two steps are plain (the first one's time, a sequence's set-up such
 // as its decode graph's capture, is not a cost), the first draft the longest, then the
-// model's choice.
+// model's choice. Every kProbeEvery-th step drafts a neighbour of the best length instead,
+// the one measured longest ago (or never): a cost line bends (a tiered step's union of
+// experts), and costs move (a cache warming, a split of misses learned), so a length the
+// line misjudges is found. The costs are the machine's, not the text's: a policy can
+// start from another's (warm_start: bench's runs, one after another) and then skips the
+// plain steps and the long first draft, keeping only its own acceptance.
 #pragma once
 
 #include <cstddef>
@@ -43,6 +48,9 @@ class DraftLength {
   double gain() const;
   // Expected tokens of a step that drafts `guesses` guesses at acceptance p.
   static double expected_tokens(int guesses, double p);
+  // The measured step costs of `other` (same lengths), this one's acceptance kept.
+  void take_costs(const DraftLength& other);
+  static constexpr int kProbeEvery = 24;  // timed steps between probes of the best's neighbours
 
  private:
   static constexpr int kKept = 5;  // samples kept per row count
@@ -57,6 +65,8 @@ class DraftLength {
   double cost(int rows) const { return samples_[static_cast<size_t>(rows)].estimate(); }
   int min_, max_;
   std::vector<Samples> samples_;  // (max + 2): step seconds by rows
+  std::vector<uint64_t> seen_at_;  // (max + 2): observed_ after each row count's last sample (0: never)
+  uint64_t observed_ = 0;          // timed steps observed
   double kept_ = 1, missed_ = 1;  // decayed counts of kept and rejected guesses (a prior of 1/2)
 };
 
@@ -79,12 +89,15 @@ class SpecThrottle {
   static constexpr double kMargin = 0.03;  // a predicted gain under 3% is not worth the risk
   // Before a step: false for a plain step (no guesses).
   bool draft(uint64_t step) const;
+  // The costs are known already (DraftPolicy::warm_start): no plain steps first.
+  void skip_plain_first() { plain_first_ = 0; }
   // After a step with `guesses` guesses; gain: the model's verdict after it (0: unknown).
   void observe(uint64_t step, int guesses, double gain);
   uint64_t off_steps() const { return off_steps_; }  // plain steps spent backed off
 
  private:
   int drafted_n_ = 0;  // drafted steps since the last verdict
+  uint64_t plain_first_ = kPlainFirst;
   uint64_t off_until_ = 0, backoff_ = kFirstBackoff, off_steps_ = 0;
   double last_gain_ = 0;  // the last verdict's gain (0: none yet)
 };
@@ -103,6 +116,8 @@ class DraftPolicy {
   // cost until two more steps of it came, and the model then avoided that length: an H100
   // drafted 1.39 guesses a step at P 0.7 where a fixed 4 ran 1.60x and a fixed 3 1.63x.
   void observe(uint64_t step, int guesses, int accepted, double seconds, bool set_up = false);
+  // Start from `other`'s measured step costs (the same lengths; see DraftLength).
+  void warm_start(const DraftPolicy& other);
   const DraftLength& length() const { return length_; }
   const SpecThrottle& throttle() const { return throttle_; }
 

@@ -170,6 +170,9 @@ class SpeculativeDecoder {
 
   const SpecStats& stats() const { return stats_; }
   const DraftPolicy& policy() const { return policy_; }
+  // Before the first step: the draft lengths' costs as `previous` measured them (an
+  // earlier sequence on the same backend and drafter; DraftPolicy::warm_start).
+  void warm_start(const DraftPolicy& previous) { policy_.warm_start(previous); }
 
  private:
   Backend& backend_;

@@ -187,6 +187,7 @@ class Bench {
     greedy.temperature = 0;
     greedy.seed = 1;
     spec_ = {};
+    warm_policy_.reset();
     // Under --routing the reference is decoded with the routing the timed runs replay
     RoutingReplay* replay = replay_.routing_override();
     if (replay != nullptr) replay->rewind();
@@ -224,6 +225,9 @@ class Bench {
     SpecConfig config = spec_.config;
     if (!drafts) config.draft_max = config.draft_min = 0, config.adaptive = false;  // every step a plain one
     SpeculativeDecoder decoder(backend, session.id(), *spec_.drafter, config);
+    // The step costs carry from run to run (the warm-up's first): they are the machine's,
+    // as a server's would be after its first request; each run's acceptance starts anew.
+    if (drafts && warm_policy_) decoder.warm_start(*warm_policy_);
     const size_t end = history.size() + static_cast<size_t>(n_gen);
     const auto t0 = std::chrono::steady_clock::now();
     RoutingReplay* replay = trace != nullptr ? replay_.routing_override() : nullptr;
@@ -242,6 +246,7 @@ class Bench {
       if (replay != nullptr) replay->back_to_mark(static_cast<uint32_t>(decoder.stats().emitted - emitted));
     }
     const double ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
+    if (drafts) warm_policy_ = decoder.policy();
     if (result != nullptr) {
       SpecStats* stats = &result->spec;
       stats->steps += decoder.stats().steps;
@@ -281,6 +286,7 @@ class Bench {
   const Model& model_;
   const BenchFlags& f_;
   const TieringSetup* tiering_;             // null: no tiering
+  std::optional<DraftPolicy> warm_policy_;  // the last drafted run's policy (its step costs start the next)
   BankOptions banks_;
   std::mt19937 rng_;
   ReplayTrace replay_;  // carries --routing's stream (null: the router's own routing)

@@ -223,6 +223,52 @@ TEST(DraftLength, ASetUpStepsTimeIsNoCost) {
   EXPECT_EQ(policy.next(7), 4) << "long drafts pay at these costs";
 }
 
+// Step costs whose line bends: 5 rows dear, 4 rows cheap. The long first draft and the line
+// through 1 and 5 rows lead to 2 guesses, and the line through 1, 3 and 5 rows keeps it
+// there (4 rows read as 2.1); the probes of the best's neighbours measure 4 rows (1.7) and
+// the policy moves to 3 guesses, the best rate at p 0.7.
+TEST(DraftLength, ProbesOfTheBestsNeighboursFindWhereTheLineBends) {
+  const double cost[] = {0, 1.0, 1.3, 1.6, 1.7, 2.6};  // by rows
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<double> u(0, 1);
+  DraftPolicy policy(1, 4, true, true);
+  int by_length[5] = {};
+  for (uint64_t step = 0; step < 400; ++step) {
+    const int len = policy.next(step);
+    int kept = 0;
+    while (kept < len && u(rng) < 0.7) ++kept;
+    policy.observe(step, len, kept, cost[len + 1]);
+    if (step >= 300) ++by_length[len];
+  }
+  EXPECT_DOUBLE_EQ(policy.length().step_seconds(4), 1.7) << "4 rows measured";
+  EXPECT_GT(by_length[3], 80) << by_length[0] << " " << by_length[1] << " " << by_length[2] << " " << by_length[3] << " "
+                              << by_length[4];
+  EXPECT_GE(by_length[2] + by_length[4], 2) << "the neighbours still probed now and then";
+}
+
+// A policy started from another's costs drafts from its first step at the length those
+// costs favour, with the same cost estimates and its own (prior) acceptance.
+TEST(DraftLength, AWarmStartTakesTheCostsNotTheAcceptance) {
+  DraftPolicy first(1, 4, true, true);
+  const double cost[] = {0, 2.7e-3, 3.2e-3, 3.6e-3, 4.1e-3, 6.0e-3};
+  std::mt19937 rng(8);
+  std::uniform_real_distribution<double> u(0, 1);
+  for (uint64_t step = 0; step < 200; ++step) {
+    const int len = first.next(step);
+    int kept = 0;
+    while (kept < len && u(rng) < 0.9) ++kept;
+    first.observe(step, len, kept, cost[len + 1]);
+  }
+  DraftPolicy second(1, 4, true, true);
+  EXPECT_EQ(second.next(0), 0) << "cold: plain steps first";
+  second.warm_start(first);
+  for (int rows = 1; rows <= 5; ++rows) EXPECT_EQ(second.length().step_seconds(rows), first.length().step_seconds(rows));
+  EXPECT_DOUBLE_EQ(second.length().acceptance(), 0.5);
+  EXPECT_GT(first.length().acceptance(), 0.8);
+  EXPECT_EQ(second.next(0), second.length().choose());
+  EXPECT_GE(second.next(0), 1) << "warm: drafting from the first step";
+}
+
 TEST(DraftLength, ExpectedTokensOfAGeometricRun) {
   EXPECT_DOUBLE_EQ(DraftLength::expected_tokens(0, 0.7), 1.0);
   EXPECT_NEAR(DraftLength::expected_tokens(4, 0.7), 1 + 0.7 + 0.49 + 0.343 + 0.2401, 1e-12);
