@@ -40,6 +40,12 @@ StatusOr<SeqId> CudaBackend::fork_sequence(SeqId from) {
   return id;
 }
 
+Status CudaBackend::keep_run_rollback(SeqId seq, uint32_t max_run) {
+  auto it = seqs_.find(seq);
+  if (it == seqs_.end()) return unknown_sequence(seq);
+  return model_.keep_run_rollback(*it->second.e, max_run);
+}
+
 Status CudaBackend::truncate_sequence(SeqId seq, uint32_t n_pos) {
   auto it = seqs_.find(seq);
   if (it == seqs_.end()) return unknown_sequence(seq);

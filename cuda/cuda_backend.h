@@ -29,6 +29,7 @@ class CudaBackend final : public Backend {
   StatusOr<SeqId> create_sequence(uint32_t n_ctx, QuantType kv_type = QuantType::F16) override;
   StatusOr<SeqId> fork_sequence(SeqId from) override;
   Status truncate_sequence(SeqId seq, uint32_t n_pos) override;
+  Status keep_run_rollback(SeqId seq, uint32_t max_run) override;
   void free_sequence(SeqId seq) override { seqs_.erase(seq); }
   uint32_t position(SeqId seq) const override { return get(seq).e->position(); }
   uint32_t n_ctx(SeqId seq) const override { return get(seq).e->n_ctx(); }

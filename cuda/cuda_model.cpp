@@ -151,6 +151,13 @@ Status CudaModel::eval_batch(std::span<const Feed> feeds, std::vector<float>* lo
   return detail::CudaSequence::feed_batch(*impl_, seqs, logits, trace);  // sizes *logits
 }
 
+Status CudaModel::keep_run_rollback(Evaluator& e, uint32_t max_run) {
+  detail::CudaSequence* s = sequence_of(impl_.get(), e);
+  if (s == nullptr) return invalid_argument("keep_run_rollback: not a sequence of this CUDA model");
+  s->keep_run_rollback(max_run);
+  return {};
+}
+
 Status CudaModel::truncate_sequence(Evaluator& e, uint32_t n) {
   detail::CudaSequence* s = sequence_of(impl_.get(), e);
   if (s == nullptr) return invalid_argument("truncate: not a sequence of this CUDA model");

@@ -54,6 +54,8 @@ class CudaModel {
   // by the next tokens). A recurrent model (Gated DeltaNet) keeps only the last position's
   // state: it accepts n == position and n == 0 only (0 zeroes the states).
   Status truncate_sequence(Evaluator& e, uint32_t n);
+  // Backend::keep_run_rollback for a sequence of this model (cuda/sequence.h).
+  Status keep_run_rollback(Evaluator& e, uint32_t max_run);
 
   // One sequence's tokens of a batch: `want` flags the rows whose logits are asked (empty:
   // none).

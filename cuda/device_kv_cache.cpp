@@ -53,6 +53,26 @@ void DeviceKvCache::reset_states(cudaStream_t stream) {
   }
 }
 
+void DeviceKvCache::enable_run_log(const HParams& hp, uint32_t max_run) {
+  log_.clear();
+  log_max_run_ = has_states_ ? max_run : 0;
+  logged_pos0_ = logged_n_ = 0;
+  if (log_max_run_ < 2) return;
+  const size_t f = sizeof(float), C = hp.ssm_conv_dim(), n = log_max_run_;
+  log_.resize(hp.n_layer);
+  for (uint32_t l = 0; l < hp.n_layer; ++l) {
+    if (!hp.is_recurrent(l)) continue;
+    RunLog& lg = log_[l];
+    lg.conv_before = DeviceBuffer(f * hp.conv_state_floats());
+    lg.conv_rows = DeviceBuffer(f * n * C);
+    lg.delta_before = DeviceBuffer(f * hp.delta_state_floats());
+    lg.u_rows = DeviceBuffer(f * n * C);
+    lg.g = DeviceBuffer(f * n * hp.ssm_nv);
+    lg.beta = DeviceBuffer(f * n * hp.ssm_nv);
+    lg.out = DeviceBuffer(f * n * hp.ssm_value_dim());
+  }
+}
+
 void DeviceKvCache::build_head_ids(uint32_t n_head, uint32_t tokens) {
   std::vector<int32_t> ids(static_cast<size_t>(tokens) * n_head);  // (tokens, H): slot t*H+h -> h
   for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i % n_head);

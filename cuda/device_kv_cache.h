@@ -40,6 +40,23 @@ class DeviceKvCache {
   // The recurrent states back to position 0 (zeros), on `stream`.
   void reset_states(cudaStream_t stream);
 
+  // Speculative verification on a recurrent model (Backend::keep_run_rollback): a run of 2
+  // to max_run tokens keeps, per recurrent layer, its states from before the run and the
+  // run's inputs to them (the conv's raw rows; the delta rule's u rows, decays and step
+  // sizes), so that the sequence can go back into it (CudaSequence::rollback_run): the
+  // conv window rebuilt from them, the delta state from before the run and its kept tokens
+  // again. A fixed-size copy per run, no copy of any state at rollback beyond one layer's.
+  struct RunLog {
+    DeviceBuffer conv_before, conv_rows, delta_before, u_rows, g, beta, out;
+  };
+  void enable_run_log(const HParams& hp, uint32_t max_run);  // 0: off (buffers freed)
+  bool logs_run(uint32_t n) const { return has_states_ && n >= 2 && n <= log_max_run_; }
+  RunLog& run_log(uint32_t layer) { return log_[layer]; }
+  // The last logged run: its first position and length (0: none, or a later run was not logged).
+  void set_logged_run(uint32_t pos0, uint32_t n) { logged_pos0_ = pos0, logged_n_ = n; }
+  uint32_t logged_pos0() const { return logged_pos0_; }
+  uint32_t logged_n() const { return logged_n_; }
+
   // MLA: the (tokens, n_head) table ids[t * n_head + h] = h of the grouped per-head
   // products, built once for at least `tokens` rows (synchronously; before any capture).
   void build_head_ids(uint32_t n_head, uint32_t tokens);
@@ -53,6 +70,8 @@ class DeviceKvCache {
   bool has_states_ = false;
   std::vector<DeviceBuffer> k_, v_;         // per layer (n_ctx, kv_dim) rows, or none
   std::vector<DeviceBuffer> conv_, delta_;  // per recurrent layer: conv window, delta-rule state (f32)
+  std::vector<RunLog> log_;                 // per layer (recurrent ones filled) while logging
+  uint32_t log_max_run_ = 0, logged_pos0_ = 0, logged_n_ = 0;
   DeviceBuffer head_ids_;                   // MLA: (head_id_rows_, n_head)
   uint32_t head_id_rows_ = 0;
 };

@@ -205,14 +205,32 @@ Status CudaSequence::fork_from(const CudaSequence& from) {
   return {};
 }
 
+void CudaSequence::keep_run_rollback(uint32_t max_run) {
+  MT_CUDA_CHECK(cudaSetDevice(m_.device));
+  MT_CUDA_CHECK(cudaStreamSynchronize(m_.stream));  // no run in flight reads the buffers replaced
+  kv_.enable_run_log(m_.hp, max_run);
+}
+
 Status CudaSequence::truncate(uint32_t n) {
   if (n > pos_) {
     return out_of_range("truncate: position " + std::to_string(n) + " is past the sequence's " + std::to_string(pos_));
   }
   if (n == pos_) return {};
   if (kv_.has_states() && n != 0) {
-    return invalid_argument("truncate: a recurrent model keeps only its last position's state, so it goes back to 0 "
-                            "only (asked " + std::to_string(n) + " of " + std::to_string(pos_) + ")");
+    const uint32_t pos0 = kv_.logged_pos0(), run = kv_.logged_n();
+    if (run == 0 || pos_ != pos0 + run || n < pos0) {
+      return invalid_argument("truncate: a recurrent model keeps only its last position's state, so it goes back to 0 "
+                              "only (asked " + std::to_string(n) + " of " + std::to_string(pos_) + ")" +
+                              (run == 0 ? std::string(" or, with keep_run_rollback, into its last logged run")
+                                        : ", or into its last run, positions " + std::to_string(pos0) + " to " +
+                                              std::to_string(pos0 + run)));
+    }
+    MT_CUDA_CHECK(cudaSetDevice(m_.device));
+    rollback_run(n - pos0);
+    MT_CUDA_CHECK(cudaStreamSynchronize(m_.stream));
+    kv_.set_logged_run(0, 0);
+    pos_ = n;
+    return {};
   }
   if (kv_.has_states()) {
     MT_CUDA_CHECK(cudaSetDevice(m_.device));

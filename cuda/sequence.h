@@ -115,8 +115,12 @@ class CudaSequence final : public Evaluator {
   Status fork_from(const CudaSequence& from);
   // The position set back to n <= position() (the rows past it are overwritten by the
   // next tokens). A recurrent model's states hold only the last position: it refuses any n
-  // but position() and 0 (0: the states zeroed).
+  // but position(), 0 (the states zeroed) and, with keep_run_rollback, a position inside
+  // its last logged run (rollback_run).
   Status truncate(uint32_t n);
+  // Runs of 2 to max_run tokens logged so that truncate can go back into the last one
+  // (DeviceKvCache::RunLog; a recurrent model only, else nothing); 0: off.
+  void keep_run_rollback(uint32_t max_run);
   bool belongs_to(const CudaModel::Impl& m) const { return &m == &m_; }
 
   // Several sequences' tokens evaluated together (cuda/sequence_batch.cpp): every pass of
@@ -241,8 +245,13 @@ class CudaSequence final : public Evaluator {
   void ffn_dense(const DeviceMatrix& gate_up, const DeviceMatrix& gate, const DeviceMatrix& up,
                  const DeviceMatrix& down, const ActRows& h, float* gu, float* act, float* out);
 
-  // sequence_gdn.cpp: the mixer of every sequence's rows of the pass into y.
+  // sequence_gdn.cpp: the mixer of every sequence's rows of the pass into y (a logged run's
+  // states and inputs kept: DeviceKvCache::RunLog).
   void gdn_layer(const Pass& p, const DevLayer& L, uint32_t l, const ActRows& hx, float* y);
+  // The recurrent states as after the first `keep` tokens of the last logged run: each
+  // layer's conv window from the logged rows, its delta state from before the run and the
+  // kept tokens' delta rule again (the kernel the run itself used). On m_.stream.
+  void rollback_run(uint32_t keep);
 
   // sequence_mla.cpp: the latent attention layer into p.y (its grouped per-head products
   // read the KV cache's head id table; its buffers: step_workspace.h mla_workspace_bytes).

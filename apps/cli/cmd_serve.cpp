@@ -219,14 +219,6 @@ int serve(const ServeFlags& f) {
   // The host samples while the GPU idles: its cores are free then (on the CPU the forward
   // pass's threads are the same cores, and sampling stays on the scheduler's thread).
   if (gpu) options.sampling_threads = std::clamp(std::thread::hardware_concurrency() / 2, 1u, 8u);
-  if (f.lookup > 0 && (*engine)->on_gpu()) {
-    for (uint32_t l = 0; l < hp.n_layer; ++l) {
-      if (hp.is_recurrent(l)) {
-        return fail("serve", unimplemented("--lookup with a Gated DeltaNet model on --device cuda: its recurrent state "
-                                           "cannot cut a verification run short there yet (it can on the CPU)"));
-      }
-    }
-  }
   options.draft_max = f.draft_max;
   if (auto sizes = read_model_sizes(model.file()); sizes.ok()) {  // /metrics' KV bytes in use
     options.kv_bytes_per_token = kv_type == QuantType::Q8_0 ? sizes->kv_bytes_per_token_q8_0

@@ -52,13 +52,6 @@ StatusOr<SpecSetup> make_spec(const SpecFlags& f, const SpecTarget& t) {
   if (f.scripted >= 0 && f.scripted > 1) return invalid_argument("--draft-scripted takes a probability in [0, 1]");
   if (f.draft_max < 1 || f.draft_max > 64) return invalid_argument("--draft-max must be in [1, 64]");
   if (f.draft_min < 0 || f.draft_min > f.draft_max) return invalid_argument("--draft-min must be in [0, --draft-max]");
-  const HParams& hp = t.engine->model().hparams();
-  for (uint32_t l = 0; l < hp.n_layer && t.engine->on_gpu(); ++l) {
-    if (hp.is_recurrent(l)) {
-      return unimplemented("speculative decoding of a Gated DeltaNet model on --device cuda: its recurrent state "
-                           "cannot cut a verification run short there yet (it can on the CPU)");
-    }
-  }
 
   SpecSetup setup;
   setup.config.draft_max = f.draft_max;

@@ -52,7 +52,7 @@ struct SpecTarget {
 
 // Errors (one line each): more than one drafter, a bad length or probability, a draft
 // model of another vocabulary, the labelled mode above temperature 0, a Gated DeltaNet
-// hybrid target (its recurrent state cannot be rolled back yet).
+// draft model (it cannot go back over its own guesses yet).
 StatusOr<SpecSetup> make_spec(const SpecFlags& f, const SpecTarget& target);
 
 // "speculative: <drafter>: 40 steps, 120 drafted, 90 accepted (75.0%), 3.25 tokens per step"

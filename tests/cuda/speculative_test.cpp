@@ -75,6 +75,46 @@ TEST(CudaSpeculative, GreedyEqualsPlainDecodingResident) {
   }
 }
 
+// Gated DeltaNet hybrids: a verification run is logged (CudaBackend::keep_run_rollback) and a
+// rejected guess cut back through the recurrent states (CudaSequence::rollback_run): the
+// same greedy tokens at every length; a truncate outside the logged run is refused.
+TEST(CudaSpeculative, GreedyEqualsPlainDecodingRecurrent) {
+  MT_SKIP_WITHOUT_DEVICE();
+  for (Arch arch : {Arch::kQwen35Moe, Arch::kQwen3Next}) {
+    for (const char* quant : {"f32", "q4_k_m"}) {
+      const std::string name = std::string(arch_info(arch).name) + " " + quant;
+      SCOPED_TRACE(name);
+      auto host = test::load_tiny(arch, quant, "spec");
+      ASSERT_TRUE(host.ok()) << host.status().to_string();
+      auto gpu = CudaModel::load(**host);
+      ASSERT_TRUE(gpu.ok()) << gpu.status().to_string();
+      CudaBackend backend(**gpu);
+      const bool f32 = std::string(quant) == "f32";
+      const int ties = check_drafters(backend, f32 ? 2e-4 : 4e-2, name);
+      if (f32) {
+        EXPECT_EQ(ties, 0) << name;
+      }
+      // Outside the logged run: refused, naming the run.
+      auto seq = backend.create_sequence(64);
+      ASSERT_TRUE(seq.ok());
+      ASSERT_TRUE(backend.keep_run_rollback(*seq, 8).ok());
+      Batch batch;
+      std::vector<float> logits;
+      batch.add(*seq, 0, mt::test::ids(8, 3, backend.n_vocab()), Logits::kLast);
+      ASSERT_TRUE(backend.eval(batch, &logits).ok());  // 8 tokens: logged (max_run 8)
+      batch.clear();
+      batch.add(*seq, 8, mt::test::ids(4, 4, backend.n_vocab()), Logits::kAll);
+      ASSERT_TRUE(backend.eval(batch, &logits).ok());  // positions 8-11, logged
+      const Status before = backend.truncate_sequence(*seq, 6);
+      EXPECT_FALSE(before.ok());
+      EXPECT_NE(before.message().find("positions 8 to 12"), std::string::npos) << before.to_string();
+      EXPECT_TRUE(backend.truncate_sequence(*seq, 10).ok());
+      EXPECT_EQ(backend.position(*seq), 10u);
+      backend.free_sequence(*seq);
+    }
+  }
+}
+
 TEST(CudaSpeculative, GreedyEqualsPlainDecodingTiered) {
   MT_SKIP_WITHOUT_DEVICE();
   synth::SynthConfig c = synth::tiny_for(Arch::kQwen3Moe);
