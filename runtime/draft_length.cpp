@@ -38,7 +38,6 @@ void DraftLength::take_costs(const DraftLength& other) {
   samples_ = other.samples_;
   seen_at_ = other.seen_at_;
   observed_ = other.observed_;
-  stay_ = other.stay_;
 }
 
 double DraftLength::acceptance() const { return kept_ / (kept_ + missed_); }
@@ -96,10 +95,7 @@ int DraftLength::choose() const {
   if (measured_rows() < 2) return max_;  // the first draft spans the range: the line through 1 and max + 1 rows
   double r;
   const int best = best_from(min_, &r);
-  if (observed_ % kProbeEvery != kProbeEvery - 1) {
-    if (stay_ >= min_ && stay_ <= max_ && stay_ != best && rate(stay_) * (1 + kStay) >= r) return stay_;
-    return best;
-  }
+  if (observed_ % kProbeEvery != kProbeEvery - 1) return best;
   // A probe: the neighbour measured longest ago (a never-measured one first; ties: the longer)
   int probe = best;
   uint64_t oldest = UINT64_MAX;
@@ -120,7 +116,6 @@ double DraftLength::gain() const {
 
 void DraftLength::observe(int guesses, int accepted, double seconds) {
   MT_CHECK(guesses >= 0 && accepted >= 0 && accepted <= guesses && guesses <= max_);
-  if (guesses > 0 && observed_ % kProbeEvery != kProbeEvery - 1) stay_ = guesses;  // a chosen length, not a probe
   if (seconds >= 0) {
     Samples& c = samples_[static_cast<size_t>(guesses) + 1];
     c.s[c.n % kKept] = seconds;

@@ -13,8 +13,7 @@
 // guesses' experts, cache misses, a compute-bound CPU) is in the costs. DraftPolicy joins
 // the two: the first two steps are plain (the first one's time, a sequence's set-up such
 // as its decode graph's capture, is not a cost), the first draft the longest, then the
-// model's choice, which keeps the length drafted last while it is nearly as good (kStay).
-// Every kProbeEvery-th step drafts a neighbour of the best length instead,
+// model's choice. Every kProbeEvery-th step drafts a neighbour of the best length instead,
 // the one measured longest ago (or never): a cost line bends (a tiered step's union of
 // experts), and costs move (a cache warming, a split of misses learned), so a length the
 // line misjudges is found. The costs are the machine's, not the text's: a policy can
@@ -52,11 +51,6 @@ class DraftLength {
   // The measured step costs of `other` (same lengths), this one's acceptance kept.
   void take_costs(const DraftLength& other);
   static constexpr int kProbeEvery = 24;  // timed steps between probes of the best's neighbours
-  // The length drafted last stays while its rate is within kStay of the best's: two lengths
-  // of nearly the same rate (an H100 at P 0.7: 3 guesses 4.44 ms, 4 guesses 5.05 ms) are
-  // otherwise chosen by the noise of the acceptance estimate, and each flip to the worse
-  // one costs (52 of 144 steps at 4 guesses where a fixed 3 ran 1.64x and adaptive 1.59x).
-  static constexpr double kStay = 0.03;
 
  private:
   static constexpr int kKept = 5;  // samples kept per row count
@@ -73,7 +67,6 @@ class DraftLength {
   std::vector<Samples> samples_;  // (max + 2): step seconds by rows
   std::vector<uint64_t> seen_at_;  // (max + 2): observed_ after each row count's last sample (0: never)
   uint64_t observed_ = 0;          // timed steps observed
-  int stay_ = -1;                  // the last drafted length chosen (not a probe); -1: none
   double kept_ = 1, missed_ = 1;  // decayed counts of kept and rejected guesses (a prior of 1/2)
 };
 

@@ -94,10 +94,9 @@ std::vector<nlohmann::ordered_json> result_rows(const ModelFacts& m, const Bench
       j["draft_backed_off_steps"] = r.spec.backed_off;
       j["draft_held_picks"] = r.spec.held;
       nlohmann::ordered_json by_rows = nlohmann::ordered_json::object();
-      for (size_t rows = 1; rows < r.step_n_by_rows.size(); ++rows) {
-        if (r.step_n_by_rows[rows] == 0) continue;
-        by_rows[std::to_string(rows)] = {{"steps", r.step_n_by_rows[rows]},
-                                         {"mean_ms", 1e3 * r.step_s_by_rows[rows] / static_cast<double>(r.step_n_by_rows[rows])}};
+      for (size_t rows = 1; rows < r.steps_by_rows.size(); ++rows) {
+        const TestResult::StepTimes& t = r.steps_by_rows[rows];
+        if (t.steps > 0) by_rows[std::to_string(rows)] = {{"steps", t.steps}, {"mean_ms", t.mean_ms()}};
       }
       j["steps_by_rows"] = by_rows;
     }
@@ -188,11 +187,11 @@ void print_markdown(const ModelFacts& m, const BenchFlags& f, int threads, const
                   r.name().c_str(), each.c_str(), fixed2(steady).c_str(), steady > 0 ? r.steady_ts / steady : 0.0);
     }
     std::string by_rows;
-    for (size_t rows = 1; rows < r.step_n_by_rows.size(); ++rows) {
-      if (r.step_n_by_rows[rows] == 0) continue;
-      const double mean_ms = 1e3 * r.step_s_by_rows[rows] / static_cast<double>(r.step_n_by_rows[rows]);
-      by_rows += (by_rows.empty() ? "" : ", ") + std::to_string(rows) + " rows " + std::to_string(r.step_n_by_rows[rows]) +
-                 " x " + fixed2(mean_ms) + " ms";
+    for (size_t rows = 1; rows < r.steps_by_rows.size(); ++rows) {
+      const TestResult::StepTimes& t = r.steps_by_rows[rows];
+      if (t.steps == 0) continue;
+      by_rows += (by_rows.empty() ? "" : ", ") + std::to_string(rows) + " rows " + std::to_string(t.steps) + " x " +
+                 fixed2(t.mean_ms()) + " ms";
     }
     if (!by_rows.empty()) std::printf("%s drafted steps by rows (timed repetitions; mean step): %s\n", r.name().c_str(), by_rows.c_str());
   }

@@ -65,8 +65,12 @@ struct TestResult {
   std::vector<double> undrafted_ts;
   // With a drafter: the timed repetitions' steps by rows evaluated (index: the pending
   // token plus the guesses), their count and summed seconds: what a longer draft costs.
-  std::vector<uint64_t> step_n_by_rows;
-  std::vector<double> step_s_by_rows;
+  struct StepTimes {
+    uint64_t steps = 0;
+    double seconds = 0;
+    double mean_ms() const { return steps > 0 ? 1e3 * seconds / static_cast<double>(steps) : 0.0; }
+  };
+  std::vector<StepTimes> steps_by_rows;
   std::string name() const {
     if (n_batch > 0) {
       return "tg" + std::to_string(n_gen) + " x" + std::to_string(n_batch) +

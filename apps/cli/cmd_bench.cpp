@@ -239,9 +239,9 @@ class Bench {
       MT_RETURN_IF_ERROR(decoder.step(&history, sampler, static_cast<int>(end - history.size()), trace));
       if (result != nullptr) {  // the step's time by its rows
         const size_t rows = static_cast<size_t>(decoder.stats().drafted - drafted) + 1;
-        if (result->step_n_by_rows.size() <= rows) result->step_n_by_rows.resize(rows + 1), result->step_s_by_rows.resize(rows + 1);
-        ++result->step_n_by_rows[rows];
-        result->step_s_by_rows[rows] += std::chrono::duration<double>(std::chrono::steady_clock::now() - s0).count();
+        if (result->steps_by_rows.size() <= rows) result->steps_by_rows.resize(rows + 1);
+        ++result->steps_by_rows[rows].steps;
+        result->steps_by_rows[rows].seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - s0).count();
       }
       if (replay != nullptr) replay->back_to_mark(static_cast<uint32_t>(decoder.stats().emitted - emitted));
     }

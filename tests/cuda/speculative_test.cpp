@@ -6,6 +6,7 @@
 // the plain logits (F32: none allowed).
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -33,8 +34,7 @@ using namespace mt::test::spec;
 int check_drafters(Backend& backend, double tie, const std::string& name) {
   const std::vector<int32_t> prompt = mt::test::ids(12, 5, backend.n_vocab());
   const Plain plain = plain_greedy(backend, prompt, 64);
-  std::vector<int32_t> reference = prompt;
-  reference.insert(reference.end(), plain.tokens.begin(), plain.tokens.end());
+  const std::vector<int32_t> reference = script_of(prompt, plain.tokens);
   int ties = 0;
   for (int length = 1; length <= 8; ++length) {
     SpecConfig config;
@@ -55,24 +55,50 @@ int check_drafters(Backend& backend, double tie, const std::string& name) {
   return ties;
 }
 
+// check_drafters on a tiny resident model of `arch` at `quant` (no near tie at f32), then
+// `more` on the same backend.
+void check_resident(Arch arch, const char* quant, const std::function<void(CudaBackend&)>& more = {}) {
+  const std::string name = std::string(arch_info(arch).name) + " " + quant;
+  SCOPED_TRACE(name);
+  auto host = test::load_tiny(arch, quant, "spec");
+  ASSERT_TRUE(host.ok()) << host.status().to_string();
+  auto gpu = CudaModel::load(**host);
+  ASSERT_TRUE(gpu.ok()) << gpu.status().to_string();
+  CudaBackend backend(**gpu);
+  const bool f32 = std::string(quant) == "f32";
+  const int ties = check_drafters(backend, f32 ? 2e-4 : 4e-2, name);
+  if (f32) {
+    EXPECT_EQ(ties, 0) << name;
+  }
+  if (more) more(backend);
+}
+
 TEST(CudaSpeculative, GreedyEqualsPlainDecodingResident) {
   MT_SKIP_WITHOUT_DEVICE();
   for (Arch arch : {Arch::kQwen3Moe, Arch::kGptOss, Arch::kDeepseek2, Arch::kGlm4Moe}) {
-    for (const char* quant : {"f32", "q4_k_m"}) {
-      const std::string name = std::string(arch_info(arch).name) + " " + quant;
-      SCOPED_TRACE(name);
-      auto host = test::load_tiny(arch, quant, "spec");
-      ASSERT_TRUE(host.ok()) << host.status().to_string();
-      auto gpu = CudaModel::load(**host);
-      ASSERT_TRUE(gpu.ok()) << gpu.status().to_string();
-      CudaBackend backend(**gpu);
-      const bool f32 = std::string(quant) == "f32";
-      const int ties = check_drafters(backend, f32 ? 2e-4 : 4e-2, name);
-      if (f32) {
-        EXPECT_EQ(ties, 0) << name;
-      }
-    }
+    for (const char* quant : {"f32", "q4_k_m"}) check_resident(arch, quant);
   }
+}
+
+// A recurrent sequence goes back into its last logged run only: before it, refused naming
+// the run; inside it, to the position asked.
+void truncate_goes_back_into_the_logged_run_only(CudaBackend& backend) {
+  auto seq = backend.create_sequence(64);
+  ASSERT_TRUE(seq.ok());
+  ASSERT_TRUE(backend.keep_run_rollback(*seq, 8).ok());
+  Batch batch;
+  std::vector<float> logits;
+  batch.add(*seq, 0, mt::test::ids(8, 3, backend.n_vocab()), Logits::kLast);
+  ASSERT_TRUE(backend.eval(batch, &logits).ok());  // 8 tokens: logged (max_run 8)
+  batch.clear();
+  batch.add(*seq, 8, mt::test::ids(4, 4, backend.n_vocab()), Logits::kAll);
+  ASSERT_TRUE(backend.eval(batch, &logits).ok());  // positions 8-11, logged
+  const Status before = backend.truncate_sequence(*seq, 6);
+  EXPECT_FALSE(before.ok());
+  EXPECT_NE(before.message().find("positions 8 to 12"), std::string::npos) << before.to_string();
+  EXPECT_TRUE(backend.truncate_sequence(*seq, 10).ok());
+  EXPECT_EQ(backend.position(*seq), 10u);
+  backend.free_sequence(*seq);
 }
 
 // Gated DeltaNet hybrids: a verification run is logged (CudaBackend::keep_run_rollback) and a
@@ -81,37 +107,7 @@ TEST(CudaSpeculative, GreedyEqualsPlainDecodingResident) {
 TEST(CudaSpeculative, GreedyEqualsPlainDecodingRecurrent) {
   MT_SKIP_WITHOUT_DEVICE();
   for (Arch arch : {Arch::kQwen35Moe, Arch::kQwen3Next}) {
-    for (const char* quant : {"f32", "q4_k_m"}) {
-      const std::string name = std::string(arch_info(arch).name) + " " + quant;
-      SCOPED_TRACE(name);
-      auto host = test::load_tiny(arch, quant, "spec");
-      ASSERT_TRUE(host.ok()) << host.status().to_string();
-      auto gpu = CudaModel::load(**host);
-      ASSERT_TRUE(gpu.ok()) << gpu.status().to_string();
-      CudaBackend backend(**gpu);
-      const bool f32 = std::string(quant) == "f32";
-      const int ties = check_drafters(backend, f32 ? 2e-4 : 4e-2, name);
-      if (f32) {
-        EXPECT_EQ(ties, 0) << name;
-      }
-      // Outside the logged run: refused, naming the run.
-      auto seq = backend.create_sequence(64);
-      ASSERT_TRUE(seq.ok());
-      ASSERT_TRUE(backend.keep_run_rollback(*seq, 8).ok());
-      Batch batch;
-      std::vector<float> logits;
-      batch.add(*seq, 0, mt::test::ids(8, 3, backend.n_vocab()), Logits::kLast);
-      ASSERT_TRUE(backend.eval(batch, &logits).ok());  // 8 tokens: logged (max_run 8)
-      batch.clear();
-      batch.add(*seq, 8, mt::test::ids(4, 4, backend.n_vocab()), Logits::kAll);
-      ASSERT_TRUE(backend.eval(batch, &logits).ok());  // positions 8-11, logged
-      const Status before = backend.truncate_sequence(*seq, 6);
-      EXPECT_FALSE(before.ok());
-      EXPECT_NE(before.message().find("positions 8 to 12"), std::string::npos) << before.to_string();
-      EXPECT_TRUE(backend.truncate_sequence(*seq, 10).ok());
-      EXPECT_EQ(backend.position(*seq), 10u);
-      backend.free_sequence(*seq);
-    }
+    for (const char* quant : {"f32", "q4_k_m"}) check_resident(arch, quant, truncate_goes_back_into_the_logged_run_only);
   }
 }
 

@@ -84,6 +84,13 @@ inline std::vector<int32_t> spec_decode(Backend& backend, Drafter& drafter, Spec
   return {history.begin() + static_cast<ptrdiff_t>(prompt.size()), history.end()};
 }
 
+// The labelled mode's script: the prompt, then `tokens` (plain decoding's continuation).
+inline std::vector<int32_t> script_of(const std::vector<int32_t>& prompt, const std::vector<int32_t>& tokens) {
+  std::vector<int32_t> script = prompt;
+  script.insert(script.end(), tokens.begin(), tokens.end());
+  return script;
+}
+
 // The speculative tokens equal the plain ones up to the first difference, which must sit
 // at a near tie of the plain logits (gap under tie). Returns whether they differ.
 inline bool expect_greedy_parity(const Plain& plain, const std::vector<int32_t>& spec, double tie, const std::string& what) {

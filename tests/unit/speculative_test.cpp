@@ -52,8 +52,7 @@ int check_drafters(const Model& model, const std::vector<int32_t>& prompt, doubl
   CpuBackend backend(model);
   CpuBackend draft_backend(model);  // the model as its own draft: every guess right
   const Plain plain = plain_greedy(backend, prompt, kGenerate);
-  std::vector<int32_t> reference = prompt;
-  reference.insert(reference.end(), plain.tokens.begin(), plain.tokens.end());
+  const std::vector<int32_t> reference = script_of(prompt, plain.tokens);
   bool recurrent = false;  // a Gated DeltaNet draft cannot go back over its guesses (several runs)
   for (uint32_t l = 0; l < model.hparams().n_layer; ++l) recurrent |= model.hparams().is_recurrent(l);
   int ties = 0;
@@ -133,8 +132,7 @@ TEST(Speculative, GreedyEqualsPlainDecodingTiered) {
   CpuBackend backend(**model, &(*tiering)->offload);
   const std::vector<int32_t> prompt = test::ids(12, 5, backend.n_vocab());
   const Plain plain = plain_greedy(backend, prompt, kGenerate);
-  std::vector<int32_t> reference = prompt;
-  reference.insert(reference.end(), plain.tokens.begin(), plain.tokens.end());
+  const std::vector<int32_t> reference = script_of(prompt, plain.tokens);
   for (int length : {1, 3, 8}) {
     SpecConfig config;
     config.draft_max = length;
@@ -163,8 +161,7 @@ TEST(Speculative, ScriptedAtOneAcceptsEveryGuess) {
   CpuBackend backend(**model);
   const std::vector<int32_t> prompt = test::ids(10, 3, backend.n_vocab());
   const Plain plain = plain_greedy(backend, prompt, 40);
-  std::vector<int32_t> reference = prompt;
-  reference.insert(reference.end(), plain.tokens.begin(), plain.tokens.end());
+  const std::vector<int32_t> reference = script_of(prompt, plain.tokens);
   ScriptedDrafter scripted(reference, 1.0, backend.n_vocab(), 3);
   SpecConfig config;
   config.draft_max = 4;
@@ -207,9 +204,7 @@ TEST(Speculative, SampledTextEqualsPlainSamplingSeedForSeed) {
       plain_sampler.accept(plain.back());
       ASSERT_TRUE(seq->feed({&plain.back(), 1}, false, &logits).ok());
     }
-    std::vector<int32_t> reference = prompt;
-    reference.insert(reference.end(), plain.begin(), plain.end());
-    ScriptedDrafter scripted(reference, 0.7, backend.n_vocab(), seed);
+    ScriptedDrafter scripted(script_of(prompt, plain), 0.7, backend.n_vocab(), seed);
     SpecConfig fixed;
     fixed.draft_max = 4;
     fixed.adaptive = false;
@@ -359,8 +354,7 @@ TEST(Speculative, ScriptedHoldKeepsTheScriptAndCountsWhatItOverrode) {
   CpuBackend backend(**model);
   const std::vector<int32_t> prompt = test::ids(10, 3, backend.n_vocab());
   const Plain plain = plain_greedy(backend, prompt, 40);
-  std::vector<int32_t> script = prompt;
-  script.insert(script.end(), plain.tokens.begin(), plain.tokens.end());
+  std::vector<int32_t> script = script_of(prompt, plain.tokens);
   const size_t altered = prompt.size() + 12;
   script[altered] = static_cast<int32_t>((static_cast<uint32_t>(script[altered]) + 1) % backend.n_vocab());
   const std::vector<int32_t> script_tokens(script.begin() + static_cast<ptrdiff_t>(prompt.size()), script.end());
@@ -382,9 +376,7 @@ TEST(Speculative, ScriptedHoldKeepsTheScriptAndCountsWhatItOverrode) {
   EXPECT_GE(stats.held, 1u);
   EXPECT_GT(stats.accepted, 0u);  // the guesses after the altered token are still the script's and kept
 
-  std::vector<int32_t> faithful = prompt;
-  faithful.insert(faithful.end(), plain.tokens.begin(), plain.tokens.end());
-  ScriptedDrafter held_plain(faithful, 0.7, backend.n_vocab(), 5, true);
+  ScriptedDrafter held_plain(script_of(prompt, plain.tokens), 0.7, backend.n_vocab(), 5, true);
   stats = {};
   EXPECT_EQ(spec_decode(backend, held_plain, config, prompt, 40, greedy_params(), &stats), plain.tokens);
   EXPECT_EQ(stats.held, 0u);
